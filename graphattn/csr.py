@@ -1,0 +1,114 @@
+"""Target-sorted (CSR) view of an ``edge_index``, cached across layers and epochs.
+
+Edge attention visits, for every target node i, its incoming edges j -> i. Sorting the
+edges by target once gives a CSR layout (``rowptr`` over targets, ``col`` = sources) that
+every layer and every epoch of a static graph can reuse. :func:`to_csr` caches the result
+keyed on the identity and version of the ``edge_index`` tensor, so passing the same tensor
+again (the normal PyG pattern: ``data.edge_index`` reused by every layer) costs nothing.
+
+Why not PyG's ``EdgeIndex``/``SparseTensor``: their CSR conversion needs torch-sparse or
+pyg-lib for parts of the API, which are not installable everywhere; this is 40 lines.
+"""
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["EdgeCSR", "to_csr", "clear_csr_cache"]
+
+
+@dataclass(frozen=True)
+class EdgeCSR:
+    """Edges sorted by target node.
+
+    Attributes:
+        num_nodes: N.
+        perm: ``(E,)`` original edge id of each CSR position (``edge_index[:, perm]`` is sorted).
+        rowptr: ``(N + 1,)`` int64; the edges into node i are CSR positions
+            ``rowptr[i]:rowptr[i+1]``.
+        row: ``(E,)`` target of each CSR position (non-decreasing).
+        col: ``(E,)`` source of each CSR position.
+    """
+
+    num_nodes: int
+    perm: Tensor
+    rowptr: Tensor
+    row: Tensor
+    col: Tensor
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.col.numel())
+
+    @property
+    def csc(self) -> "EdgeCSR":
+        """The same edges sorted by *source* (for source-major passes, e.g. grad of keys).
+
+        Returned as an :class:`EdgeCSR` whose ``perm`` indexes CSR positions of ``self``,
+        ``rowptr`` runs over sources, ``row`` holds sources and ``col`` targets. Cached.
+        """
+        cached = self.__dict__.get("_csc")
+        if cached is None:
+            order = torch.argsort(self.col, stable=True)
+            counts = torch.bincount(self.col, minlength=self.num_nodes)
+            ptr = _counts_to_ptr(counts)
+            cached = EdgeCSR(self.num_nodes, order, ptr, self.col[order], self.row[order])
+            object.__setattr__(self, "_csc", cached)
+        return cached
+
+    def degree(self) -> Tensor:
+        """In-degree of every node, ``(N,)``."""
+        return self.rowptr[1:] - self.rowptr[:-1]
+
+
+def _counts_to_ptr(counts: Tensor) -> Tensor:
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=counts.device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return ptr
+
+
+def _build(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    perm = torch.argsort(dst, stable=True)
+    row, col = dst[perm], src[perm]
+    counts = torch.bincount(dst, minlength=num_nodes)
+    return EdgeCSR(num_nodes, perm, _counts_to_ptr(counts), row, col)
+
+
+_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_CACHE_SIZE = 16
+
+
+def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
+    """Return the target-sorted CSR view of ``edge_index`` (shape ``(2, E)``).
+
+    With ``cache=True`` the result is remembered for this exact tensor object (checked by
+    identity, data pointer and in-place version counter), so it is computed once per static
+    graph. Indices are assumed valid (see ``graphattn.attention`` for input checks).
+    """
+    if not cache:
+        return _build(edge_index, num_nodes)
+    key = (id(edge_index), edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape),
+           int(num_nodes), str(edge_index.device))
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is edge_index:
+        _CACHE.move_to_end(key)
+        return hit[1]
+    csr = _build(edge_index, num_nodes)
+    try:
+        ref = weakref.ref(edge_index)
+    except TypeError:  # pragma: no cover - tensors are weak-referenceable
+        return csr
+    _CACHE[key] = (ref, csr)
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return csr
+
+
+def clear_csr_cache() -> None:
+    _CACHE.clear()

@@ -1,0 +1,135 @@
+"""Finding, downloading and verifying raw data files.
+
+Every dataset in graphattn reads its raw files from a *data root*:
+
+1. the ``root=`` argument of the loader, if given;
+2. otherwise ``$GRAPHATTN_DATA``;
+3. otherwise the ``datasets/`` folder of a source checkout, or ``~/.cache/graphattn``.
+
+A file that is present under the root is used as it is (after a structural check done by
+the loader). A file that is absent is downloaded from its canonical public URL with a tqdm
+progress bar into a temporary file, checked (sha256 when known, else by the loader's
+structural check) and only then moved into place, so an interrupted or corrupt download
+never leaves a file behind that later looks valid.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+PathLike = Union[str, os.PathLike]
+
+__all__ = ["data_root", "find_file", "download_url", "sha256sum", "DataFileError"]
+
+
+class DataFileError(ValueError):
+    """A raw data file is missing, truncated or not in the expected format."""
+
+
+def data_root(root: Optional[PathLike] = None) -> Path:
+    """Resolve the data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` > cache."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get("GRAPHATTN_DATA")
+    if env:
+        return Path(env).expanduser()
+    checkout = Path(__file__).resolve().parents[2] / "datasets"
+    if (checkout / "README.md").exists():
+        return checkout
+    return Path.home() / ".cache" / "graphattn"
+
+
+def sha256sum(path: PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
+                 check: Optional[Callable[[Path], None]] = None, progress: bool = True) -> Path:
+    """Download ``url`` to ``dest`` atomically, with a progress bar and an integrity check.
+
+    ``sha256`` (hex) is compared when given; ``check(path)`` is called on the temporary
+    file and should raise :class:`DataFileError` if the content is wrong. On any failure
+    the temporary file is removed and nothing is left at ``dest``.
+    """
+    from tqdm.auto import tqdm
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        req = urllib.request.Request(url, headers={"User-Agent": "graphattn"})
+        with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as out:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}",
+                      disable=not progress) as bar:
+                while True:
+                    block = resp.read(1 << 16)
+                    if not block:
+                        break
+                    out.write(block)
+                    bar.update(len(block))
+        if sha256 is not None:
+            got = sha256sum(tmp)
+            if got != sha256:
+                raise DataFileError(f"{url}: sha256 mismatch (expected {sha256}, got {got}); "
+                                    "the download is corrupt or the upstream file changed")
+        if check is not None:
+            check(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
+              root: Optional[PathLike] = None, sha256: Optional[str] = None,
+              check: Optional[Callable[[Path], None]] = None, download: bool = True) -> Path:
+    """Return the first of ``relpaths`` (relative to the data root) that exists, else download.
+
+    ``relpaths`` lists accepted local names (e.g. ``tox21/tox21.csv.gz`` and
+    ``tox21/tox21.csv``); the download is written to the first one. ``check`` is run on
+    local files too, so a truncated local copy fails with a clear message.
+    """
+    if isinstance(relpaths, str):
+        relpaths = [relpaths]
+    base = data_root(root)
+    for rel in relpaths:
+        path = base / rel
+        if path.is_file():
+            if path.stat().st_size == 0:
+                raise DataFileError(f"{path} is empty; delete it to re-download")
+            if check is not None:
+                check(path)
+            return path
+    if url is None or not download:
+        raise DataFileError(
+            f"none of {list(relpaths)} found under data root {base} (set root= or "
+            "$GRAPHATTN_DATA), and no download is available for it")
+    try:
+        return download_url(url, base / relpaths[0], sha256=sha256, check=check)
+    except DataFileError:
+        raise
+    except OSError as exc:  # URLError is an OSError
+        raise DataFileError(
+            f"{relpaths[0]} is not under {base} and downloading {url} failed: {exc}. "
+            "Put the file there by hand or point root=/$GRAPHATTN_DATA at a copy.") from exc
+
+
+def copy_into_root(src: PathLike, relpath: str, root: Optional[PathLike] = None) -> Path:
+    """Copy a user's file into the data root (used by tests and scripts)."""
+    dest = data_root(root) / relpath
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dest)
+    return dest
