@@ -1,0 +1,292 @@
+"""Attention math: one dense reference and the edge-restricted fast paths.
+
+Graph self-attention restricts the attention matrix to the edges of a graph: node i
+attends to node j only if there is an edge j -> i (``edge_index[0] = j`` source,
+``edge_index[1] = i`` target, PyG's ``flow="source_to_target"``)::
+
+    s_ij   = q_i · k_j / sqrt(C) + b_ij                    (scaled dot product)
+    α_ij   = exp(s_ij) / Σ_{j' : j' -> i} exp(s_ij')        (softmax over incoming edges)
+    out_i  = Σ_{j : j -> i} α_ij v_j                         (0 if i has no incoming edge)
+
+:func:`dense_attention` is the readable reference on padded ``(B, H, N, C)`` tensors.
+:func:`edge_attention` computes the same numbers on ``(N, H, C)`` tensors from an
+``edge_index`` without ever materialising an ``(E, H, C)`` tensor for all edges: edges
+are visited in target-sorted (CSR) order in bounded chunks, and the backward pass
+recomputes the per-edge messages instead of storing them. On CPU a fused C++ kernel
+(:mod:`graphattn.kernels`) is used when it can be built; the chunked pure-PyTorch path is
+the portable fallback. Every path is tested against :func:`dense_attention`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .csr import EdgeCSR, to_csr
+from .validation import check_edge_index, check_tensor_shape
+
+__all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
+
+#: Bytes of one chunk's per-edge ``(chunk, H, C)`` temporaries (bounds peak memory).
+CHUNK_BYTES = 16 * 2**20
+EDGE_IMPLS = ("auto", "fused", "chunked")
+SCORES = ("dot", "additive")
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
+                    bias: Optional[Tensor] = None) -> Tensor:
+    r"""Reference masked attention: ``softmax(Q Kᵀ / √C + bias)·V`` over visible keys.
+
+    Args:
+        q, k, v: ``(B, H, N, C)`` queries, keys and values.
+        mask: ``(B, N, N)`` bool, ``mask[b, i, j]`` True iff key j is visible to query i.
+        bias: optional score bias broadcastable to ``(B, H, N, N)``; ``-inf`` hides a key.
+
+    Returns:
+        ``(B, H, N, C)``. A query row with no visible key returns zeros (never NaN).
+    """
+    if q.size(-2) == 0 or k.size(-2) == 0:  # no queries or no keys at all
+        return q.new_zeros(*q.shape[:-1], v.size(-1))
+    scale = 1.0 / math.sqrt(q.size(-1))
+    scores = torch.einsum("bhic,bhjc->bhij", q, k) * scale  # (B, H, N, N)
+    if bias is not None:
+        scores = scores + bias
+    visible = mask[:, None, :, :].expand_as(scores)  # (B, H, N, N)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    rowmax = scores.amax(dim=-1, keepdim=True)
+    empty = ~torch.isfinite(rowmax)  # no visible (finite) key in this row
+    weights = torch.exp(scores - rowmax.masked_fill(empty, 0.0))
+    denom = weights.sum(dim=-1, keepdim=True)
+    weights = weights / denom.masked_fill(empty, 1.0)
+    return weights @ v
+
+
+def _leaky_grad(z: Tensor, slope: float) -> Tensor:
+    return torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope))
+
+
+class _ChunkedEdgeAttention(torch.autograd.Function):
+    """Softmax attention over CSR-ordered edges, chunked, with a recomputing backward.
+
+    Saved for backward: inputs and the ``(E, H)`` attention weights (and dropout mask);
+    never the ``(E, H, C)`` messages.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, edge_key, edge_value, att, csr: EdgeCSR, score: str,
+                scale: float, slope: float, p_drop: float, chunk: int):
+        row, col = csr.row, csr.col
+        N, H, C = q.shape
+        E = col.numel()
+        scores = q.new_empty(E, H)
+        for s in range(0, E, chunk):  # scores (E, H), chunk by chunk
+            r, c = row[s:s + chunk], col[s:s + chunk]
+            kk = k[c]  # (chunk, H, C)
+            if edge_key is not None:
+                kk = kk + edge_key[s:s + chunk]
+            if score == "dot":
+                scores[s:s + chunk] = (q[r] * kk).sum(-1) * scale
+            else:
+                scores[s:s + chunk] = (F.leaky_relu(q[r] + kk, slope) * att).sum(-1)
+        if bias is not None:
+            scores += bias
+        # Stable segment softmax: subtract the per-target max; -inf-only rows give 0.
+        rowmax = scores.new_full((N, H), float("-inf"))
+        rowmax.scatter_reduce_(0, row[:, None].expand(E, H), scores, "amax")
+        rowmax = torch.where(torch.isfinite(rowmax), rowmax, torch.zeros_like(rowmax))
+        alpha = scores.sub_(rowmax[row]).exp_()  # (E, H), reuses the scores buffer
+        denom = q.new_zeros(N, H).index_add_(0, row, alpha)
+        alpha.div_(denom.clamp_min(torch.finfo(alpha.dtype).tiny)[row])
+        keep = None
+        alpha_used = alpha
+        if p_drop > 0.0:
+            keep = torch.rand_like(alpha) >= p_drop  # (E, H) bool
+            alpha_used = alpha * keep / (1.0 - p_drop)
+        out = q.new_zeros(N, H, C)
+        for s in range(0, E, chunk):
+            r, c = row[s:s + chunk], col[s:s + chunk]
+            msg = v[c]  # (chunk, H, C)
+            if edge_value is not None:
+                msg = msg + edge_value[s:s + chunk]
+            out.index_add_(0, r, msg * alpha_used[s:s + chunk, :, None])
+        ctx.save_for_backward(q, k, v, edge_key, edge_value, att, alpha, keep)
+        ctx.csr, ctx.score, ctx.scale, ctx.slope, ctx.p_drop, ctx.chunk = csr, score, scale, slope, p_drop, chunk
+        ctx.has_bias = bias is not None
+        ctx.mark_non_differentiable(alpha)
+        return out, alpha
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_alpha):
+        q, k, v, edge_key, edge_value, att, alpha, keep = ctx.saved_tensors
+        row, col, chunk, score = ctx.csr.row, ctx.csr.col, ctx.chunk, ctx.score
+        E = col.numel()
+        need_q, need_k, need_v, need_b, need_ek, need_ev, need_att = ctx.needs_input_grad[:7]
+        grad_out = grad_out.contiguous()
+        alpha_used = alpha if keep is None else alpha * keep / (1.0 - ctx.p_drop)
+        g_alpha = alpha.new_empty(alpha.shape)  # dL/d alpha_used, (E, H)
+        gv = torch.zeros_like(v) if need_v else None
+        gev = torch.empty_like(edge_value) if need_ev else None
+        for s in range(0, E, chunk):
+            r, c = row[s:s + chunk], col[s:s + chunk]
+            go = grad_out[r]  # (chunk, H, C)
+            msg = v[c]
+            if edge_value is not None:
+                msg = msg + edge_value[s:s + chunk]
+            g_alpha[s:s + chunk] = (go * msg).sum(-1)
+            if need_v or need_ev:
+                gm = go * alpha_used[s:s + chunk, :, None]
+                if need_v:
+                    gv.index_add_(0, c, gm)
+                if need_ev:
+                    gev[s:s + chunk] = gm
+        if keep is not None:
+            g_alpha = g_alpha * keep / (1.0 - ctx.p_drop)
+        # Softmax backward: gs = α (gα − Σ_j α gα).
+        dot = q.new_zeros(q.size(0), alpha.size(1)).index_add_(0, row, alpha * g_alpha)  # (N, H)
+        gs = alpha * (g_alpha - dot[row])  # (E, H)
+        gq = torch.zeros_like(q) if need_q else None
+        gk = torch.zeros_like(k) if need_k else None
+        gek = torch.empty_like(edge_key) if need_ek else None
+        gatt = torch.zeros_like(att) if need_att else None
+        if need_q or need_k or need_ek or need_att:
+            for s in range(0, E, chunk):
+                r, c = row[s:s + chunk], col[s:s + chunk]
+                g = gs[s:s + chunk, :, None]  # (chunk, H, 1)
+                kk = k[c]
+                if edge_key is not None:
+                    kk = kk + edge_key[s:s + chunk]
+                if score == "dot":
+                    g = g * ctx.scale
+                    if need_q:
+                        gq.index_add_(0, r, g * kk)
+                    if need_k or need_ek:
+                        gkk = g * q[r]
+                        if need_k:
+                            gk.index_add_(0, c, gkk)
+                        if need_ek:
+                            gek[s:s + chunk] = gkk
+                else:
+                    z = q[r] + kk
+                    if need_att:
+                        gatt += (g * F.leaky_relu(z, ctx.slope)).sum(0)
+                    gz = g * att * _leaky_grad(z, ctx.slope)  # (chunk, H, C)
+                    if need_q:
+                        gq.index_add_(0, r, gz)
+                    if need_k:
+                        gk.index_add_(0, c, gz)
+                    if need_ek:
+                        gek[s:s + chunk] = gz
+        gb = gs if need_b else None
+        return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None
+
+
+def _chunk_edges(num_heads: int, channels: int, itemsize: int) -> int:
+    return max(256, CHUNK_BYTES // max(1, num_heads * channels * itemsize))
+
+
+def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor] = None, *,
+                   bias: Optional[Tensor] = None, edge_key: Optional[Tensor] = None,
+                   edge_value: Optional[Tensor] = None, score: str = "dot",
+                   att: Optional[Tensor] = None, negative_slope: float = 0.2,
+                   dropout: float = 0.0, training: bool = True,
+                   return_attention_weights: bool = False, csr: Optional[EdgeCSR] = None,
+                   impl: str = "auto") -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    r"""Multi-head attention restricted to the edges of a graph.
+
+    For every target node i, a softmax over its incoming edges j -> i only::
+
+        dot:       s_e = q_i · (k_j + ek_e) / √C + b_e
+        additive:  s_e = Σ_c att_hc · LeakyReLU(q_i + k_j + ek_e)_c + b_e   (GATv2 form)
+        out_i = Σ_{e = (j -> i)} α_e (v_j + ev_e),    α = softmax of s over i's incoming edges
+
+    Args:
+        q, k, v: ``(N, H, C)`` queries (target side), keys and values (source side).
+        edge_index: ``(2, E)`` source/target indices (may be omitted when ``csr`` is given).
+        bias: optional ``(E, H)`` additive score bias per edge (original edge order).
+        edge_key / edge_value: optional ``(E, H, C)`` per-edge additions to the key / value
+            of that edge only (e.g. projected edge features).
+        score: ``"dot"`` (scaled dot product, default) or ``"additive"`` (needs ``att``).
+        att: ``(H, C)`` attention vector for ``score="additive"``.
+        dropout: probability of dropping an attention weight (when ``training``).
+        return_attention_weights: also return ``alpha`` ``(E, H)`` in the original edge order
+            (before dropout).
+        csr: a precomputed :class:`~graphattn.csr.EdgeCSR`; by default it is computed from
+            ``edge_index`` once and cached for that tensor.
+        impl: ``"auto"`` (fused C++ kernel when applicable, else chunked), ``"fused"`` or
+            ``"chunked"``.
+
+    Returns:
+        ``out`` ``(N, H, C)``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
+        float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+    """
+    if impl not in EDGE_IMPLS:
+        raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    check_tensor_shape(q, (None, None, None), "q")
+    N, H, C = q.shape
+    check_tensor_shape(k, (N, H, C), "k")
+    check_tensor_shape(v, (N, H, None), "v")
+    if csr is None:
+        if edge_index is None:
+            raise ValueError("edge_attention needs edge_index or csr")
+        check_edge_index(edge_index, N)
+        csr = to_csr(edge_index, N)
+    elif csr.num_nodes != N:
+        raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
+    E = csr.num_edges
+    if bias is not None:
+        check_tensor_shape(bias, (E, H), "bias")
+    for name, t in (("edge_key", edge_key), ("edge_value", edge_value)):
+        if t is not None:
+            check_tensor_shape(t, (E, H, C if name == "edge_key" else v.size(-1)), name)
+    if score == "additive":
+        if att is None:
+            raise ValueError("score='additive' needs att of shape (H, C)")
+        check_tensor_shape(att, (H, C), "att")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    p_drop = dropout if training else 0.0
+
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
+        up = lambda t: None if t is None else t.float()  # noqa: E731
+        q, k, v, bias, edge_key, edge_value, att = map(up, (q, k, v, bias, edge_key, edge_value, att))
+    perm = csr.perm  # everything per-edge goes to CSR order
+    shared_kv = edge_value is not None and edge_value is edge_key
+    if bias is not None:
+        bias = bias[perm]
+    if edge_key is not None:
+        edge_key = edge_key[perm]
+    if edge_value is not None:
+        edge_value = edge_key if shared_kv else edge_value[perm]
+
+    fusable = (score == "dot" and edge_key is None and edge_value is None and p_drop == 0.0
+               and not return_attention_weights and q.device.type == "cpu"
+               and q.dtype in (torch.float32, torch.float64) and v.size(-1) == C)
+    if impl == "fused" and not fusable:
+        raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 without "
+                         "edge features, dropout or returned attention weights")
+    if impl != "chunked" and fusable:
+        from . import kernels
+
+        if kernels.fused_available():
+            out = kernels.fused_edge_attention(q.contiguous(), k.contiguous(), v.contiguous(), csr,
+                                               bias=bias, scale=1.0 / math.sqrt(C))
+            return out.to(dtype)
+        if impl == "fused":
+            raise RuntimeError("impl='fused' requested but the C++ kernel could not be built")
+
+    chunk = _chunk_edges(H, max(C, v.size(-1)), q.element_size())
+    out, alpha = _ChunkedEdgeAttention.apply(
+        q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, edge_value, att, csr,
+        score, 1.0 / math.sqrt(C), negative_slope, p_drop, chunk)
+    out = out.to(dtype)
+    if not return_attention_weights:
+        return out
+    alpha_orig = torch.empty_like(alpha)
+    alpha_orig[perm] = alpha  # back to the caller's edge order
+    return out, alpha_orig.to(dtype)

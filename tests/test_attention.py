@@ -1,0 +1,167 @@
+import pytest
+import torch
+from torch_geometric.nn import GATv2Conv, TransformerConv
+
+from graphattn import GraphSelfAttention
+from graphattn.testing import random_graph
+
+
+def _graph(n=12, e=40, seed=0, isolated=2):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 16, generator=g), random_graph(n, e, isolated=isolated, generator=g)
+
+
+def test_repr_and_attributes():
+    layer = GraphSelfAttention(16, 8, heads=4, edge_dim=3, dropout=0.1)
+    assert repr(layer) == "GraphSelfAttention(16, 8, heads=4)"
+    assert (layer.in_channels, layer.out_channels, layer.heads, layer.edge_dim) == (16, 8, 4, 3)
+    assert GraphSelfAttention(16, 8).lin_edge is None and GraphSelfAttention(16, 8).att is None
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+@pytest.mark.parametrize("concat", [True, False])
+def test_output_shape_and_return_contract(score, concat):
+    x, ei = _graph()
+    layer = GraphSelfAttention(16, 8, heads=4, concat=concat, score=score)
+    out = layer(x, ei)
+    assert isinstance(out, torch.Tensor) and out.shape == (12, 32 if concat else 8)
+    out2, (ei2, alpha) = layer(x, ei, return_attention_weights=True)
+    assert torch.allclose(out, out2, atol=1e-6) and ei2 is ei and alpha.shape == (ei.size(1), 4)
+    sums = torch.zeros(12, 4).index_add_(0, ei[1], alpha)
+    has_in = torch.bincount(ei[1], minlength=12) > 0
+    assert torch.allclose(sums[has_in], torch.ones_like(sums[has_in]), atol=1e-5)
+
+
+@pytest.mark.parametrize("edge_dim", [None, 5])
+def test_dot_equals_pyg_transformerconv(edge_dim):
+    x, ei = _graph(isolated=0)
+    ea = torch.randn(ei.size(1), 5) if edge_dim else None
+    ours = GraphSelfAttention(16, 8, heads=3, edge_dim=edge_dim)
+    ref = TransformerConv(16, 8, heads=3, edge_dim=edge_dim, root_weight=True)
+    with torch.no_grad():
+        ref.lin_query.weight.copy_(ours.lin_qkv.weight[:24]); ref.lin_query.bias.copy_(ours.lin_qkv.bias[:24])
+        ref.lin_key.weight.copy_(ours.lin_qkv.weight[24:48]); ref.lin_key.bias.copy_(ours.lin_qkv.bias[24:48])
+        ref.lin_value.weight.copy_(ours.lin_qkv.weight[48:]); ref.lin_value.bias.copy_(ours.lin_qkv.bias[48:])
+        ref.lin_skip.weight.copy_(ours.lin_skip.weight); ref.lin_skip.bias.copy_(ours.lin_skip.bias)
+        if edge_dim:
+            ref.lin_edge.weight.copy_(ours.lin_edge.weight)
+    a = ours(x, ei, ea)
+    b = ref(x, ei, ea)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_additive_equals_pyg_gatv2conv():
+    x, ei = _graph(isolated=0)
+    ea = torch.randn(ei.size(1), 4)
+    ours = GraphSelfAttention(16, 8, heads=2, score="additive", edge_dim=4, root_weight=False, bias=False)
+    ref = GATv2Conv(16, 8, heads=2, edge_dim=4, add_self_loops=False, bias=False, share_weights=False)
+    with torch.no_grad():
+        ref.lin_r.weight.copy_(ours.lin_qkv.weight[:16])  # target side
+        ref.lin_l.weight.copy_(ours.lin_qkv.weight[16:])  # source side
+        ref.att.copy_(ours.att[None])
+        ref.lin_edge.weight.copy_(ours.lin_edge.weight)
+    assert torch.allclose(ours(x, ei, ea), ref(x, ei, ea), atol=1e-5)
+
+
+def test_batch_of_disjoint_graphs_equals_each_alone():
+    layer = GraphSelfAttention(16, 8, heads=2, edge_dim=2).eval()
+    x1, e1 = _graph(7, 20, seed=1)
+    x2, e2 = _graph(9, 30, seed=2)
+    a1, a2 = torch.randn(e1.size(1), 2), torch.randn(e2.size(1), 2)
+    out = layer(torch.cat([x1, x2]), torch.cat([e1, e2 + 7], 1), torch.cat([a1, a2]))
+    assert torch.allclose(out[:7], layer(x1, e1, a1), atol=1e-6)
+    assert torch.allclose(out[7:], layer(x2, e2, a2), atol=1e-6)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+def test_permutation_equivariance(score):
+    x, ei = _graph(15, 50)
+    layer = GraphSelfAttention(16, 4, heads=2, score=score).eval()
+    perm = torch.randperm(15)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(15)
+    out = layer(x, ei)
+    out_p = layer(x[perm], inv[ei])  # node perm[i] becomes i
+    assert torch.allclose(out_p, out[perm], atol=1e-5)
+
+
+def test_locality_changing_one_node_changes_only_it_and_its_targets():
+    x, ei = _graph(20, 40, isolated=3)
+    layer = GraphSelfAttention(16, 4, heads=2).eval()
+    base = layer(x, ei)
+    u = int(ei[0, 0])
+    x2 = x.clone()
+    x2[u] += 1.0
+    changed = (layer(x2, ei) - base).abs().amax(-1) > 1e-6
+    allowed = torch.zeros(20, dtype=torch.bool)
+    allowed[u] = True
+    allowed[ei[1, ei[0] == u]] = True
+    assert changed[u] and torch.all(changed <= allowed) and torch.equal(changed, allowed)
+
+
+def test_isolated_node_keeps_its_root_term_and_degenerate_graphs_are_finite():
+    layer = GraphSelfAttention(16, 4, heads=2)
+    x = torch.randn(3, 16)
+    ei = torch.tensor([[0], [1]])
+    out = layer(x, ei)
+    assert torch.allclose(out[2], layer.lin_skip(x[2]), atol=1e-6)  # node 2 has no incoming edge
+    for n, e in [(0, torch.empty(2, 0, dtype=torch.long)), (1, torch.empty(2, 0, dtype=torch.long)),
+                 (1, torch.tensor([[0], [0]]))]:
+        out = layer(torch.randn(n, 16), e)
+        assert out.shape == (n, 8) and torch.isfinite(out).all()
+    no_root = GraphSelfAttention(16, 4, root_weight=False)
+    assert torch.all(no_root(x, ei)[[0, 2]] == 0)
+
+
+def test_bad_input_errors_name_the_argument():
+    layer = GraphSelfAttention(16, 4, heads=2, edge_dim=3)
+    x, ei = _graph()
+    with pytest.raises(ValueError, match="score must be one of"):
+        GraphSelfAttention(16, 4, score="cosine")
+    with pytest.raises(ValueError, match=r"x must have shape \(\*, 16\)"):
+        layer(torch.randn(12, 15), ei, torch.randn(ei.size(1), 3))
+    with pytest.raises(ValueError, match="x contains NaN"):
+        layer(torch.full((12, 16), float("nan")), ei, torch.randn(ei.size(1), 3))
+    with pytest.raises(TypeError, match="floating-point"):
+        layer(torch.ones(12, 16, dtype=torch.long), ei, torch.randn(ei.size(1), 3))
+    with pytest.raises(ValueError, match="edge_attr is required"):
+        layer(x, ei)
+    with pytest.raises(ValueError, match=r"edge_attr must have shape"):
+        layer(x, ei, torch.randn(ei.size(1) + 1, 3))
+    with pytest.raises(ValueError, match="refers to node 12"):
+        layer(x, torch.tensor([[0], [12]]), torch.randn(1, 3))
+    with pytest.raises(ValueError, match="no edge_dim"):
+        GraphSelfAttention(16, 4)(x, ei, torch.randn(ei.size(1), 3))
+
+
+def test_gradcheck_layer_float64():
+    x, ei = _graph(6, 14, isolated=1)
+    layer = GraphSelfAttention(16, 2, heads=2, edge_dim=2).double()
+    ea = torch.randn(ei.size(1), 2, dtype=torch.float64, requires_grad=True)
+    xx = x.double().requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, e: layer(x, ei, e), (xx, ea))
+
+
+def test_training_learns_a_simple_target():
+    # Each node must output the mean of its in-neighbours' first feature: attention can do it.
+    g = torch.Generator().manual_seed(0)
+    x, ei = torch.randn(60, 16, generator=g), random_graph(60, 240, self_loops=False, generator=g)
+    deg = torch.bincount(ei[1], minlength=60).clamp_min(1)
+    target = torch.zeros(60).index_add_(0, ei[1], x[ei[0], 0]) / deg
+    layer = GraphSelfAttention(16, 8, heads=2, root_weight=False)
+    head = torch.nn.Linear(16, 1)
+    opt = torch.optim.Adam([*layer.parameters(), *head.parameters()], lr=0.01)
+    for _ in range(300):
+        opt.zero_grad()
+        loss = ((head(layer(x, ei)).squeeze(-1) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.1 * target.var().item()
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager():
+    x, ei = _graph(30, 120)
+    layer = GraphSelfAttention(16, 8, heads=2, impl="chunked").eval()
+    compiled = torch.compile(layer)
+    assert torch.allclose(compiled(x, ei), layer(x, ei), atol=1e-5)
