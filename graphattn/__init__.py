@@ -3,6 +3,9 @@ __version__ = "0.1.0"
 
 from . import functional
 from .attention import GraphSelfAttention
+from .block import GraphTransformerBlock
+from .global_tokens import GlobalTokens, TokenGraph
+from .models import FeatureEncoder, GraphClassifier, GraphTransformer, NodeClassifier
 from .csr import EdgeCSR, to_csr
 from .functional import dense_attention, edge_attention
 
@@ -10,6 +13,13 @@ __all__ = [
     "__version__",
     "functional",
     "GraphSelfAttention",
+    "GraphTransformerBlock",
+    "GlobalTokens",
+    "TokenGraph",
+    "FeatureEncoder",
+    "GraphTransformer",
+    "NodeClassifier",
+    "GraphClassifier",
     "EdgeCSR",
     "to_csr",
     "dense_attention",

@@ -91,9 +91,11 @@ class GraphSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 return_attention_weights: bool = False, *, attn_bias: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None,
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         """Args: ``x`` (N, F), ``edge_index`` (2, E), ``edge_attr`` (E, D) when ``edge_dim``
-        is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias)."""
+        is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
+        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA."""
         check_features(x, self.in_channels, "x")
         N, H, C = x.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N)
@@ -115,13 +117,15 @@ class GraphSelfAttention(nn.Module):
             q, k, v = proj.view(N, 3, H, C).unbind(1)  # 3 x (N, H, C)
             res = edge_attention(q, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
                                  edge_value=edge_kv, dropout=self.dropout, training=self.training,
-                                 return_attention_weights=return_attention_weights, impl=self.impl)
+                                 return_attention_weights=return_attention_weights, batch=batch,
+                                 impl=self.impl)
         else:
             xr, xl = proj.view(N, 2, H, C).unbind(1)  # target part, source part: (N, H, C)
             res = edge_attention(xr, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
                                  score="additive", att=self.att, negative_slope=self.negative_slope,
                                  dropout=self.dropout, training=self.training,
-                                 return_attention_weights=return_attention_weights, impl=self.impl)
+                                 return_attention_weights=return_attention_weights, batch=batch,
+                                 impl=self.impl)
         out, alpha = (res if return_attention_weights else (res, None))
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:

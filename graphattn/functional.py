@@ -26,13 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .csr import EdgeCSR, to_csr
+from .dense import complete_graph_sizes, sdpa_attention
 from .validation import check_edge_index, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
 
 #: Bytes of one chunk's per-edge ``(chunk, H, C)`` temporaries (bounds peak memory).
 CHUNK_BYTES = 16 * 2**20
-EDGE_IMPLS = ("auto", "fused", "chunked")
+EDGE_IMPLS = ("auto", "dense", "fused", "chunked")
 SCORES = ("dot", "additive")
 
 
@@ -193,6 +194,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                    att: Optional[Tensor] = None, negative_slope: float = 0.2,
                    dropout: float = 0.0, training: bool = True,
                    return_attention_weights: bool = False, csr: Optional[EdgeCSR] = None,
+                   batch: Optional[Tensor] = None,
                    impl: str = "auto") -> Union[Tensor, Tuple[Tensor, Tensor]]:
     r"""Multi-head attention restricted to the edges of a graph.
 
@@ -215,8 +217,10 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             (before dropout).
         csr: a precomputed :class:`~graphattn.csr.EdgeCSR`; by default it is computed from
             ``edge_index`` once and cached for that tensor.
-        impl: ``"auto"`` (fused C++ kernel when applicable, else chunked), ``"fused"`` or
-            ``"chunked"``.
+        batch: optional ``(N,)`` sorted graph id per node. Only used to detect batches of
+            fully-connected graphs, which then run through SDPA (``None`` = one graph).
+        impl: ``"auto"`` (SDPA for complete graphs, else the fused C++ kernel when it
+            applies, else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``.
 
     Returns:
         ``out`` ``(N, H, C)``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
@@ -264,8 +268,15 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     if edge_value is not None:
         edge_value = edge_key if shared_kv else edge_value[perm]
 
-    fusable = (score == "dot" and edge_key is None and edge_value is None and p_drop == 0.0
-               and not return_attention_weights and q.device.type == "cpu"
+    plain = score == "dot" and edge_key is None and edge_value is None and not return_attention_weights
+    if impl in ("auto", "dense") and plain and bias is None:
+        sizes = complete_graph_sizes(csr, batch)
+        if sizes is not None:
+            return sdpa_attention(q, k, v, sizes, dropout=p_drop).to(dtype)
+    if impl == "dense":
+        raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
+                         "given batch), score='dot', no bias, edge features or returned weights")
+    fusable = (plain and p_drop == 0.0 and q.device.type == "cpu"
                and q.dtype in (torch.float32, torch.float64) and v.size(-1) == C)
     if impl == "fused" and not fusable:
         raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 without "

@@ -1,0 +1,75 @@
+"""GraphTransformerBlock: edge attention + feed-forward, pre-norm residuals."""
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor, nn
+
+from .attention import GraphSelfAttention
+
+__all__ = ["GraphTransformerBlock", "NORMS"]
+
+NORMS = ("layer", "batch", "none")
+
+
+def make_norm(norm: str, channels: int) -> nn.Module:
+    if norm == "layer":
+        return nn.LayerNorm(channels)
+    if norm == "batch":
+        return nn.BatchNorm1d(channels)
+    if norm == "none":
+        return nn.Identity()
+    raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+
+
+class GraphTransformerBlock(nn.Module):
+    r"""One graph transformer layer (Vaswani et al. 2017, pre-norm as in Xiong et al. 2020;
+    graph version as in Dwivedi & Bresson 2020)::
+
+        h = x + Dropout(Attn(Norm1(x), edge_index, edge_attr))
+        out = h + Dropout(FFN(Norm2(h))),   FFN = Linear(C, r*C) -> GELU -> Dropout -> Linear(r*C, C)
+
+    Args:
+        channels (int): C, feature size in and out (must be divisible by ``heads``).
+        heads (int, default 4): attention heads (each of ``channels // heads`` channels).
+        dropout (float, default 0.0): dropout on the residual branches and inside the FFN.
+        attn_dropout (float, default 0.0): dropout on attention weights.
+        edge_dim (int, optional): edge feature size D (enters keys and values).
+        norm (str, default "layer"): ``"layer"``, ``"batch"`` or ``"none"``.
+        ffn_ratio (int, default 2): hidden size multiplier r of the feed-forward network.
+        score (str, default "dot"): attention score, see :class:`GraphSelfAttention`.
+
+    Shapes:
+        x ``(N, C)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)`` -> ``(N, C)``.
+    """
+
+    def __init__(self, channels: int, heads: int = 4, dropout: float = 0.0, attn_dropout: float = 0.0,
+                 edge_dim: Optional[int] = None, norm: str = "layer", ffn_ratio: int = 2,
+                 score: str = "dot"):
+        super().__init__()
+        if channels % heads != 0:
+            raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
+        self.channels, self.heads, self.dropout, self.norm = channels, heads, dropout, norm
+        self.norm1, self.norm2 = make_norm(norm, channels), make_norm(norm, channels)
+        self.attn = GraphSelfAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
+                                       edge_dim=edge_dim, score=score, root_weight=False)
+        self.ffn = nn.Sequential(nn.Linear(channels, ffn_ratio * channels), nn.GELU(),
+                                 nn.Dropout(dropout), nn.Linear(ffn_ratio * channels, channels))
+        self.drop = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for m in (self.norm1, self.norm2, self.attn, self.ffn[0], self.ffn[3]):
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, return_attention_weights: bool = False):
+        res = self.attn(self.norm1(x), edge_index, edge_attr, return_attention_weights, batch=batch)
+        att, weights = res if return_attention_weights else (res, None)
+        h = x + self.drop(att)
+        out = h + self.drop(self.ffn(self.norm2(h)))
+        return (out, weights) if return_attention_weights else out
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, norm={self.norm!r})"

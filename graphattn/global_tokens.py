@@ -1,0 +1,107 @@
+"""Learnable global tokens: extra nodes that see, and are seen by, every node of their graph."""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["GlobalTokens", "TokenGraph"]
+
+
+class TokenGraph(NamedTuple):
+    """A batch with global tokens appended after the ``N`` original nodes.
+
+    ``x`` is ``(N + B*G, C)``; token t of graph b is node ``N + b*G + t``. ``edge_index``
+    holds the original edges followed by the token edges; ``edge_attr`` likewise (token
+    edges get a learned vector, if edge features are used); ``batch`` is ``(N + B*G,)``.
+    """
+
+    x: Tensor
+    edge_index: Tensor
+    edge_attr: Optional[Tensor]
+    batch: Tensor
+    num_nodes: int
+    num_graphs: int
+
+
+class GlobalTokens(nn.Module):
+    r"""Appends ``num_tokens`` learnable global nodes to every graph of a batch
+    (Longformer/BigBird-style global attention on graphs; cf. the virtual node of
+    Gilmer et al. 2017 and Exphormer's virtual nodes).
+
+    Token t of graph b gets edges to and from every node of graph b (and to the other
+    tokens of b, itself included) and never to another graph. Tokens are just nodes and
+    edges, so any edge attention handles them; with two attention layers every node sees
+    every node of its graph through the tokens.
+
+    Args:
+        channels (int): feature size C of the nodes (and tokens).
+        num_tokens (int, default 1): G, tokens per graph.
+        edge_dim (int, optional): size D of edge features; token edges then get one of two
+            learned vectors (node->token, token->node/token).
+
+    Shapes:
+        - input: x ``(N, C)``, edge_index ``(2, E)``, batch ``(N,)`` (None = one graph),
+          edge_attr ``(E, D)``
+        - output: :class:`TokenGraph` with x ``(N + B*G, C)``, edge_index
+          ``(2, E + 2*N*G + B*G*G)``.
+    """
+
+    def __init__(self, channels: int, num_tokens: int = 1, edge_dim: Optional[int] = None):
+        super().__init__()
+        if num_tokens < 1:
+            raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+        self.channels, self.num_tokens, self.edge_dim = channels, num_tokens, edge_dim
+        self.tokens = nn.Parameter(torch.empty(num_tokens, channels))
+        self.edge_emb = nn.Parameter(torch.empty(2, edge_dim)) if edge_dim is not None else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.tokens, std=0.02)
+        if self.edge_emb is not None:
+            nn.init.normal_(self.edge_emb, std=0.02)
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
+                edge_attr: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> TokenGraph:
+        N, G, dev = x.size(0), self.num_tokens, x.device
+        if x.dim() != 2 or x.size(1) != self.channels:
+            raise ValueError(f"x must have shape (N, {self.channels}), got {tuple(x.shape)}")
+        if batch is None:
+            batch = torch.zeros(N, dtype=torch.long, device=dev)
+        elif batch.shape != (N,):
+            raise ValueError(f"batch must have shape ({N},), got {tuple(batch.shape)}")
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if N > 0 else 1
+        B = num_graphs
+        nodes = torch.arange(N, device=dev)
+        # token ids of every node's graph: (N, G)
+        tok_of_node = N + batch[:, None] * G + torch.arange(G, device=dev)[None, :]
+        node_rep = nodes[:, None].expand(N, G).reshape(-1)
+        tok_rep = tok_of_node.reshape(-1)
+        # tokens of the same graph attend to each other (and themselves): (B*G*G,) pairs
+        tok_ids = N + torch.arange(B * G, device=dev).view(B, G)
+        tt_src = tok_ids[:, None, :].expand(B, G, G).reshape(-1)
+        tt_dst = tok_ids[:, :, None].expand(B, G, G).reshape(-1)
+        new_edges = torch.stack([
+            torch.cat([node_rep, tok_rep, tt_src]),  # sources: node->token, token->node, token->token
+            torch.cat([tok_rep, node_rep, tt_dst]),
+        ])
+        edge_index = torch.cat([edge_index.to(dev), new_edges], dim=1)
+        x = torch.cat([x, self.tokens.to(x.dtype).repeat(B, 1)], dim=0)  # (N + B*G, C)
+        batch = torch.cat([batch, torch.arange(B, device=dev).repeat_interleave(G)])
+        if self.edge_emb is not None:
+            if edge_attr is None:
+                raise ValueError(f"edge_attr is required: GlobalTokens was built with edge_dim={self.edge_dim}")
+            kinds = torch.cat([torch.zeros(N * G, dtype=torch.long, device=dev),
+                               torch.ones(N * G + B * G * G, dtype=torch.long, device=dev)])
+            edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
+        return TokenGraph(x, edge_index, edge_attr, batch, N, B)
+
+    def split(self, x: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
+        """Inverse step: ``(N + B*G, C)`` -> node states ``(N, C)`` and tokens ``(B, G, C)``."""
+        tokens = x[num_nodes:]
+        return x[:num_nodes], tokens.view(-1, self.num_tokens, x.size(-1))
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels}, num_tokens={self.num_tokens})"

@@ -1,0 +1,215 @@
+"""GraphTransformer backbone and the node / graph classification models built on it."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
+
+from .block import GraphTransformerBlock, make_norm
+from .global_tokens import GlobalTokens
+
+__all__ = ["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier",
+           "READOUTS", "PE_KINDS"]
+
+READOUTS = ("mean", "sum", "max", "token")
+PE_KINDS = ("laplacian", "linear")
+
+
+class FeatureEncoder(nn.Module):
+    """Maps input features to ``out_channels``: a Linear for float features, or a sum of one
+    embedding per column for categorical (integer) features (as OGB's AtomEncoder).
+
+    Args:
+        in_channels (int): F, number of input columns.
+        out_channels (int): output size.
+        vocab_sizes (sequence of int, optional): if given, inputs are categorical and column c
+            takes values in ``[0, vocab_sizes[c])``.
+
+    Shapes: ``(N, F)`` -> ``(N, out_channels)``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, vocab_sizes: Optional[Sequence[int]] = None):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.vocab_sizes = list(vocab_sizes) if vocab_sizes is not None else None
+        if self.vocab_sizes is not None:
+            if len(self.vocab_sizes) != in_channels:
+                raise ValueError(f"vocab_sizes has {len(self.vocab_sizes)} entries but in_channels={in_channels}")
+            self.embeddings = nn.ModuleList(nn.Embedding(v, out_channels) for v in self.vocab_sizes)
+            self.register_buffer("_max", torch.tensor(self.vocab_sizes) - 1, persistent=False)
+            self.lin = None
+        else:
+            self.embeddings, self.lin = None, nn.Linear(in_channels, out_channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() == 1:
+            x = x[:, None]
+        if x.size(-1) != self.in_channels:
+            raise ValueError(f"features must have {self.in_channels} columns, got shape {tuple(x.shape)}")
+        if self.embeddings is None:
+            if not x.is_floating_point():
+                raise TypeError(f"float features expected, got {x.dtype}: pass vocab_sizes for categorical input")
+            return self.lin(x)
+        if x.is_floating_point():
+            raise TypeError(f"categorical features must be integers, got {x.dtype}")
+        if x.numel() and (bool((x < 0).any()) or bool((x > self._max).any())):
+            col = int(((x < 0) | (x > self._max)).any(0).nonzero()[0])
+            raise ValueError(f"categorical feature column {col} has values outside "
+                             f"[0, {self.vocab_sizes[col]}): min {int(x[:, col].min())}, max {int(x[:, col].max())}")
+        out = self.embeddings[0](x[:, 0])
+        for c in range(1, self.in_channels):
+            out = out + self.embeddings[c](x[:, c])
+        return out
+
+
+class GraphTransformer(nn.Module):
+    r"""Backbone: input encoders, optional PE and global tokens, ``num_layers`` blocks.
+
+    ``h⁰ = Enc(x) + PE(pe)``; ``hˡ = Blockˡ(hˡ⁻¹)`` on the graph (plus G global tokens per
+    graph when ``num_global_tokens > 0``); a final norm. Without tokens a node's state after
+    L layers depends on its L-hop in-neighbourhood only; with tokens, after 2 layers on its
+    whole graph.
+
+    Args:
+        in_channels (int): node feature columns F.
+        hidden_channels (int): C.
+        num_layers (int): number of :class:`GraphTransformerBlock`.
+        heads (int, default 4), dropout (float, default 0.0), norm ("layer"|"batch"|"none"),
+        score ("dot"|"additive"): passed to every block.
+        num_global_tokens (int, default 0): G learnable global tokens per graph.
+        pe_dim (int, default 0): K, size of the positional encoding passed as ``pe``.
+        pe_kind (str, default "laplacian"): ``"laplacian"`` (random eigenvector sign flips in
+            training, :class:`~graphattn.encodings.LapPEEncoder`) or ``"linear"`` (e.g. RWSE).
+        edge_dim (int, optional): edge feature columns D.
+        node_vocab_sizes / edge_vocab_sizes (optional): categorical inputs, see FeatureEncoder.
+
+    Shapes:
+        x ``(N, F)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)``, pe ``(N, K)``
+        -> node states ``(N, C)`` and token states ``(B, G, C)`` (or None).
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, heads: int = 4,
+                 num_global_tokens: int = 0, pe_dim: int = 0, pe_kind: str = "laplacian",
+                 edge_dim: Optional[int] = None, dropout: float = 0.0, attn_dropout: float = 0.0,
+                 norm: str = "layer", score: str = "dot",
+                 node_vocab_sizes: Optional[Sequence[int]] = None,
+                 edge_vocab_sizes: Optional[Sequence[int]] = None):
+        super().__init__()
+        if pe_kind not in PE_KINDS:
+            raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
+        self.in_channels, self.hidden_channels, self.num_layers = in_channels, hidden_channels, num_layers
+        self.num_global_tokens, self.pe_dim, self.edge_dim = num_global_tokens, pe_dim, edge_dim
+        self.node_encoder = FeatureEncoder(in_channels, hidden_channels, node_vocab_sizes)
+        self.edge_encoder = (FeatureEncoder(edge_dim, hidden_channels, edge_vocab_sizes)
+                             if edge_dim is not None else None)
+        inner_edge_dim = hidden_channels if edge_dim is not None else None
+        if pe_dim > 0 and pe_kind == "laplacian":
+            from .encodings import LapPEEncoder
+
+            self.pe_encoder = LapPEEncoder(pe_dim, hidden_channels)
+        elif pe_dim > 0:
+            self.pe_encoder = nn.Linear(pe_dim, hidden_channels)
+        else:
+            self.pe_encoder = None
+        self.pe_kind = pe_kind
+        self.tokens = (GlobalTokens(hidden_channels, num_global_tokens, edge_dim=inner_edge_dim)
+                       if num_global_tokens > 0 else None)
+        self.blocks = nn.ModuleList(
+            GraphTransformerBlock(hidden_channels, heads, dropout, attn_dropout, inner_edge_dim, norm,
+                                  score=score) for _ in range(num_layers))
+        self.norm_out = make_norm(norm, hidden_channels)
+
+    def reset_parameters(self) -> None:
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, pe: Optional[Tensor] = None,
+                num_graphs: Optional[int] = None) -> Tuple[Tensor, Optional[Tensor]]:
+        h = self.node_encoder(x)
+        if self.pe_encoder is not None:
+            if pe is None:
+                raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
+            if pe.shape != (x.size(0), self.pe_dim):
+                raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
+            h = h + (self.pe_encoder(pe, batch=batch) if self.pe_kind == "laplacian" else self.pe_encoder(pe))
+        if self.edge_encoder is not None:
+            if edge_attr is None:
+                raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
+            edge_attr = self.edge_encoder(edge_attr)
+        elif edge_attr is not None:
+            edge_attr = None  # the model does not use edge features (build it with edge_dim=D)
+        N = h.size(0)
+        if self.tokens is not None:
+            tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs)
+            h, edge_index, edge_attr, batch = tg.x, tg.edge_index, tg.edge_attr, tg.batch
+        for block in self.blocks:
+            h = block(h, edge_index, edge_attr, batch)
+        h = self.norm_out(h)
+        if self.tokens is not None:
+            return self.tokens.split(h, N)
+        return h, None
+
+
+class NodeClassifier(nn.Module):
+    """Node classification: :class:`GraphTransformer` + a linear head per node.
+
+    Shapes: x ``(N, F)``, edge_index ``(2, E)`` -> logits ``(N, num_classes)``.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, num_classes: int, num_layers: int = 2,
+                 heads: int = 4, num_global_tokens: int = 0, pe_dim: int = 0,
+                 edge_dim: Optional[int] = None, dropout: float = 0.0, **backbone_kwargs):
+        super().__init__()
+        self.num_classes = num_classes
+        self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
+                                         pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
+        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, pe: Optional[Tensor] = None) -> Tensor:
+        h, _ = self.backbone(x, edge_index, edge_attr, batch, pe)
+        return self.head(h)
+
+
+class GraphClassifier(nn.Module):
+    """Graph classification / multi-task property prediction: backbone + readout + MLP head.
+
+    ``readout``: ``"mean"``, ``"sum"``, ``"max"`` over nodes, or ``"token"`` (mean state of
+    the graph's global tokens; needs ``num_global_tokens >= 1``).
+
+    Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)`` -> logits ``(B, num_tasks)``.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, num_tasks: int, num_layers: int = 4,
+                 heads: int = 4, num_global_tokens: int = 0, pe_dim: int = 0,
+                 edge_dim: Optional[int] = None, dropout: float = 0.0, readout: str = "mean",
+                 **backbone_kwargs):
+        super().__init__()
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
+        if readout == "token" and num_global_tokens < 1:
+            raise ValueError("readout='token' needs num_global_tokens >= 1")
+        self.num_tasks, self.readout = num_tasks, readout
+        self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
+                                         pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
+        self.head = nn.Sequential(nn.Linear(hidden_channels, hidden_channels), nn.GELU(),
+                                  nn.Dropout(dropout), nn.Linear(hidden_channels, num_tasks))
+
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
+                edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
+                num_graphs: Optional[int] = None) -> Tensor:
+        if batch is None:
+            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 1
+        h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs)
+        if self.readout == "token":
+            g = tokens.mean(dim=1)  # (B, C)
+        else:
+            pool = {"mean": global_mean_pool, "sum": global_add_pool, "max": global_max_pool}[self.readout]
+            g = pool(h, batch, size=num_graphs)  # (B, C)
+        return self.head(g)

@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from graphattn import GraphClassifier, GraphTransformer, NodeClassifier
+from graphattn.testing import random_graph_batch
+
+
+def path_batch(sizes):
+    parts, off = [], 0
+    for n in sizes:
+        r = torch.arange(n - 1)
+        parts.append(torch.cat([torch.stack([r, r + 1]), torch.stack([r + 1, r])], 1) + off)
+        off += n
+    return torch.cat(parts, 1), torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+
+
+def reach(model, x, ei, batch, target):
+    """Set of input nodes whose features influence node `target`'s output."""
+    x = x.clone().requires_grad_()
+    h, _ = model(x, ei, batch=batch)
+    (h[target] * torch.randn(h.size(-1))).sum().backward()  # not .sum(): LayerNorm makes it constant
+    return set((x.grad.abs().sum(-1) > 1e-7).nonzero().flatten().tolist())
+
+
+def test_receptive_field_with_and_without_global_tokens():
+    ei, batch = path_batch([8, 5])
+    x = torch.randn(13, 6)
+    plain = GraphTransformer(6, 16, num_layers=2, heads=2)
+    assert reach(plain, x, ei, batch, 0) == {0, 1, 2}  # 2 layers: 2-hop neighbourhood
+    tok = GraphTransformer(6, 16, num_layers=2, heads=2, num_global_tokens=1)
+    assert reach(tok, x, ei, batch, 0) == set(range(8))  # the whole graph, never the other one
+
+
+@pytest.mark.parametrize("readout", ["mean", "sum", "max", "token"])
+def test_graph_classifier_shapes_and_batch_isolation(readout):
+    torch.manual_seed(0)
+    ei, batch = random_graph_batch([5, 7, 1], avg_degree=2)
+    x = torch.randint(0, 4, (13, 3))
+    ea = torch.randint(0, 3, (ei.size(1), 2))
+    model = GraphClassifier(3, 16, num_tasks=4, num_layers=2, heads=2, num_global_tokens=1, edge_dim=2,
+                            readout=readout, node_vocab_sizes=[4, 4, 4], edge_vocab_sizes=[3, 3]).eval()
+    out = model(x, ei, batch, ea)
+    assert out.shape == (3, 4) and torch.isfinite(out).all()
+    m = batch == 1
+    sub_ei = ei[:, m[ei[0]]] - 5
+    sub_ea = ea[m[ei[0]]]
+    alone = model(x[m], sub_ei, None, sub_ea)
+    assert torch.allclose(out[1], alone[0], atol=1e-5)
+
+
+def test_node_classifier_overfits_karate_club():
+    import networkx as nx
+    G = nx.karate_club_graph()
+    ei = torch.tensor(list(G.edges)).t()
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    y = torch.tensor([G.nodes[i]["club"] == "Officer" for i in G.nodes], dtype=torch.long)
+    x = torch.eye(34)
+    torch.manual_seed(0)
+    model = NodeClassifier(34, 32, 2, num_layers=2, heads=4)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(60):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x, ei), y)
+        loss.backward()
+        opt.step()
+    assert (model(x, ei).argmax(-1) == y).float().mean() == 1.0
+
+
+def test_model_errors():
+    with pytest.raises(ValueError, match="readout must be one of"):
+        GraphClassifier(3, 8, 1, readout="attention")
+    with pytest.raises(ValueError, match="needs num_global_tokens"):
+        GraphClassifier(3, 8, 1, readout="token")
+    with pytest.raises(ValueError, match="pe_kind must be one of"):
+        GraphTransformer(3, 8, 1, pe_kind="sinus")
+    m = NodeClassifier(3, 8, 2, pe_dim=4, pe_kind="linear")
+    with pytest.raises(ValueError, match="pe of shape"):
+        m(torch.randn(5, 3), torch.empty(2, 0, dtype=torch.long))
+    enc = GraphClassifier(2, 8, 1, node_vocab_sizes=[3, 3])
+    with pytest.raises(ValueError, match="column 1 has values outside"):
+        enc(torch.tensor([[0, 5]]), torch.empty(2, 0, dtype=torch.long))
