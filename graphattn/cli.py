@@ -1,0 +1,95 @@
+"""Command line: ``graphattn train | evaluate | predict | explain | bench``.
+
+Molecule tasks live in :mod:`graphattn.molecule_tasks`, social-network tasks in
+:mod:`graphattn.social_tasks`; each adds its own options and this file routes a command to
+the right one (by dataset name, by input-file option, or by the checkpoint's ``pipeline``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+__all__ = ["main", "build_parser"]
+
+
+def _common_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", nargs="?", default=None,
+                   help="named dataset (e.g. karate, cora, facebook, twitch-de, imdb-binary, tox21); "
+                        "omit when giving --csv / --edges / --tu-text")
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=int, default=None, help="training epochs (default: per dataset)")
+    g.add_argument("--lr", type=float, default=None, help="learning rate (default: per dataset)")
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
+    g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", default=None, help="output folder (metrics.json, best.pt, last.pt)")
+    g.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    m = p.add_argument_group("model")
+    m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
+    m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--dropout", type=float, default=None)
+    m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
+    m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import molecule_tasks, social_tasks
+
+    parser = argparse.ArgumentParser(prog="graphattn", description="Graph self-attention toolkit")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a model and write OUT/metrics.json and OUT/best.pt")
+    _common_train_args(train)
+    molecule_tasks.add_train_arguments(train)
+    social_tasks.add_train_arguments(train)
+    for name, helptext in (("evaluate", "evaluate a checkpoint"), ("predict", "predict with a checkpoint"),
+                           ("explain", "draw what the model attends to")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--checkpoint", required=True, help="path to best.pt")
+        molecule_tasks.add_arguments(name, p)
+        social_tasks.add_arguments(name, p)
+    bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
+    bench.add_argument("name", nargs="?", default="attention")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _pipeline_of(checkpoint: str) -> str:
+    from .train import load_checkpoint
+
+    return load_checkpoint(checkpoint)["meta"].get("pipeline", "molecules")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from . import molecule_tasks, social_tasks
+
+    if args.command == "train":
+        if molecule_tasks.handles(args):
+            return molecule_tasks.train(args)
+        if social_tasks.handles(args):
+            return social_tasks.train(args)
+        known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)
+        print(f"graphattn train: unknown dataset {args.dataset!r}; choose one of {', '.join(known)} "
+              "or give --csv FILE, --edges E --target T, or --tu-text FILE", file=sys.stderr)
+        return 2
+    if args.command == "bench":
+        import runpy
+        from pathlib import Path
+
+        script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{args.name}.py"
+        if not script.exists():
+            print(f"graphattn bench: no benchmark {script}", file=sys.stderr)
+            return 2
+        sys.argv = [str(script), *args.rest]
+        runpy.run_path(str(script), run_name="__main__")
+        return 0
+    module = molecule_tasks if _pipeline_of(args.checkpoint) == "molecules" else social_tasks
+    return getattr(module, args.command)(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""One training loop for every task: fit / evaluate, metrics, early stopping, checkpoints, resume.
+
+The loop knows nothing about graphs: a ``forward(model, batch, split) -> (logits, y)``
+callable adapts it to mini-batches of molecules (graph level) or to one full graph with
+split masks (node level). Checkpoints (``last.pt`` every epoch, ``best.pt`` on improvement)
+are written atomically and hold only tensors and plain Python values, so they load with
+``torch.load(weights_only=True)``; they carry the model config and any metadata the caller
+passes (featurizer version, task names, ...), the optimizer state and all RNG states, so
+``resume=True`` continues exactly where the last completed epoch ended.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
+
+__all__ = ["TASK_KINDS", "set_seed", "task_loss", "compute_metrics", "evaluate", "fit",
+           "save_checkpoint", "load_checkpoint", "CheckpointError"]
+
+TASK_KINDS = ("binary", "multiclass", "regression")
+#: primary metric per task kind and whether higher is better
+PRIMARY = {"binary": ("roc_auc", True), "multiclass": ("accuracy", True), "regression": ("mae", False)}
+Forward = Callable[[nn.Module, Any, str], Tuple[Tensor, Tensor]]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt, or not safe to load."""
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in TASK_KINDS:
+        raise ValueError(f"kind must be one of {TASK_KINDS}, got {kind!r}")
+
+
+def task_loss(kind: str, logits: Tensor, y: Tensor, pos_weight: Optional[Tensor] = None) -> Tensor:
+    """binary: masked multi-task BCE (NaN labels ignored); multiclass: CE; regression: MSE (NaN ignored)."""
+    _check_kind(kind)
+    if kind == "binary":
+        return masked_bce_with_logits(logits, y.view_as(logits).to(logits.dtype), pos_weight)
+    if kind == "multiclass":
+        return F.cross_entropy(logits, y.long().view(-1))
+    y = y.view_as(logits).to(logits.dtype)
+    mask = ~torch.isnan(y)
+    return F.mse_loss(logits[mask], y[mask]) if bool(mask.any()) else logits.sum() * 0.0
+
+
+def compute_metrics(kind: str, logits: Tensor, y: Tensor) -> Dict[str, Any]:
+    """Metrics of one split. binary: mean and per-task ROC-AUC / PR-AUC over tasks with both
+    classes; multiclass: accuracy; regression: MAE and RMSE (NaN targets ignored)."""
+    _check_kind(kind)
+    if kind == "binary":
+        roc = roc_auc_per_task(y.view_as(logits), torch.sigmoid(logits))
+        pr = pr_auc_per_task(y.view_as(logits), torch.sigmoid(logits))
+        return {"roc_auc": mean_over_valid(roc), "pr_auc": mean_over_valid(pr),
+                "roc_auc_per_task": [None if math.isnan(v) else float(v) for v in roc]}
+    if kind == "multiclass":
+        return {"accuracy": accuracy(logits, y.long().view(-1))}
+    y = y.view_as(logits)
+    mask = ~torch.isnan(y)
+    err = (logits - y)[mask]
+    return {"mae": float(err.abs().mean()) if err.numel() else float("nan"),
+            "rmse": float(err.pow(2).mean().sqrt()) if err.numel() else float("nan")}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: Iterable, forward: Forward, kind: str, split: str = "val",
+             pos_weight: Optional[Tensor] = None) -> Dict[str, Any]:
+    """Run ``model`` over ``loader`` in eval mode; return metrics plus ``loss``."""
+    model.eval()
+    outs, ys = [], []
+    for batch in loader:
+        logits, y = forward(model, batch, split)
+        outs.append(logits.float().cpu())
+        ys.append(y.float().cpu())
+    if not outs:
+        return {"loss": float("nan")}
+    logits, y = torch.cat(outs), torch.cat(ys)
+    res = compute_metrics(kind, logits, y)
+    res["loss"] = float(task_loss(kind, logits, y, pos_weight))
+    return res
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def save_checkpoint(path, state: Dict[str, Any]) -> None:
+    """``torch.save`` to a temporary file in the same folder, then an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``: a file that would run code is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and "
+                              f"plain Python values (weights_only=True): {str(exc).splitlines()[0]}") from exc
+    except (RuntimeError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated or corrupt?): "
+                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+
+
+def _rng_state() -> Dict[str, Any]:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]}
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
+
+
+# ----------------------------------------------------------------------------- the loop
+def _better(score: float, best: Optional[float], higher: bool) -> bool:
+    if best is None or math.isnan(best):
+        return True
+    if math.isnan(score):
+        return False
+    return score > best if higher else score < best
+
+
+def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
+    name = {"roc_auc": "auc", "accuracy": "acc"}.get(key, key)
+    return f"{split} {name} {res.get(key, float('nan')):.4f}"
+
+
+def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kind: str,
+        epochs: int = 100, lr: float = 1e-3, weight_decay: float = 0.0, patience: Optional[int] = None,
+        pos_weight: Optional[Tensor] = None, grad_clip: Optional[float] = 5.0, seed: int = 0,
+        out_dir=None, resume: bool = False, meta: Optional[Dict[str, Any]] = None,
+        progress: bool = True, log: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Train with Adam, early-stop on the validation primary metric, return a summary.
+
+    Args:
+        loaders: ``{"train": ..., "val": ..., "test": ...}`` (val/test optional) iterables of batches.
+        forward: ``forward(model, batch, split) -> (logits, y)``.
+        kind: ``"binary"`` (multi-task, NaN = missing), ``"multiclass"`` or ``"regression"``.
+        patience: stop after this many epochs without validation improvement (None = never).
+        out_dir: where ``last.pt``, ``best.pt`` and ``metrics.json`` go (None = keep in memory).
+        resume: continue from ``out_dir/last.pt`` if it exists.
+        meta: plain-data metadata stored in every checkpoint and in ``metrics.json``.
+
+    Returns: ``{"best_epoch", "epochs_run", "val": {...}, "test": {...}, "train": {...},
+    "history": [...], "seconds_per_epoch"}`` with the best model's weights loaded into ``model``.
+    """
+    _check_kind(kind)
+    key, higher = PRIMARY[kind]
+    set_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    out_dir = Path(out_dir) if out_dir is not None else None
+    start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
+    if resume and out_dir is not None and (out_dir / "last.pt").exists():
+        ck = load_checkpoint(out_dir / "last.pt")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        start, history = ck["epoch"] + 1, ck["history"]
+        best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
+        if (out_dir / "best.pt").exists():
+            best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
+        _set_rng_state(ck["rng"])
+        log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
+    from tqdm.auto import tqdm
+
+    bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
+    for epoch in bar:
+        if best["score"] is not None and patience is not None and epoch - best["epoch"] > patience:
+            break
+        t0 = time.perf_counter()
+        model.train()
+        total, count = 0.0, 0
+        for batch in loaders["train"]:
+            logits, y = forward(model, batch, "train")
+            loss = task_loss(kind, logits, y, pos_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+            total, count = total + float(loss.detach()) * y.size(0), count + y.size(0)
+        rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
+        for split in ("val", "test"):
+            if split in loaders:
+                rec[split] = evaluate(model, loaders[split], forward, kind, split, pos_weight)
+        history.append(rec)
+        score = rec.get("val", {}).get(key, -rec["loss"] if higher else rec["loss"])
+        improved = _better(score, best["score"], higher)
+        if improved:
+            best.update(score=score, epoch=epoch,
+                        state={k: v.detach().clone() for k, v in model.state_dict().items()})
+        msg = f"Epoch {epoch:03d} | loss {rec['loss']:.4f}"
+        msg += "".join(" | " + _fmt(s, rec[s], key) for s in ("val", "test") if s in rec)
+        log(msg + f" | {rec['seconds']:.1f}s")
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", best=f"{best['score']:.3f}")
+        if out_dir is not None:
+            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                     "history": history, "best_score": best["score"], "best_epoch": best["epoch"],
+                     "rng": _rng_state(), "meta": meta or {}}
+            if improved:
+                save_checkpoint(out_dir / "best.pt", {**state, "model": best["state"]})
+            save_checkpoint(out_dir / "last.pt", state)
+    bar.close()
+    if best["state"] is not None:
+        model.load_state_dict(best["state"])
+    summary = {"best_epoch": best["epoch"], "epochs_run": len(history), "history": history,
+               "seconds_per_epoch": float(np.mean([h["seconds"] for h in history])) if history else 0.0}
+    for split, loader in loaders.items():
+        summary[split] = evaluate(model, loader, forward, kind, split, pos_weight)
+    if meta:
+        summary["meta"] = meta
+    if out_dir is not None:
+        (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=float))
+    return summary
