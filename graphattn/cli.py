@@ -27,6 +27,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None, help="output folder (metrics.json, best.pt, last.pt)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--limit", type=int, default=None, help="use only the first N molecules/graphs (smoke runs)")
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
@@ -45,12 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     _common_train_args(train)
     molecule_tasks.add_train_arguments(train)
     social_tasks.add_train_arguments(train)
-    for name, helptext in (("evaluate", "evaluate a checkpoint"), ("predict", "predict with a checkpoint"),
-                           ("explain", "draw what the model attends to")):
+    for name, helptext in (("evaluate", "evaluate a checkpoint on its test split or on --csv"),
+                           ("predict", "per-task probabilities / class predictions"),
+                           ("explain", "draw what the model attends to (molecule or ego-graph)")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--checkpoint", required=True, help="path to best.pt")
-        molecule_tasks.add_arguments(name, p)
-        social_tasks.add_arguments(name, p)
+        p.add_argument("--csv", default=None, help="molecules: CSV with a SMILES column (labelled for evaluate)")
+        p.add_argument("--smiles-col", default="smiles", help="molecules: SMILES column of --csv")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        if name != "evaluate":
+            p.add_argument("--smiles", nargs="+", default=None, help="molecules: SMILES strings")
+            p.add_argument("--out", default=None, help="output file (predictions CSV or picture PNG)")
+        if name == "explain":
+            p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
+            p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument("name", nargs="?", default="attention")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
