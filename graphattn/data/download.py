@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence, Union
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["data_root", "find_file", "download_url", "sha256sum", "DataFileError"]
+__all__ = ["data_root", "cache_root", "find_file", "download_url", "sha256sum", "DataFileError"]
 
 
 class DataFileError(ValueError):
@@ -42,6 +42,15 @@ def data_root(root: Optional[PathLike] = None) -> Path:
     if (checkout / "README.md").exists():
         return checkout
     return Path.home() / ".cache" / "graphattn"
+
+
+def cache_root(cache_dir: Optional[PathLike] = None) -> Path:
+    """Where processed (featurized) data is cached: ``cache_dir`` > ``$GRAPHATTN_CACHE`` >
+    ``~/.cache/graphattn``. Kept apart from the data root, which may be a read-only shared copy."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("GRAPHATTN_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "graphattn"
 
 
 def sha256sum(path: PathLike, chunk: int = 1 << 20) -> str:

@@ -1,0 +1,514 @@
+"""Molecules: SMILES → PyG graphs, MoleculeNet toxicity sets and any SMILES CSV.
+
+Featurization (:func:`smiles_to_data`) follows the OGB / PyG ``from_smiles`` atom feature
+set, re-implemented rather than reused. PyG's ``torch_geometric.utils.from_smiles`` was
+checked (PyG 2.8): it has atom ring membership, but (a) no ring flag on bonds, (b) it
+turns an invalid SMILES silently into an empty graph, (c) it looks values up with
+``list.index`` in fixed lists, so values outside them (e.g. newer RDKit enums such as
+``SP2D`` hybridization or atropisomer bond stereo) raise ``ValueError``, and (d) it turns
+off RDKit logging for the whole process. Here every column has an "other" bucket (the
+last index), bonds carry ring membership, invalid SMILES raise
+:class:`InvalidSmilesError` with RDKit's reason, and RDKit's console output is blocked
+only while we call it (``rdBase.BlockLogs``).
+
+Node ``i`` of a graph is RDKit atom ``i`` of ``Chem.MolFromSmiles(smiles)`` (implicit
+hydrogens are not nodes), so atom-level outputs can be drawn on the molecule. Datasets
+and splitting code live here and in :mod:`graphattn.data.splits`; RDKit is imported
+lazily, inside the functions that need it.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+import torch
+from torch_geometric.data import Data, InMemoryDataset
+
+from .download import DataFileError, cache_root, data_root, find_file, sha256sum
+
+__all__ = [
+    "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
+    "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
+    "mol_to_data", "smiles_to_data", "ToxicityDataset", "MoleculeCSVDataset",
+    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS",
+]
+
+#: Bump whenever the features below (or their order / vocabularies) change: processed
+#: caches and checkpoints are keyed by it.
+FEATURIZER_VERSION = "1"
+
+_CHIRALITY = {k: i for i, k in enumerate(
+    ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW"])}
+_HYBRIDIZATION = {k: i for i, k in enumerate(
+    ["S", "SP", "SP2", "SP3", "SP3D", "SP3D2", "UNSPECIFIED"])}
+_BOND_TYPE = {k: i for i, k in enumerate(["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"])}
+_BOND_STEREO = {k: i for i, k in enumerate(
+    ["STEREONONE", "STEREOZ", "STEREOE", "STEREOCIS", "STEREOTRANS", "STEREOANY"])}
+
+#: Columns of ``data.x`` (all int64 categories; the last index of each is "other").
+ATOM_FEATURE_NAMES = ["atomic_num", "degree", "formal_charge", "chirality", "hybridization",
+                      "is_aromatic", "num_hs", "is_in_ring", "num_radical_electrons"]
+#: Number of categories per atom column: atomic number 0..118 (0 = dummy ``*``), total
+#: degree 0..10, formal charge -5..+5, chirality, hybridization, aromatic, total H 0..8,
+#: in ring, radical electrons 0..4 -- each plus one "other" bucket (not the booleans).
+ATOM_FEATURE_DIMS = [120, 12, 12, len(_CHIRALITY) + 1, len(_HYBRIDIZATION) + 1, 2, 10, 2, 6]
+#: Columns of ``data.edge_attr``.
+BOND_FEATURE_NAMES = ["bond_type", "is_conjugated", "is_in_ring", "stereo"]
+BOND_FEATURE_DIMS = [len(_BOND_TYPE) + 1, 2, 2, len(_BOND_STEREO) + 1]
+
+
+class InvalidSmilesError(ValueError):
+    """RDKit cannot turn a SMILES string into a molecule; ``.reason`` says why."""
+
+    def __init__(self, smiles, reason: str):
+        super().__init__(f"invalid SMILES {smiles!r}: {reason}")
+        self.smiles, self.reason = smiles, reason
+
+
+class InvalidSmilesWarning(UserWarning):
+    """A dataset skipped rows whose SMILES RDKit cannot parse (see ``dataset.skipped``)."""
+
+
+def _bucket(value: int, lo: int, hi: int) -> int:
+    return value - lo if lo <= value <= hi else hi - lo + 1
+
+
+def _atom_features(atom) -> List[int]:
+    return [
+        _bucket(atom.GetAtomicNum(), 0, 118),
+        _bucket(atom.GetTotalDegree(), 0, 10),
+        _bucket(atom.GetFormalCharge(), -5, 5),
+        _CHIRALITY.get(str(atom.GetChiralTag()), len(_CHIRALITY)),
+        _HYBRIDIZATION.get(str(atom.GetHybridization()), len(_HYBRIDIZATION)),
+        int(atom.GetIsAromatic()),
+        _bucket(atom.GetTotalNumHs(), 0, 8),
+        int(atom.IsInRing()),
+        _bucket(atom.GetNumRadicalElectrons(), 0, 4),
+    ]
+
+
+def _bond_features(bond) -> List[int]:
+    return [
+        _BOND_TYPE.get(str(bond.GetBondType()), len(_BOND_TYPE)),
+        int(bond.GetIsConjugated()),
+        int(bond.IsInRing()),
+        _BOND_STEREO.get(str(bond.GetStereo()), len(_BOND_STEREO)),
+    ]
+
+
+def parse_smiles(smiles):
+    """SMILES → sanitized ``rdkit.Chem.Mol``; raises :class:`InvalidSmilesError` with the reason.
+
+    Empty or non-string input, syntax errors, sanitization failures (e.g. the hypervalent
+    ``[AlH3]`` entries of Tox21) and molecules without atoms are all invalid. We do not
+    fall back to ``sanitize=False``: an unsanitized molecule has no ring, aromaticity or
+    hybridization perception, so its features would not mean what they mean elsewhere.
+    """
+    from rdkit import Chem, rdBase
+
+    if not isinstance(smiles, str) or not smiles.strip():
+        raise InvalidSmilesError(smiles, "empty SMILES")
+    text = smiles.strip()
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:  # diagnose: syntax error, or which sanitization step failed
+            raw = Chem.MolFromSmiles(text, sanitize=False)
+            if raw is None:
+                raise InvalidSmilesError(smiles, "SMILES syntax error")
+            try:
+                Chem.SanitizeMol(raw)
+                reason = "RDKit could not sanitize the molecule"
+            except Exception as exc:  # RDKit raises several exception types
+                reason = f"{type(exc).__name__}: {exc}"
+            raise InvalidSmilesError(smiles, reason)
+    if mol.GetNumAtoms() == 0:
+        raise InvalidSmilesError(smiles, "no atoms")
+    return mol
+
+
+def mol_to_data(mol) -> Data:
+    """``rdkit.Chem.Mol`` → ``Data(x (N, 9) int64, edge_index (2, E), edge_attr (E, 4) int64)``.
+
+    Each bond gives two directed edges with the same features; edges are sorted by
+    (source, target). Molecules without bonds get ``edge_index`` of shape ``(2, 0)``.
+    """
+    x = torch.tensor([_atom_features(a) for a in mol.GetAtoms()],
+                     dtype=torch.long).view(-1, len(ATOM_FEATURE_DIMS))  # (N, 9)
+    src, dst, attr = [], [], []
+    for bond in mol.GetBonds():
+        i, j, f = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), _bond_features(bond)
+        src += [i, j]
+        dst += [j, i]
+        attr += [f, f]
+    edge_index = torch.tensor([src, dst], dtype=torch.long).view(2, -1)  # (2, E)
+    edge_attr = torch.tensor(attr, dtype=torch.long).view(-1, len(BOND_FEATURE_DIMS))  # (E, 4)
+    if edge_index.numel() > 0:
+        perm = (edge_index[0] * x.size(0) + edge_index[1]).argsort()
+        edge_index, edge_attr = edge_index[:, perm], edge_attr[perm]
+    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr)
+
+
+def smiles_to_data(smiles: str, y=None) -> Data:
+    """SMILES → PyG ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` (and ``y``).
+
+    Raises :class:`InvalidSmilesError` (a ``ValueError``) when RDKit cannot parse or
+    sanitize the SMILES; datasets catch it, skip the row and report it. ``y`` (T values,
+    NaN = missing label) is stored as a float32 tensor of shape ``(1, T)``.
+    Feature columns: :data:`ATOM_FEATURE_NAMES` / :data:`BOND_FEATURE_NAMES`, with
+    cardinalities :data:`ATOM_FEATURE_DIMS` / :data:`BOND_FEATURE_DIMS`.
+    """
+    data = mol_to_data(parse_smiles(smiles))
+    data.smiles = smiles.strip()
+    if y is not None:
+        data.y = torch.as_tensor(y, dtype=torch.float32).reshape(1, -1)  # (1, T)
+    return data
+
+
+# ----------------------------------------------------------------------------- CSV reading
+
+_MISSING = {"", "nan", "na", "n/a", "null", "none"}
+_ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index"}
+
+
+def _read_table(path: Path) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
+    """Header and ``(file row number, fields)`` pairs; gzip detected by its magic bytes."""
+    try:
+        with open(path, "rb") as f:
+            gz = f.read(2) == b"\x1f\x8b"
+        raw = gzip.open(path, "rb") if gz else open(path, "rb")
+        with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
+            reader = csv.reader(text)
+            header = next(reader, None)
+            if not header:
+                raise DataFileError(f"{path}: empty file (no header row)")
+            header = [h.strip() for h in header]
+            rows = []
+            for fields in reader:
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue  # blank line
+                if len(fields) != len(header):
+                    raise DataFileError(
+                        f"{path}: row {reader.line_num} has {len(fields)} fields but the header "
+                        f"has {len(header)}; the file is truncated or malformed")
+                rows.append((reader.line_num, fields))
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error, gzip.BadGzipFile) as exc:
+        raise DataFileError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc}); "
+                            "the file is truncated or corrupt") from exc
+    return header, rows
+
+
+def _parse_value(text: str, path: Path, row: int, column: str, binary: bool) -> float:
+    text = text.strip()
+    if text.lower() in _MISSING:
+        return float("nan")
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text!r} is not a "
+                            "number (empty = missing)") from None
+    if binary and value not in (0.0, 1.0):
+        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text!r} is not 0/1")
+    return value
+
+
+def _find_column(header: List[str], name: str, path: Path) -> int:
+    if name in header:
+        return header.index(name)
+    folded = [i for i, h in enumerate(header) if h.lower() == name.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise DataFileError(f"{path}: no column {name!r}; columns are {header}")
+
+
+def _infer_tasks(header, rows, smiles_idx) -> List[int]:
+    """Columns (other than SMILES and id/name columns) whose present values are all numbers."""
+    out = []
+    for j, name in enumerate(header):
+        if j == smiles_idx or name.lower() in _ID_COLUMNS or name.startswith("Unnamed:"):
+            continue
+        present = [r[j].strip() for _, r in rows if r[j].strip().lower() not in _MISSING]
+        try:
+            [float(v) for v in present]
+        except ValueError:
+            continue
+        if present:
+            out.append(j)
+    return out
+
+
+# ----------------------------------------------------------------------------- datasets
+
+def _writable_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path.home() / ".cache" / "graphattn" / path.name
+
+
+class _SmilesCSVDataset(InMemoryDataset):
+    """A SMILES CSV featurized once into ``<cache>/<name>/processed/<key>/``.
+
+    ``key`` hashes :data:`FEATURIZER_VERSION`, the raw file's sha256, the column choice
+    and ``repr(pre_transform)``, so any change re-processes into a fresh folder.
+    """
+
+    def __init__(self, raw_path, name: str, smiles_col: str, task_cols, cache_base: Path,
+                 binary: bool, transform, pre_transform, force_reload: bool, log: bool):
+        self.raw_path = Path(raw_path)
+        self.name = name
+        self._smiles_col, self._task_cols, self._binary = smiles_col, task_cols, binary
+        pre = re.sub(r"(<.*?)\s.*(>)", r"\1\2", repr(pre_transform))  # drop addresses
+        spec = json.dumps([FEATURIZER_VERSION, sha256sum(self.raw_path), name, smiles_col,
+                           task_cols, pre])
+        self._key = f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
+        base = _writable_dir(Path(cache_base) / name)
+        super().__init__(str(base), transform, pre_transform, None, log, force_reload)
+        self.load(self.processed_paths[0])
+        with open(self.processed_paths[1]) as f:
+            meta = json.load(f)
+        self.task_names: List[str] = meta["task_names"]
+        self.skipped: List[Tuple[int, str, str]] = [tuple(s) for s in meta["skipped"]]
+        self.num_rows: int = meta["num_rows"]
+        self._rows: List[int] = meta["rows"]
+        if self.skipped:
+            shown = ", ".join(str(s[0]) for s in self.skipped[:20])
+            more = ", ..." if len(self.skipped) > 20 else ""
+            warnings.warn(f"{name}: skipped {len(self.skipped)} of {self.num_rows} molecules "
+                          f"whose SMILES RDKit cannot parse ({self.raw_path.name} rows "
+                          f"{shown}{more}; reasons in .skipped)", InvalidSmilesWarning,
+                          stacklevel=3)
+
+    @property
+    def raw_dir(self) -> str:
+        return str(self.raw_path.parent)
+
+    @property
+    def raw_file_names(self) -> List[str]:
+        return [self.raw_path.name]
+
+    @property
+    def processed_dir(self) -> str:
+        return os.path.join(self.root, "processed", self._key)
+
+    @property
+    def processed_file_names(self) -> List[str]:
+        return ["data.pt", "meta.json"]
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.task_names)
+
+    @property
+    def smiles(self) -> List[str]:
+        """SMILES of the molecules in this (possibly sliced) dataset, in order."""
+        return [self._column("smiles")[i] for i in self.indices()]
+
+    @property
+    def rows(self) -> List[int]:
+        """File row (1-based, header = row 1) of each molecule in this dataset."""
+        return [self._rows[i] for i in self.indices()]
+
+    def _column(self, key):
+        value = self._data[key]
+        return [value] if isinstance(value, str) else value
+
+    def _select_tasks(self, header: List[str], rows) -> Tuple[int, List[int]]:
+        smiles_idx = _find_column(header, self._smiles_col, self.raw_path)
+        if self._task_cols is None:
+            return smiles_idx, _infer_tasks(header, rows, smiles_idx)
+        return smiles_idx, [_find_column(header, t, self.raw_path) for t in self._task_cols]
+
+    def process(self) -> None:
+        from tqdm.auto import tqdm
+
+        header, rows = _read_table(self.raw_path)
+        smiles_idx, task_idx = self._select_tasks(header, rows)
+        data_list, skipped, kept = [], [], []
+        for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol",
+                                 disable=not self.log):
+            y = [_parse_value(fields[j], self.raw_path, line, header[j], self._binary)
+                 for j in task_idx]
+            try:
+                data = smiles_to_data(fields[smiles_idx], y)
+            except InvalidSmilesError as exc:
+                skipped.append((line, fields[smiles_idx], exc.reason))
+                continue
+            if self.pre_transform is not None:
+                data = self.pre_transform(data)
+            data_list.append(data)
+            kept.append(line)
+        if not data_list:
+            raise DataFileError(f"{self.raw_path}: none of its {len(rows)} SMILES could be "
+                                f"parsed (column {header[smiles_idx]!r})")
+        meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
+                "num_rows": len(rows), "rows": kept, "featurizer_version": FEATURIZER_VERSION,
+                "raw_file": str(self.raw_path)}
+        for path, write in ((self.processed_paths[1], lambda p: _dump_json(meta, p)),
+                            (self.processed_paths[0], lambda p: self.save(data_list, p))):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            write(tmp)
+            os.replace(tmp, path)  # atomic: a crash never leaves a half-written cache
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}, {len(self)}, tasks={self.num_tasks})"
+
+
+def _dump_json(obj, path) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f)
+
+
+_DEEPCHEM = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/"
+TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
+               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
+SIDER_TASKS = [
+    "Hepatobiliary disorders", "Metabolism and nutrition disorders", "Product issues",
+    "Eye disorders", "Investigations", "Musculoskeletal and connective tissue disorders",
+    "Gastrointestinal disorders", "Social circumstances", "Immune system disorders",
+    "Reproductive system and breast disorders",
+    "Neoplasms benign, malignant and unspecified (incl cysts and polyps)",
+    "General disorders and administration site conditions", "Endocrine disorders",
+    "Surgical and medical procedures", "Vascular disorders",
+    "Blood and lymphatic system disorders", "Skin and subcutaneous tissue disorders",
+    "Congenital, familial and genetic disorders", "Infections and infestations",
+    "Respiratory, thoracic and mediastinal disorders", "Psychiatric disorders",
+    "Renal and urinary disorders", "Pregnancy, puerperium and perinatal conditions",
+    "Ear and labyrinth disorders", "Cardiac disorders", "Nervous system disorders",
+    "Injury, poisoning and procedural complications"]
+
+#: name → accepted file names under ``<data root>/<name>/`` (the first is the download
+#: target), canonical URL, task columns (a list, or the number of assay columns for
+#: ToxCast, whose 617 names are read from the file) and the accepted molecule-row range.
+TOXICITY_DATASETS = {
+    "tox21": dict(files=["tox21.csv.gz", "tox21.csv"], url=_DEEPCHEM + "tox21.csv.gz",
+                  tasks=TOX21_TASKS, rows=(7821, 7841)),
+    "toxcast": dict(files=["toxcast_data.csv.gz", "toxcast_data.csv", "toxcast.csv.gz",
+                           "toxcast.csv"], url=_DEEPCHEM + "toxcast_data.csv.gz",
+                    tasks=617, rows=(8565, 8586)),
+    "clintox": dict(files=["clintox.csv.gz", "clintox.csv"], url=_DEEPCHEM + "clintox.csv.gz",
+                    tasks=["FDA_APPROVED", "CT_TOX"], rows=(1468, 1494)),
+    "sider": dict(files=["sider.csv.gz", "sider.csv"], url=_DEEPCHEM + "sider.csv.gz",
+                  tasks=SIDER_TASKS, rows=(1417, 1437)),
+}
+
+
+def _toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
+    """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
+    spec = TOXICITY_DATASETS[name]["tasks"]
+    hint = "delete it to re-download, or point root= / $GRAPHATTN_DATA at a good copy"
+    if "smiles" not in header:
+        raise DataFileError(f"{path}: no 'smiles' column (columns {header[:5]}...); not a "
+                            f"MoleculeNet {name} file; {hint}")
+    if isinstance(spec, int):
+        tasks = [h for h in header if h != "smiles" and h.lower() not in _ID_COLUMNS]
+        if len(tasks) != spec:
+            raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec} for "
+                                f"{name}; {hint}")
+        return tasks
+    missing = [t for t in spec if t not in header]
+    if missing:
+        raise DataFileError(f"{path}: missing task columns {missing} for {name}; {hint}")
+    return list(spec)
+
+
+def _check_toxicity_file(name: str) -> Callable[[Path], None]:
+    def check(path: Path) -> None:
+        header, rows = _read_table(Path(path))
+        _toxicity_tasks(name, header, path)
+        lo, hi = TOXICITY_DATASETS[name]["rows"]
+        if not lo <= len(rows) <= hi:
+            raise DataFileError(
+                f"{path}: found {len(rows)} molecule rows, expected {lo}-{hi} for {name}; the "
+                "file is truncated or not the MoleculeNet file. Delete it to re-download, or "
+                "point root= / $GRAPHATTN_DATA at a good copy")
+    return check
+
+
+class ToxicityDataset(_SmilesCSVDataset):
+    r"""MoleculeNet toxicity sets ``tox21``, ``toxcast``, ``clintox``, ``sider`` as PyG graphs.
+
+    The raw CSV is looked up under ``<data root>/<name>/`` (data root: ``root`` >
+    ``$GRAPHATTN_DATA`` > checkout ``datasets/`` > ``~/.cache/graphattn``) under both the
+    DeepChem names (``tox21.csv.gz``, ``toxcast_data.csv.gz``, ``clintox.csv.gz``,
+    ``sider.csv.gz``; with DeepChem's extra ``mol_id`` column) and the chemprop copies
+    (``toxcast.csv.gz``, ``clintox.csv``, no ``mol_id``); if absent it is downloaded
+    from DeepChem's MoleculeNet bucket. Every file is checked (task columns, row count)
+    and a truncated or wrong file raises :class:`DataFileError` naming it.
+
+    Each graph has ``x`` (N, 9), ``edge_index``, ``edge_attr`` (E, 4), ``smiles`` and
+    ``y`` (1, T) float with NaN for a missing label; ``task_names`` lists the T tasks
+    (canonical order). Rows whose SMILES RDKit rejects (e.g. the 8 hypervalent
+    ``[AlH3]`` rows of Tox21) are skipped with an :class:`InvalidSmilesWarning` and listed
+    in ``skipped`` as ``(file row, smiles, reason)`` (row 1 = header).
+
+    Args:
+        root: data root for the raw file (default: see above).
+        name: one of ``tox21``, ``toxcast``, ``clintox``, ``sider``.
+        transform, pre_transform: as in PyG (``pre_transform`` is part of the cache key).
+        force_reload: re-process even if a cache exists.
+        cache_dir: where ``<name>/processed/`` goes (default: :func:`cache_root`,
+            i.e. ``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``, never the data root; falls back
+            to ``~/.cache/graphattn`` when that is not writable).
+        download: allow downloading when no local copy exists.
+        log: show the tqdm bar while featurizing.
+    """
+
+    def __init__(self, root=None, name: str = "tox21", transform=None, pre_transform=None,
+                 force_reload: bool = False, cache_dir=None, download: bool = True,
+                 log: bool = True):
+        name = name.lower()
+        if name not in TOXICITY_DATASETS:
+            raise ValueError(f"name must be one of {sorted(TOXICITY_DATASETS)}, got {name!r}")
+        spec = TOXICITY_DATASETS[name]
+        raw = find_file([f"{name}/{f}" for f in spec["files"]], url=spec["url"], root=root,
+                        check=_check_toxicity_file(name), download=download)
+        super().__init__(raw, name, "smiles", None, cache_root(cache_dir),
+                         True, transform, pre_transform, force_reload, log)
+
+    def _select_tasks(self, header, rows):
+        tasks = _toxicity_tasks(self.name, header, self.raw_path)
+        return header.index("smiles"), [header.index(t) for t in tasks]
+
+
+class MoleculeCSVDataset(_SmilesCSVDataset):
+    r"""Any CSV (or .csv.gz) with a SMILES column and numeric task columns, as PyG graphs.
+
+    Args:
+        path: the CSV file.
+        smiles_col: SMILES column (matched case-insensitively if not found exactly).
+        task_cols: label columns, in order (a str is one column name). ``None`` infers
+            them: every other column whose non-empty values are all numbers, except
+            id-like columns (``id``, ``mol_id``, ``name``, ``index``, ``Unnamed: *``) —
+            so DeepChem's text ``mol_id`` column is ignored. Zero tasks is allowed
+            (e.g. for prediction); ``y`` then has shape ``(1, 0)``.
+        root: data root; the cache goes to ``<cache_root(cache_dir)>/csv/<file stem>/``.
+        transform, pre_transform, force_reload, cache_dir, log: as in
+            :class:`ToxicityDataset`.
+
+    Labels may be any numbers (regression too); empty / ``nan`` / ``NA`` = missing
+    (NaN in ``y``). Invalid SMILES are skipped and reported in ``skipped``.
+    """
+
+    def __init__(self, path, smiles_col: str = "smiles", task_cols=None, root=None,
+                 transform=None, pre_transform=None, force_reload: bool = False,
+                 cache_dir=None, log: bool = True):
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise DataFileError(f"{path}: no such file")
+        if isinstance(task_cols, str):
+            task_cols = [task_cols]
+        stem = re.sub(r"\.csv(\.gz)?$", "", path.name, flags=re.I) or "data"
+        cache = cache_root(cache_dir) / "csv"
+        super().__init__(path, stem, smiles_col, None if task_cols is None else list(task_cols),
+                         cache, False, transform, pre_transform, force_reload, log)

@@ -1,0 +1,124 @@
+"""Masked multi-task losses and metrics (missing labels = NaN in ``y``).
+
+Multi-task molecule sets such as Tox21 leave many (molecule, task) labels missing. They are
+stored as NaN and excluded everywhere: from the loss (zero gradient), from ``pos_weight``
+and from the per-task ROC-AUC / PR-AUC. A task whose labels in the evaluated split are all
+of one class has no AUC (NaN); :func:`mean_over_valid` averages over the others, which is
+the MoleculeNet / chemprop convention.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["masked_bce_with_logits", "compute_pos_weight", "roc_auc_per_task",
+           "pr_auc_per_task", "mean_over_valid", "accuracy"]
+
+ArrayLike = Union[Tensor, np.ndarray, list]
+
+
+def masked_bce_with_logits(logits: Tensor, y: Tensor,
+                           pos_weight: Optional[Tensor] = None) -> Tensor:
+    """Binary cross-entropy with logits over the present (non-NaN) labels only.
+
+    Args:
+        logits: ``(B, T)`` raw scores.
+        y: ``(B, T)`` labels in {0, 1}, NaN = missing.
+        pos_weight: optional ``(T,)`` weight of the positive class per task (see
+            :func:`compute_pos_weight`).
+
+    Returns the mean over present labels (a scalar; 0 with a zero gradient if none is
+    present). Missing entries contribute neither loss nor gradient.
+    """
+    if logits.shape != y.shape:
+        raise ValueError(f"logits and y must have the same shape, got {tuple(logits.shape)} "
+                         f"and {tuple(y.shape)}")
+    if pos_weight is not None and pos_weight.shape != logits.shape[-1:]:
+        raise ValueError(f"pos_weight must have shape ({logits.shape[-1]},), got "
+                         f"{tuple(pos_weight.shape)}")
+    mask = ~torch.isnan(y)
+    target = torch.where(mask, y, torch.zeros_like(y)).to(logits.dtype)
+    loss = F.binary_cross_entropy_with_logits(logits, target, pos_weight=pos_weight,
+                                              reduction="none")
+    loss = torch.where(mask, loss, torch.zeros_like(loss))  # (B, T); no gradient when masked
+    return loss.sum() / mask.sum().clamp(min=1)
+
+
+def compute_pos_weight(y: Tensor) -> Tensor:
+    """Per-task ``negatives / positives`` over present labels; 1.0 for a task without positives.
+
+    ``y``: ``(N, T)`` with NaN = missing (e.g. the training split's ``dataset.y``).
+    """
+    if y.dim() != 2:
+        raise ValueError(f"y must have shape (N, T), got {tuple(y.shape)}")
+    mask = ~torch.isnan(y)
+    pos = ((y == 1) & mask).sum(0).float()
+    neg = ((y == 0) & mask).sum(0).float()
+    return torch.where(pos > 0, neg / pos.clamp(min=1), torch.ones_like(pos))
+
+
+def _as_2d(a: ArrayLike) -> np.ndarray:
+    if isinstance(a, Tensor):
+        a = a.detach().cpu().float().numpy()
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(-1, 1) if a.ndim == 1 else a
+
+
+def _per_task(y_true: ArrayLike, y_score: ArrayLike, score_fn) -> np.ndarray:
+    y_true, y_score = _as_2d(y_true), _as_2d(y_score)
+    if y_true.shape != y_score.shape:
+        raise ValueError(f"y_true and y_score must have the same shape, got {y_true.shape} "
+                         f"and {y_score.shape}")
+    out = np.full(y_true.shape[1], np.nan)
+    for t in range(y_true.shape[1]):
+        present = ~np.isnan(y_true[:, t])
+        labels = y_true[present, t]
+        if labels.size and labels.min() != labels.max():  # both classes present
+            out[t] = score_fn(labels, y_score[present, t])
+    return out
+
+
+def roc_auc_per_task(y_true: ArrayLike, y_score: ArrayLike) -> np.ndarray:
+    """ROC-AUC per task (column) over present labels; NaN where a task lacks a class.
+
+    ``y_true`` ``(N, T)`` in {0, 1} with NaN = missing; ``y_score`` ``(N, T)`` logits or
+    probabilities (any monotone score). 1-D inputs are one task. Returns ``(T,)`` float64.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    return _per_task(y_true, y_score, roc_auc_score)
+
+
+def pr_auc_per_task(y_true: ArrayLike, y_score: ArrayLike) -> np.ndarray:
+    """PR-AUC (average precision) per task; same conventions as :func:`roc_auc_per_task`."""
+    from sklearn.metrics import average_precision_score
+
+    return _per_task(y_true, y_score, average_precision_score)
+
+
+def mean_over_valid(values: ArrayLike) -> float:
+    """Mean over the non-NaN entries (tasks that have both classes); NaN if there are none."""
+    values = _as_2d(values).reshape(-1)
+    valid = values[~np.isnan(values)]
+    return float(valid.mean()) if valid.size else float("nan")
+
+
+def accuracy(pred: ArrayLike, target: ArrayLike) -> float:
+    """Fraction of correct predictions.
+
+    ``pred`` is ``(N, C)`` class scores (argmax taken) or ``(N,)`` predicted labels;
+    ``target`` is ``(N,)`` integer labels. Empty input gives NaN.
+    """
+    pred, target = torch.as_tensor(pred), torch.as_tensor(target)
+    if pred.dim() == 2:
+        pred = pred.argmax(dim=-1)
+    if pred.shape != target.shape:
+        raise ValueError(f"pred (as labels) and target must have the same shape, got "
+                         f"{tuple(pred.shape)} and {tuple(target.shape)}")
+    if target.numel() == 0:
+        return float("nan")
+    return (pred.long() == target.long()).float().mean().item()

@@ -1,0 +1,403 @@
+import csv
+import gzip
+import math
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("rdkit")
+
+import graphattn.data.download as download  # noqa: E402
+from graphattn.data import molecules  # noqa: E402
+from graphattn.data.download import DataFileError  # noqa: E402
+from graphattn.data.molecules import (  # noqa: E402
+    ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
+    FEATURIZER_VERSION, TOX21_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
+    InvalidSmilesWarning, MoleculeCSVDataset, ToxicityDataset, smiles_to_data)
+from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ATOM = {n: i for i, n in enumerate(ATOM_FEATURE_NAMES)}
+BOND = {n: i for i, n in enumerate(BOND_FEATURE_NAMES)}
+# Tox21 file rows (1-based, header = row 1) with hypervalent [AlH3]; see shared/data/MANIFEST.md
+TOX21_ALH3_ROWS = [1324, 2292, 2299, 3560, 4567, 4651, 5540, 6725]
+
+
+def assert_in_range(x, dims):
+    assert x.dtype == torch.long and x.size(1) == len(dims)
+    assert (x >= 0).all()
+    assert (x < torch.tensor(dims)).all()
+
+
+# ----------------------------------------------------------------------------- featurizer
+
+def test_feature_tables():
+    assert isinstance(FEATURIZER_VERSION, str)
+    assert len(ATOM_FEATURE_DIMS) == len(ATOM_FEATURE_NAMES) == 9
+    assert len(BOND_FEATURE_DIMS) == len(BOND_FEATURE_NAMES) == 4
+    assert all(isinstance(d, int) and d >= 2 for d in ATOM_FEATURE_DIMS + BOND_FEATURE_DIMS)
+
+
+def test_benzene_is_aromatic_ring():
+    d = smiles_to_data("c1ccccc1")
+    assert d.x.shape == (6, 9) and d.edge_index.shape == (2, 12) and d.edge_attr.shape == (12, 4)
+    assert (d.x[:, ATOM["atomic_num"]] == 6).all()
+    assert (d.x[:, ATOM["is_aromatic"]] == 1).all()
+    assert (d.x[:, ATOM["is_in_ring"]] == 1).all()
+    assert (d.x[:, ATOM["num_hs"]] == 1).all()
+    assert (d.x[:, ATOM["degree"]] == 3).all()  # total degree counts the H
+    assert (d.x[:, ATOM["hybridization"]] == 2).all()  # SP2
+    assert (d.edge_attr[:, BOND["bond_type"]] == 3).all()  # AROMATIC
+    assert (d.edge_attr[:, BOND["is_conjugated"]] == 1).all()
+    assert (d.edge_attr[:, BOND["is_in_ring"]] == 1).all()
+    assert d.smiles == "c1ccccc1"
+
+
+def test_ethanol_degrees_hydrogens_and_edges():
+    d = smiles_to_data("CCO", y=[1.0, float("nan")])
+    assert d.x[:, ATOM["atomic_num"]].tolist() == [6, 6, 8]
+    assert d.x[:, ATOM["degree"]].tolist() == [4, 4, 2]
+    assert d.x[:, ATOM["num_hs"]].tolist() == [3, 2, 1]
+    assert d.x[:, ATOM["is_in_ring"]].tolist() == [0, 0, 0]
+    assert d.x[:, ATOM["hybridization"]].tolist() == [3, 3, 3]  # SP3
+    assert d.x[:, ATOM["formal_charge"]].tolist() == [5, 5, 5]  # charge 0
+    # two bonds, both directions, sorted by (source, target)
+    assert d.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
+    assert (d.edge_attr[:, BOND["bond_type"]] == 0).all()  # SINGLE
+    assert d.y.shape == (1, 2) and d.y.dtype == torch.float32
+    assert d.y[0, 0] == 1 and math.isnan(d.y[0, 1])
+
+
+def test_charges_ions_and_salts():
+    nh4 = smiles_to_data("[NH4+]")
+    assert nh4.x.shape == (1, 9)
+    assert nh4.x[0, ATOM["formal_charge"]] == 5 + 1
+    assert nh4.x[0, ATOM["num_hs"]] == 4
+    assert nh4.x[0, ATOM["degree"]] == 4
+    assert nh4.edge_index.shape == (2, 0) and nh4.edge_index.dtype == torch.long
+    assert nh4.edge_attr.shape == (0, 4)
+
+    na = smiles_to_data("[Na+]")
+    assert na.num_nodes == 1 and na.edge_index.shape == (2, 0)
+    salt = smiles_to_data("CC.[Cl-]")
+    assert salt.num_nodes == 3 and salt.edge_index.shape == (2, 2)
+    assert salt.x[2, ATOM["atomic_num"]] == 17 and salt.x[2, ATOM["formal_charge"]] == 5 - 1
+
+
+def test_stereo_and_chirality():
+    assert smiles_to_data("C[C@H](N)O").x[1, ATOM["chirality"]] == 2  # CCW
+    assert smiles_to_data("C[C@@H](N)O").x[1, ATOM["chirality"]] == 1  # CW
+    e = smiles_to_data("C/C=C/C")
+    double = e.edge_attr[:, BOND["bond_type"]] == 1
+    assert (e.edge_attr[double, BOND["stereo"]] == 2).all()  # STEREOE
+    z = smiles_to_data("C/C=C\\C")
+    assert (z.edge_attr[z.edge_attr[:, BOND["bond_type"]] == 1, BOND["stereo"]] == 1).all()
+    assert (smiles_to_data("C#N").edge_attr[:, BOND["bond_type"]] == 2).all()
+
+
+def test_unusual_values_fall_in_other_bucket():
+    d = smiles_to_data("[Fe+6]")  # charge beyond +5
+    assert d.x[0, ATOM["formal_charge"]] == ATOM_FEATURE_DIMS[ATOM["formal_charge"]] - 1
+    dummy = smiles_to_data("*C")
+    assert dummy.x[0, ATOM["atomic_num"]] == 0
+    for s in ["[Fe+6]", "*C", "[U]", "[CH2]C", "F[S](F)(F)(F)(F)F", "[2H]C"]:
+        d = smiles_to_data(s)
+        assert_in_range(d.x, ATOM_FEATURE_DIMS)
+        assert_in_range(d.edge_attr, BOND_FEATURE_DIMS)
+
+
+@pytest.mark.parametrize("smiles", ["CCO", "c1ccccc1O", "C[C@H](N)C(=O)[O-]", "CC.[Cl-]",
+                                    "C/C=C/c1ccncc1", "[NH4+]", "O=S(=O)(O)c1ccc2ccccc2c1"])
+def test_matches_pyg_from_smiles_on_shared_columns(smiles):
+    """Cross-check with PyG's from_smiles on the columns both featurizers have."""
+    from torch_geometric.utils import from_smiles
+
+    ours, pyg = smiles_to_data(smiles), from_smiles(smiles)
+    # PyG columns: atomic_num, chirality, degree, charge+5, num_hs, radicals, hyb, arom, ring
+    for name, col in [("atomic_num", 0), ("degree", 2), ("formal_charge", 3), ("num_hs", 4),
+                      ("num_radical_electrons", 5), ("is_aromatic", 7), ("is_in_ring", 8)]:
+        assert ours.x[:, ATOM[name]].tolist() == pyg.x[:, col].tolist(), name
+    assert ours.edge_index.tolist() == pyg.edge_index.tolist()
+    assert ours.edge_attr[:, BOND["is_conjugated"]].tolist() == pyg.edge_attr[:, 2].tolist()
+
+
+@pytest.mark.parametrize("smiles,reason", [
+    ("C(C", "syntax"), ("not_a_smiles", "syntax"), ("", "empty"), ("   ", "empty"),
+    (None, "empty"), ("CC(=O)O[AlH3](O)O", "valence"), ("c1cccc1", "Kekulize")])
+def test_invalid_smiles_raise_with_reason(smiles, reason, capfd):
+    with pytest.raises(InvalidSmilesError) as info:
+        smiles_to_data(smiles)
+    assert isinstance(info.value, ValueError)
+    assert reason.lower() in info.value.reason.lower()
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", "RDKit console output must be silenced"
+
+
+# ----------------------------------------------------------------------------- CSV datasets
+
+def load_csv(tmp_path, name, **kw):
+    with pytest.warns(InvalidSmilesWarning, match=r"rows 4, 6, 8"):
+        return MoleculeCSVDataset(FIXTURES / name, cache_dir=tmp_path, **kw)
+
+
+@pytest.mark.parametrize("name", ["molecules_chemprop.csv", "molecules_deepchem.csv"])
+def test_csv_dataset_skips_and_reports_invalid_rows(tmp_path, name):
+    ds = load_csv(tmp_path, name)
+    assert len(ds) == 6 and ds.num_rows == 9
+    assert ds.task_names == ["task_a", "task_b"]  # DeepChem's text mol_id column ignored
+    assert [s[0] for s in ds.skipped] == [4, 6, 8]
+    assert [s[1] for s in ds.skipped] == ["not_a_smiles", "CC(=O)O[AlH3](O)O", ""]
+    assert "valence" in ds.skipped[1][2].lower()
+    assert ds.rows == [2, 3, 5, 7, 9, 10]
+    assert ds.smiles == ["CCO", "c1ccccc1", "[Na+].[Cl-]", "C1CC1N",
+                         "CC(C)Cc1ccc(cc1)C(C)C(=O)O", "OC(=O)c1ccccc1"]
+    y = ds.y
+    assert y.shape == (6, 2) and y.dtype == torch.float32
+    assert torch.isnan(y).tolist() == [[False, False], [False, True], [True, False],
+                                       [False, False], [False, False], [True, True]]
+    assert y[0].tolist() == [1.0, 0.0]
+    assert ds[2].edge_index.shape == (2, 0)  # Na+ Cl-: two atoms, no bond
+    assert_in_range(ds.x, ATOM_FEATURE_DIMS)
+
+
+def test_both_csv_layouts_give_identical_graphs(tmp_path):
+    a = load_csv(tmp_path, "molecules_chemprop.csv")
+    b = load_csv(tmp_path, "molecules_deepchem.csv")
+    for key in ["x", "edge_index", "edge_attr"]:
+        assert torch.equal(a._data[key], b._data[key])
+    assert torch.allclose(a.y, b.y, equal_nan=True)
+
+
+def test_csv_task_columns(tmp_path):
+    ds = load_csv(tmp_path, "molecules_deepchem.csv", task_cols=["task_b", "task_a"])
+    assert ds.task_names == ["task_b", "task_a"] and ds.y[0].tolist() == [0.0, 1.0]
+    one = load_csv(tmp_path, "molecules_deepchem.csv", task_cols="task_b")
+    assert one.task_names == ["task_b"] and one.y.shape == (6, 1)
+    with pytest.raises(DataFileError, match="no column 'nope'"):
+        MoleculeCSVDataset(FIXTURES / "molecules_chemprop.csv", task_cols=["nope"],
+                           cache_dir=tmp_path)
+    with pytest.raises(DataFileError, match="mol_id.*not a number"):
+        MoleculeCSVDataset(FIXTURES / "molecules_deepchem.csv", task_cols=["mol_id"],
+                           cache_dir=tmp_path)
+
+
+def test_csv_inference_skips_numeric_id_columns_and_handles_gzip(tmp_path):
+    src = tmp_path / "mine.csv.gz"
+    with gzip.open(src, "wt", newline="") as f:
+        f.write("id,SMILES,name,logS,active\n0,CCO,ethanol,-0.2,1\n1,CCN,ethylamine,NA,0\n")
+    ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")  # smiles_col case-insensitive
+    assert ds.task_names == ["logS", "active"]
+    assert ds.skipped == [] and len(ds) == 2
+    assert math.isnan(ds.y[1, 0]) and ds.y[0].tolist() == pytest.approx([-0.2, 1.0])
+
+
+def test_csv_smiles_only_and_dataloader(tmp_path):
+    from torch_geometric.loader import DataLoader
+
+    src = tmp_path / "smiles.csv"
+    src.write_text("smiles\nCCO\nc1ccccc1\n[Na+]\n")
+    ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")
+    assert ds.num_tasks == 0 and ds.y.shape == (3, 0)
+    batch = next(iter(DataLoader(ds[torch.tensor([2, 0])], batch_size=2)))
+    assert batch.num_graphs == 2 and batch.smiles == ["[Na+]", "CCO"]
+    assert batch.x.shape == (4, 9) and batch.edge_index.shape == (2, 4)
+
+
+def test_cache_is_reused_and_reprocessed_on_version_change(tmp_path, monkeypatch):
+    src = tmp_path / "m.csv"
+    shutil.copy(FIXTURES / "molecules_chemprop.csv", src)
+    kw = dict(cache_dir=tmp_path / "cache")
+    first = load_csv_path(src, kw)
+    data_pt = Path(first.processed_paths[0])
+    assert data_pt.is_file() and f"v{FEATURIZER_VERSION}-" in str(data_pt.parent.name)
+    assert data_pt.parent.parent == tmp_path / "cache" / "csv" / "m" / "processed"
+    stamp = data_pt.stat().st_mtime_ns
+
+    calls = []
+    monkeypatch.setattr(MoleculeCSVDataset, "process",
+                        lambda self: calls.append(1) or molecules._SmilesCSVDataset.process(self))
+    again = load_csv_path(src, kw)
+    assert calls == [] and again.processed_paths == first.processed_paths
+    assert data_pt.stat().st_mtime_ns == stamp
+
+    monkeypatch.setattr(molecules, "FEATURIZER_VERSION", "999-test")
+    bumped = load_csv_path(src, kw)
+    assert calls == [1] and bumped.processed_dir != first.processed_dir
+    assert Path(bumped.processed_dir).name.startswith("v999-test-")
+    assert torch.equal(bumped.x, first.x)
+
+    src.write_text(src.read_text() + "CCCC,1,1\n")  # raw file changed -> re-process
+    changed = load_csv_path(src, kw)
+    assert calls == [1, 1] and len(changed) == len(first) + 1
+
+    load_csv_path(src, dict(kw, force_reload=True))
+    assert len(calls) == 3
+
+
+def load_csv_path(path, kw):
+    with pytest.warns(InvalidSmilesWarning):
+        return MoleculeCSVDataset(path, **kw)
+
+
+def test_pre_transform_is_applied_and_keys_the_cache(tmp_path):
+    class AddFlag:
+        def __call__(self, data):
+            data.flag = torch.ones(1)
+            return data
+
+    plain = load_csv(tmp_path, "molecules_chemprop.csv")
+    flagged = load_csv(tmp_path, "molecules_chemprop.csv", pre_transform=AddFlag())
+    assert flagged.processed_dir != plain.processed_dir
+    assert flagged[0].flag.tolist() == [1.0] and "flag" not in plain[0]
+
+
+def test_all_invalid_and_missing_files_fail_clearly(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("smiles,y\nxyz,1\n(((,0\n")
+    with pytest.raises(DataFileError, match="none of its 2 SMILES"):
+        MoleculeCSVDataset(bad, cache_dir=tmp_path)
+    with pytest.raises(DataFileError, match="no such file"):
+        MoleculeCSVDataset(tmp_path / "absent.csv", cache_dir=tmp_path)
+    with pytest.raises(DataFileError, match="no column 'smiles'"):
+        bad.write_text("mol,y\nCCO,1\n")
+        MoleculeCSVDataset(bad, cache_dir=tmp_path)
+
+
+# ----------------------------------------------------------------------------- toxicity sets
+
+def write_fake(path: Path, name: str, n: int, deepchem: bool = False) -> Path:
+    """A synthetic file in the layout of MoleculeNet dataset ``name`` with ``n`` rows."""
+    tasks = TOXICITY_DATASETS[name]["tasks"]
+    tasks = [f"assay_{i}" for i in range(tasks)] if isinstance(tasks, int) else tasks
+    header = tasks + ["mol_id", "smiles"] if deepchem else ["smiles"] + tasks
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for i in range(n):
+            labels = [str((i + j) % 2) if (i + j) % 5 else "" for j in range(len(tasks))]
+            smiles = ["CCO", "c1ccccc1", "CC(=O)O"][i % 3]
+            w.writerow(labels + [f"ID{i}", smiles] if deepchem else [smiles] + labels)
+    return path
+
+
+def test_toxicity_name_is_checked():
+    with pytest.raises(ValueError, match="tox21"):
+        ToxicityDataset(name="tox22")
+
+
+def test_truncated_or_wrong_file_fails_with_clear_message(tmp_path):
+    write_fake(tmp_path / "tox21" / "tox21.csv", "tox21", 100)
+    with pytest.raises(DataFileError, match=r"tox21\.csv: found 100 molecule rows, expected"):
+        ToxicityDataset(root=tmp_path, name="tox21", cache_dir=tmp_path, download=False)
+
+    path = write_fake(tmp_path / "t2" / "tox21" / "tox21.csv", "tox21", 7831)
+    path.write_text(path.read_text()[:-20])  # cut inside the last row
+    with pytest.raises(DataFileError, match=r"row 7832 has \d+ fields"):
+        ToxicityDataset(root=tmp_path / "t2", name="tox21", download=False)
+
+    gz = write_fake(tmp_path / "t3" / "tox21" / "tox21.csv.gz", "tox21", 7831)
+    gz.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
+    with pytest.raises(DataFileError, match=r"tox21\.csv\.gz.*truncated or corrupt"):
+        ToxicityDataset(root=tmp_path / "t3", name="tox21", download=False)
+
+    wrong = tmp_path / "t4" / "clintox" / "clintox.csv"
+    wrong.parent.mkdir(parents=True)
+    wrong.write_text("smiles,p_np\nCCO,1\n")
+    with pytest.raises(DataFileError, match=r"missing task columns \['FDA_APPROVED', 'CT_TOX'\]"):
+        ToxicityDataset(root=tmp_path / "t4", name="clintox", download=False)
+
+
+def test_missing_file_without_download_names_the_root(tmp_path):
+    with pytest.raises(DataFileError, match="sider/sider.csv.gz"):
+        ToxicityDataset(root=tmp_path, name="sider", download=False)
+
+
+def test_download_goes_to_canonical_url_and_is_checked(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_download(url, dest, sha256=None, check=None, progress=True):
+        seen.append((url, Path(dest)))
+        write_fake(Path(dest), "sider", 1427, deepchem=False)
+        check(Path(dest))
+        return Path(dest)
+
+    monkeypatch.setattr(download, "download_url", fake_download)
+    ds = ToxicityDataset(root=tmp_path, name="sider", cache_dir=tmp_path / "cache")
+    assert seen == [("https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/sider.csv.gz",
+                     tmp_path / "sider" / "sider.csv.gz")]
+    assert len(ds) == 1427 and ds.num_tasks == 27 and ds.skipped == []
+    assert ds.task_names[0] == "Hepatobiliary disorders"
+
+
+@pytest.mark.parametrize("name,fname,num_tasks", [
+    ("toxcast", "toxcast_data.csv.gz", 617), ("toxcast", "toxcast.csv.gz", 617),
+    ("clintox", "clintox.csv.gz", 2), ("clintox", "clintox.csv", 2)])
+def test_each_accepted_name_and_layout(tmp_path, monkeypatch, name, fname, num_tasks):
+    monkeypatch.setitem(TOXICITY_DATASETS[name], "rows", (9, 9))  # keep the test fast
+    for deepchem in (False, True):
+        root = tmp_path / str(deepchem)
+        write_fake(root / name / fname, name, 9, deepchem=deepchem)
+        ds = ToxicityDataset(root=root, name=name, download=False, log=False)
+        assert len(ds) == 9 and ds.num_tasks == num_tasks and "mol_id" not in ds.task_names
+        assert ds.raw_path.name == fname
+
+
+# ----------------------------------------------------------------------------- real Tox21
+
+@pytest.fixture(scope="module")
+def tox21(tmp_path_factory):
+    with pytest.warns(InvalidSmilesWarning, match="skipped 8 of 7831"):
+        return ToxicityDataset(root=shared_data_dir(), name="tox21",
+                               cache_dir=tmp_path_factory.mktemp("cache"), download=False)
+
+
+def read_tox21_rows():
+    with gzip.open(shared_data_dir() / "tox21" / "tox21.csv.gz", "rt", newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        return header, {reader.line_num: row for row in reader}
+
+
+@requires_data("tox21/tox21.csv.gz")
+def test_real_tox21(tox21):
+    assert len(tox21) == 7831 - 8 and tox21.num_rows == 7831
+    assert tox21.task_names == TOX21_TASKS
+    assert [s[0] for s in tox21.skipped] == TOX21_ALH3_ROWS  # decision: skip, not sanitize=False
+    assert all("[AlH3]" in s[1] and "valence" in s[2] for s in tox21.skipped)
+    assert tox21.y.shape == (7823, 12)
+    assert_in_range(tox21.x, ATOM_FEATURE_DIMS)
+    assert_in_range(tox21.edge_attr, BOND_FEATURE_DIMS)
+
+    header, rows = read_tox21_rows()
+    kept = [rows[r] for r in tox21.rows]
+    assert tox21.smiles == [r[0] for r in kept]
+    expected = torch.tensor([[float(v) if v else float("nan") for v in r[1:]] for r in kept])
+    assert torch.allclose(tox21.y, expected, equal_nan=True)
+    present = (~torch.isnan(tox21.y)).sum().item()
+    skipped_present = sum(v != "" for r in TOX21_ALH3_ROWS for v in rows[r][1:])
+    assert present == 77946 - skipped_present  # MANIFEST: 77,946 labels present
+
+
+@pytest.mark.slow  # re-featurizes all of Tox21 (~8 s); the fixture CSVs cover the layout fast
+@requires_data("tox21/tox21.csv.gz")
+def test_real_tox21_deepchem_layout_matches(tox21, tmp_path):
+    header, rows = read_tox21_rows()
+    dest = tmp_path / "tox21" / "tox21.csv.gz"
+    dest.parent.mkdir()
+    with gzip.open(dest, "wt", newline="") as f:  # DeepChem: 12 tasks, mol_id, smiles
+        w = csv.writer(f)
+        w.writerow(header[1:] + ["mol_id", "smiles"])
+        for line in sorted(rows):
+            w.writerow(rows[line][1:] + [f"TOX{line}", rows[line][0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InvalidSmilesWarning)
+        dc = ToxicityDataset(root=tmp_path, name="tox21", download=False, log=False)
+    assert dc.task_names == tox21.task_names and dc.rows == tox21.rows
+    for key in ["x", "edge_index", "edge_attr"]:
+        assert torch.equal(dc._data[key], tox21._data[key])
+    assert torch.allclose(dc.y, tox21.y, equal_nan=True)
