@@ -163,7 +163,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         epochs: int = 100, lr: float = 1e-3, weight_decay: float = 0.0, patience: Optional[int] = None,
         pos_weight: Optional[Tensor] = None, grad_clip: Optional[float] = 5.0, seed: int = 0,
         out_dir=None, resume: bool = False, meta: Optional[Dict[str, Any]] = None,
-        progress: bool = True, log: Callable[[str], None] = print) -> Dict[str, Any]:
+        progress: bool = True, log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Train with Adam, early-stop on the validation primary metric, return a summary.
 
     Args:
@@ -174,11 +174,15 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         out_dir: where ``last.pt``, ``best.pt`` and ``metrics.json`` go (None = keep in memory).
         resume: continue from ``out_dir/last.pt`` if it exists.
         meta: plain-data metadata stored in every checkpoint and in ``metrics.json``.
+        log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
     Returns: ``{"best_epoch", "epochs_run", "val": {...}, "test": {...}, "train": {...},
     "history": [...], "seconds_per_epoch"}`` with the best model's weights loaded into ``model``.
     """
     _check_kind(kind)
+    from tqdm.auto import tqdm
+
+    log = log or tqdm.write  # prints above the progress bar instead of through it
     key, higher = PRIMARY[kind]
     set_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -194,7 +198,6 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
         _set_rng_state(ck["rng"])
         log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
-    from tqdm.auto import tqdm
 
     bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
