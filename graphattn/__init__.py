@@ -4,8 +4,10 @@ __version__ = "0.1.0"
 from . import functional
 from .attention import GraphSelfAttention
 from .block import GraphTransformerBlock
+from .encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from .global_tokens import GlobalTokens, TokenGraph
 from .models import FeatureEncoder, GraphClassifier, GraphTransformer, NodeClassifier
+from .patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
 from .csr import EdgeCSR, to_csr
 from .functional import dense_attention, edge_attention
 
@@ -20,6 +22,15 @@ __all__ = [
     "GraphTransformer",
     "NodeClassifier",
     "GraphClassifier",
+    "AddLaplacianPE",
+    "AddRandomWalkPE",
+    "LapPEEncoder",
+    "sinusoidal_pe",
+    "sinusoidal_pe_2d",
+    "sequence_graph",
+    "image_graph",
+    "sequences_to_batch",
+    "images_to_batch",
     "EdgeCSR",
     "to_csr",
     "dense_attention",

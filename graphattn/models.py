@@ -128,14 +128,20 @@ class GraphTransformer(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None) -> Tuple[Tensor, Optional[Tensor]]:
+                num_graphs: Optional[int] = None, *, pe_eigvals: Optional[Tensor] = None,
+                pe_mask: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+        """``pe_eigvals`` / ``pe_mask`` ``(N, K)``: eigenvalues and padding mask stored by
+        :class:`~graphattn.encodings.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``)."""
         h = self.node_encoder(x)
         if self.pe_encoder is not None:
             if pe is None:
                 raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
             if pe.shape != (x.size(0), self.pe_dim):
                 raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
-            h = h + (self.pe_encoder(pe, batch=batch) if self.pe_kind == "laplacian" else self.pe_encoder(pe))
+            if self.pe_kind == "laplacian":
+                h = h + self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch)
+            else:
+                h = h + self.pe_encoder(pe)
         if self.edge_encoder is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
@@ -170,8 +176,9 @@ class NodeClassifier(nn.Module):
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, pe: Optional[Tensor] = None) -> Tensor:
-        h, _ = self.backbone(x, edge_index, edge_attr, batch, pe)
+                batch: Optional[Tensor] = None, pe: Optional[Tensor] = None, **pe_kwargs) -> Tensor:
+        """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
+        h, _ = self.backbone(x, edge_index, edge_attr, batch, pe, **pe_kwargs)
         return self.head(h)
 
 
@@ -201,12 +208,13 @@ class GraphClassifier(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None) -> Tensor:
+                num_graphs: Optional[int] = None, **pe_kwargs) -> Tensor:
+        """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
         if num_graphs is None:
             num_graphs = int(batch.max()) + 1 if batch.numel() else 1
-        h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs)
+        h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, **pe_kwargs)
         if self.readout == "token":
             g = tokens.mean(dim=1)  # (B, C)
         else:

@@ -79,3 +79,20 @@ def test_model_errors():
     enc = GraphClassifier(2, 8, 1, node_vocab_sizes=[3, 3])
     with pytest.raises(ValueError, match="column 1 has values outside"):
         enc(torch.tensor([[0, 5]]), torch.empty(2, 0, dtype=torch.long))
+
+
+def test_laplacian_pe_end_to_end_masks_padding():
+    from torch_geometric.data import Batch, Data
+
+    from graphattn import AddLaplacianPE
+    t = AddLaplacianPE(4)
+    graphs = [t(Data(x=torch.randn(n, 3), edge_index=path_batch([n])[0], num_nodes=n)) for n in (2, 7)]
+    b = Batch.from_data_list(graphs)
+    model = GraphClassifier(3, 16, 2, num_layers=1, heads=2, pe_dim=4).eval()
+    out = model(b.x, b.edge_index, b.batch, pe=b.lap_pe, pe_eigvals=b.lap_eigval, pe_mask=b.lap_pe_mask)
+    assert out.shape == (2, 2) and torch.isfinite(out).all()
+    # garbage in padded (masked) columns must not change the output
+    pe = b.lap_pe.clone()
+    pe[~b.lap_pe_mask] = 123.0
+    out2 = model(b.x, b.edge_index, b.batch, pe=pe, pe_eigvals=b.lap_eigval, pe_mask=b.lap_pe_mask)
+    assert torch.allclose(out, out2, atol=1e-6)

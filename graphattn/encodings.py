@@ -1,0 +1,313 @@
+"""Positional encodings: Laplacian eigenvectors (transform + encoder), sinusoidal 1-D/2-D, RWSE.
+
+* :class:`AddLaplacianPE` -- transform storing the k non-trivial eigenvectors of the symmetric
+  normalized Laplacian with the smallest eigenvalues (Dwivedi & Bresson 2020), padded and
+  deterministic (PyG's ``AddLaplacianEigenvectorPE`` crashes for k >= N, draws a random sign
+  once at preprocessing time and uses a random ARPACK start vector, PyG #7499).
+* :class:`LapPEEncoder` -- maps the PE to features; flips eigenvector signs at random in every
+  training forward pass (as GraphGPS does), or is sign invariant (SignNet-style phi(v)+phi(-v)).
+* :func:`sinusoidal_pe` / :func:`sinusoidal_pe_2d` -- Transformer encodings for sequences/images.
+* :class:`AddRandomWalkPE` -- PyG's random-walk structural encoding, re-exported. It runs
+  without torch-sparse on this stack (torch 2.13, PyG 2.8.1): a dense ``(N, N)`` matrix for
+  N <= 2000 and torch's own CSR tensors above (both paths tested).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from numbers import Integral
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
+
+__all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "sinusoidal_pe", "sinusoidal_pe_2d"]
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _fix_sign(vecs: np.ndarray) -> np.ndarray:
+    """Make each column's entry of largest magnitude positive (first index wins near-ties)."""
+    if vecs.size == 0:
+        return vecs
+    mag = np.abs(vecs)
+    top = mag.max(axis=0, keepdims=True)
+    first = np.argmax(mag >= top * (1.0 - 1e-6), axis=0)  # (m,) robust to round-off ties
+    sign = np.sign(vecs[first, np.arange(vecs.shape[1])])
+    sign[sign == 0] = 1.0
+    return vecs * sign + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def _blas_controller():
+    try:
+        from threadpoolctl import ThreadpoolController  # ships with scikit-learn
+    except ImportError:  # pragma: no cover
+        return None
+    return ThreadpoolController()  # built once: inspecting the loaded libraries costs ~1 ms
+
+
+def _single_thread_blas(n: int):
+    """Dense eigh of a few hundred nodes is fastest on one thread (50x faster on a busy CPU)."""
+    controller = _blas_controller() if n >= 32 else None
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
+
+
+def _component_eigs(adj, m: int, dense_threshold: int):
+    """The m smallest non-trivial eigenpairs of one connected component (n >= 2 nodes)."""
+    import scipy.sparse as sp
+
+    n = adj.shape[0]
+    dinv = sp.diags(1.0 / np.sqrt(np.asarray(adj.sum(axis=1)).ravel()))
+    lap = (sp.identity(n, format="csr") - dinv @ adj @ dinv).tocsr()
+    if n <= dense_threshold or m + 1 >= n:  # eigsh needs k < n
+        with _single_thread_blas(n):
+            vals, vecs = np.linalg.eigh(lap.toarray())
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        v0 = np.random.default_rng(0).standard_normal(n)  # fixed start vector: deterministic
+        vals, vecs = eigsh(lap, k=m + 1, which="SA", v0=v0)
+        order = np.argsort(vals, kind="stable")
+        vals, vecs = vals[order], vecs[:, order]
+    # Column 0 spans the null space of a connected component (D^{1/2} 1): the trivial one.
+    return np.clip(vals[1:m + 1], 0.0, 2.0), vecs[:, 1:m + 1]
+
+
+class AddLaplacianPE(BaseTransform):
+    r"""Laplacian eigenvector positional encoding ("Benchmarking GNNs", Dwivedi et al. 2020).
+
+    With :math:`L = I - D^{-1/2} A D^{-1/2}` (self-loops removed; :math:`A \leftarrow
+    \max(A, A^T)` unless ``is_undirected``; an isolated node has :math:`L_{ii} = 0`, Chung's
+    convention), stores the eigenvectors of the ``k`` smallest *non-trivial* eigenvalues.
+
+    Conventions (all deterministic: the same graph gives the same bits on every call):
+
+    * **Trivial eigenvectors**: the null space of :math:`L` has one dimension per connected
+      component, so the spectrum is computed per component and the first eigenpair of each
+      (eigenvalue 0) is dropped; the ``k`` smallest remaining eigenvalues over all components
+      are kept (ties by component order). Entries outside a vector's component are 0, so an
+      isolated node gets an all-zero (finite) row.
+    * **Padding**: a graph with fewer than ``k`` non-trivial eigenpairs (e.g. ``N <= k``) gets
+      zero columns at the end, with the eigenvalue 0 and the mask ``False`` there.
+    * **Sign**: each eigenvector is flipped so that its entry of largest magnitude (first
+      index among near-ties) is positive. Random flipping belongs to :class:`LapPEEncoder`.
+    * **Solver**: components with ``<= dense_threshold`` nodes use dense ``numpy.linalg.eigh``;
+      larger ones ``scipy.sparse.linalg.eigsh`` with a fixed start vector. For a repeated
+      eigenvalue the basis of its eigenspace is the solver's (fixed for a fixed solver).
+
+    Use it as a ``pre_transform`` to compute the decomposition once per dataset.
+
+    Args:
+        k (int): number of eigenvectors K.
+        attr_name (str): attribute for the eigenvectors. (default: ``"lap_pe"``)
+        eigval_attr_name (str, optional): attribute for the eigenvalues, broadcast per node so
+            that batching concatenates them; ``None`` to skip. (default: ``"lap_eigval"``)
+        mask_attr_name (str, optional): attribute for the mask; ``None`` to skip.
+            (default: ``"lap_pe_mask"``)
+        is_undirected (bool): skip symmetrising ``A`` (promise that edges come in both
+            directions with equal weights). (default: ``False``)
+        dense_threshold (int): largest component solved densely. (default: ``300``)
+
+    Shapes:
+        adds ``lap_pe`` ``(N, K)`` float32, ``lap_eigval`` ``(N, K)`` float32 (every row equal),
+        ``lap_pe_mask`` ``(N, K)`` bool (False in padded columns). ``data.edge_weight``
+        ``(E,)``, if present, weights the edges (duplicates summed); otherwise ``A`` is binary.
+    """
+
+    def __init__(self, k: int, attr_name: str = "lap_pe", eigval_attr_name: Optional[str] = "lap_eigval",
+                 mask_attr_name: Optional[str] = "lap_pe_mask", is_undirected: bool = False,
+                 dense_threshold: int = 300) -> None:
+        if not isinstance(attr_name, str):
+            raise ValueError(f"attr_name must be a str, got {attr_name!r}")
+        self.k = _check_int("k", k, 1)
+        self.attr_name = attr_name
+        self.eigval_attr_name = eigval_attr_name
+        self.mask_attr_name = mask_attr_name
+        self.is_undirected = is_undirected
+        self.dense_threshold = _check_int("dense_threshold", dense_threshold, 0)
+
+    def _adjacency(self, data: Data, num_nodes: int):
+        import scipy.sparse as sp
+
+        src, dst = data.edge_index.detach().cpu().numpy()
+        weight = getattr(data, "edge_weight", None)
+        w = np.ones(src.shape[0]) if weight is None else weight.detach().cpu().double().numpy().reshape(-1)
+        if w.shape[0] != src.shape[0]:
+            raise ValueError(f"edge_weight must have shape ({src.shape[0]},), got {tuple(weight.shape)}")
+        if (w < 0).any():
+            raise ValueError("edge_weight must be non-negative for a Laplacian PE")
+        keep = src != dst  # self-loops do not change the graph's geometry
+        adj = sp.coo_matrix((w[keep], (dst[keep], src[keep])), shape=(num_nodes, num_nodes)).tocsr()
+        adj.sum_duplicates()
+        if weight is None:
+            adj.data[:] = 1.0
+        if not self.is_undirected:
+            adj = adj.maximum(adj.T).tocsr()
+        adj.eliminate_zeros()
+        return adj
+
+    def forward(self, data: Data) -> Data:
+        num_nodes, k, edge_index = data.num_nodes, self.k, data.edge_index
+        if num_nodes is None:
+            raise ValueError("AddLaplacianPE needs data.num_nodes (or data.x) to be known")
+        pe, eigval, found = np.zeros((num_nodes, k)), np.zeros(k), 0
+        if num_nodes > 1 and edge_index is not None and edge_index.numel() > 0:
+            from scipy.sparse.csgraph import connected_components
+
+            adj = self._adjacency(data, num_nodes)
+            num_comp, labels = connected_components(adj, directed=False)
+            members = np.split(np.argsort(labels, kind="stable"),
+                               np.cumsum(np.bincount(labels, minlength=num_comp))[:-1])
+            vals, cols = [np.zeros(0)], []  # candidate eigenpairs: value, (node ids, vector)
+            for nodes in (m for m in members if m.shape[0] > 1):  # isolated nodes: no pairs
+                v, vec = _component_eigs(adj[nodes][:, nodes], min(k, nodes.shape[0] - 1),
+                                         self.dense_threshold)
+                vals.append(v)
+                cols.extend((nodes, vec[:, j]) for j in range(vec.shape[1]))
+            all_vals = np.concatenate(vals)
+            chosen = np.argsort(all_vals, kind="stable")[:k]  # the k smallest over all components
+            for c, idx in enumerate(chosen):
+                pe[cols[idx][0], c], eigval[c] = cols[idx][1], all_vals[idx]
+            found = chosen.shape[0]
+            pe[:, :found] = _fix_sign(pe[:, :found])
+        device = edge_index.device if edge_index is not None else None
+        data[self.attr_name] = torch.from_numpy(pe).to(device, torch.float32)
+        if self.eigval_attr_name is not None:
+            per_node = np.tile(eigval, (num_nodes, 1))  # (N, K): batching concatenates rows
+            data[self.eigval_attr_name] = torch.from_numpy(per_node).to(device, torch.float32)
+        if self.mask_attr_name is not None:
+            data[self.mask_attr_name] = torch.arange(k, device=device).lt(found).repeat(num_nodes, 1)
+        return data
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(k={self.k})"
+
+
+class LapPEEncoder(nn.Module):
+    r"""Learned encoder of Laplacian PEs (Dwivedi & Bresson 2020; SignNet, Lim et al. 2022).
+
+    Every column j (eigenvector) of node i is embedded by a shared MLP
+    :math:`\phi([v_{ij}, \lambda_j]) \in \mathbb{R}^{C_h}`, padded columns are zeroed, and the
+    K embeddings are concatenated and projected: :math:`\rho(\Vert_j\, m_{ij}\phi_{ij})`.
+    Eigenvector signs are arbitrary, so in training mode each column's sign is flipped at
+    random on every forward pass (independently per graph when ``batch`` is given); in eval
+    mode never. With ``sign_invariant=True``, :math:`\phi(v)+\phi(-v)` is used instead and
+    nothing is flipped.
+
+    Args:
+        k (int): PE dimension K.
+        out_channels (int): output channels.
+        hidden_channels (int, optional): width C_h of phi. (default: ``out_channels``)
+        sign_invariant (bool): use phi(v) + phi(-v). (default: ``False``)
+        use_eigvals (bool): feed the eigenvalue next to each entry. (default: ``True``)
+
+    Shapes:
+        pe ``(N, K)``, eigvals ``(N, K)`` (read as zeros if omitted: pass them when
+        ``use_eigvals``), mask ``(N, K)`` bool (optional; NaN entries in masked columns are
+        fine), batch ``(N,)`` -> ``(N, out_channels)``.
+    """
+
+    def __init__(self, k: int, out_channels: int, hidden_channels: Optional[int] = None,
+                 sign_invariant: bool = False, use_eigvals: bool = True) -> None:
+        super().__init__()
+        self.k = _check_int("k", k, 1)
+        self.out_channels = _check_int("out_channels", out_channels, 1)
+        self.hidden_channels = hidden_channels or out_channels
+        self.sign_invariant = sign_invariant
+        self.use_eigvals = use_eigvals
+        in_per_column = 2 if use_eigvals else 1
+        self.phi = nn.Sequential(nn.Linear(in_per_column, self.hidden_channels), nn.ReLU(),
+                                 nn.Linear(self.hidden_channels, self.hidden_channels))
+        self.rho = nn.Linear(k * self.hidden_channels, out_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for layer in (self.phi[0], self.phi[2], self.rho):
+            layer.reset_parameters()
+
+    def _check(self, name: str, t: Optional[Tensor], n: int) -> None:
+        if t is not None and tuple(t.shape) != (n, self.k):
+            raise ValueError(f"{name} must have shape ({n}, {self.k}) (N, K), got {tuple(t.shape)}")
+
+    def forward(self, pe: Tensor, eigvals: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None) -> Tensor:
+        if pe.dim() != 2 or pe.size(1) != self.k:
+            raise ValueError(f"pe must have shape (N, {self.k}) (N, K), got {tuple(pe.shape)}")
+        n = pe.size(0)
+        self._check("eigvals", eigvals, n)
+        self._check("mask", mask, n)
+        if batch is not None and tuple(batch.shape) != (n,):
+            raise ValueError(f"batch must have shape ({n},), got {tuple(batch.shape)}")
+        if mask is not None:
+            mask = mask.bool()
+            pe = torch.where(mask, pe, torch.zeros_like(pe))  # also clears NaN padding
+        if self.training and not self.sign_invariant:
+            num_graphs = int(batch.max()) + 1 if batch is not None and n > 0 else 1
+            sign = torch.randint(0, 2, (num_graphs, self.k), device=pe.device).to(pe.dtype) * 2 - 1
+            pe = pe * (sign[batch] if batch is not None else sign)  # (N, K)
+        feats = [pe.unsqueeze(-1)]  # (N, K, 1)
+        if self.use_eigvals:
+            lam = torch.zeros_like(pe) if eigvals is None else eigvals
+            lam = lam if mask is None else torch.where(mask, lam, torch.zeros_like(lam))
+            feats.append(lam.unsqueeze(-1).to(pe.dtype))
+        h = torch.cat(feats, dim=-1)  # (N, K, 1 or 2)
+        out = self.phi(h)  # (N, K, C_h)
+        if self.sign_invariant:
+            out = out + self.phi(torch.cat([-h[..., :1], h[..., 1:]], dim=-1))
+        if mask is not None:
+            out = out * mask.unsqueeze(-1).to(out.dtype)  # padded columns contribute nothing
+        return self.rho(out.reshape(n, self.k * self.hidden_channels))  # (N, out_channels)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.k}, {self.out_channels}, "
+                f"sign_invariant={self.sign_invariant})")
+
+
+def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
+                  dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+    r"""Transformer sinusoidal encoding ("Attention Is All You Need", Vaswani et al. 2017).
+
+    :math:`PE_{p,2i} = \sin(p / b^{2i/C})`, :math:`PE_{p,2i+1} = \cos(p / b^{2i/C})`.
+
+    Shapes: returns ``(length, channels)``; ``channels`` must be even.
+    """
+    length = _check_int("length", length, 0)
+    if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 2 or channels % 2:
+        raise ValueError(f"channels must be a positive even int, got {channels!r}")
+    if not base > 0:
+        raise ValueError(f"base must be > 0, got {base!r}")
+    pos = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (L, 1)
+    freq = torch.exp(torch.arange(0, channels, 2, dtype=torch.float64, device=device)
+                     * (-math.log(base) / channels))  # (C/2,)
+    pe = torch.empty(length, channels, dtype=torch.float64, device=device)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)
+    return pe.to(dtype)
+
+
+def sinusoidal_pe_2d(height: int, width: int, channels: int, base: float = 10000.0, *,
+                     dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+    r"""2-D sinusoidal encoding for an image grid (as in MAE / ViT variants).
+
+    The first ``channels / 2`` channels are :func:`sinusoidal_pe` of the row, the rest of the
+    column. Nodes are in row-major order: node ``r * width + c`` is pixel ``(r, c)``.
+
+    Shapes: returns ``(height * width, channels)``; ``channels`` must be divisible by 4.
+    """
+    if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 4 or channels % 4:
+        raise ValueError(f"channels must be a positive multiple of 4 (half row, half column, each "
+                         f"even), got {channels!r}")
+    height, width = _check_int("height", height, 0), _check_int("width", width, 0)
+    half = channels // 2
+    rows = sinusoidal_pe(height, half, base, dtype=dtype, device=device)  # (H, C/2)
+    cols = sinusoidal_pe(width, half, base, dtype=dtype, device=device)  # (W, C/2)
+    return torch.cat([rows.repeat_interleave(width, dim=0), cols.repeat(height, 1)], dim=1)
