@@ -1,0 +1,206 @@
+"""Graph-level datasets: DGCNN/GIN text format, fold files, ego-net JSON, TU wrapper."""
+import gzip
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from graphattn.data.download import DataFileError
+from graphattn.data.tu import (GraphList, add_structural_features, load_ego_json,
+                               load_social_graph_dataset, load_tu_dataset, load_tu_folds,
+                               load_tu_text, stratified_folds)
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "social"
+DATA = Path(os.environ.get("GRAPHATTN_DATA", "/nonexistent"))
+
+
+def check_graphs(graphs):
+    for d in graphs:
+        ei, n = d.edge_index, d.num_nodes
+        if ei.numel():
+            assert int(ei.min()) >= 0 and int(ei.max()) < n
+        key = ei[0] * n + ei[1]
+        assert torch.unique(key).numel() == key.numel()
+        assert torch.equal(torch.sort(key).values, torch.sort(ei[1] * n + ei[0]).values)
+        assert not bool((ei[0] == ei[1]).any())
+
+
+def check_folds(folds, n):
+    assert folds
+    for tr, te in folds:
+        both = torch.cat([tr, te])
+        assert both.numel() == n and torch.equal(torch.sort(both).values, torch.arange(n))
+    tests = torch.cat([te for _, te in folds])
+    assert torch.unique(tests).numel() == tests.numel()             # test sets disjoint
+    # they cover every graph, except that DGCNN's MUTAG/PTC files use floor(n/10) test
+    # graphs per fold, so n % 10 graphs (8 / 4) are never tested
+    assert tests.numel() >= n - n % len(folds)
+
+
+# --------------------------------------------------------------------- fixtures
+
+def test_tiny_text_format():
+    gs = load_tu_text(FIX / "tiny_tu.txt")
+    assert isinstance(gs, GraphList) and len(gs) == 3
+    assert gs.label_values == [0, 2] and gs.num_classes == 2
+    assert gs.y.tolist() == [0, 1, 0]                      # {0, 2} -> {0, 1}
+    assert [d.num_nodes for d in gs] == [3, 2, 4]
+    assert [d.edge_index.size(1) for d in gs] == [6, 2, 4]  # self-loop 1-1 dropped
+    assert gs.num_self_loops_removed == 1
+    assert gs[0].tag.tolist() == [0, 1, 0] and gs.num_tags == 2
+    assert gs[0].x.tolist() == [[1, 0], [0, 1], [1, 0]]     # one-hot tags when > 1 tag
+    check_graphs(gs)
+    kept = load_tu_text(FIX / "tiny_tu.txt", remove_self_loops=False)
+    assert kept[2].edge_index.size(1) == 5 and kept.num_self_loops_removed == 0
+
+
+def test_gzip_attrs_asym_and_single_tag(tmp_path):
+    gz = tmp_path / "T.txt.gz"
+    gz.write_bytes(gzip.compress((FIX / "tiny_tu.txt").read_bytes()))
+    a, b = load_tu_text(gz), load_tu_text(FIX / "tiny_tu.txt")
+    assert all(torch.equal(x.edge_index, y.edge_index) for x, y in zip(a, b))
+    at = load_tu_text(FIX / "tiny_tu_attr.txt")
+    assert at[0].node_attr.tolist() == [[0.5, 1.0], [0.25, -2.0]]
+    assert at[1].node_attr.tolist() == [[15.0, 0.0]] and at[1].edge_index.size(1) == 0
+    asym = load_tu_text(FIX / "tiny_tu_asym.txt")
+    assert sorted(map(tuple, asym[0].edge_index.t().tolist())) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+    loop = load_tu_text(FIX / "tiny_tu_selfloop.txt")
+    assert loop[0].x is None and loop.num_tags == 1 and loop.label_values == [5]
+    assert loop[0].edge_index.tolist() == [[0, 1], [1, 0]]
+
+
+@pytest.mark.parametrize("text,match", [
+    (None, "truncated"),
+    ("1\n2 0\n0 1 5\n0 1 0\n", "out of range"),
+    ("1\n2 0\n0 3 1\n0 1 0\n", "declares 3 neighbours"),
+    ("2\n1 0\n0 0\n", "truncated"),
+    ("1\n1 0\n0 0\n1 0\n", "lines left"),
+])
+def test_malformed_text_files(tmp_path, text, match):
+    f = FIX / "tiny_tu_truncated.txt"
+    if text is not None:
+        f = tmp_path / "bad.txt"
+        f.write_text(text)
+    with pytest.raises(DataFileError, match=match):
+        load_tu_text(f)
+
+
+def test_fold_files(tmp_path):
+    folds = load_tu_folds(FIX / "tu_folds", num_graphs=3)
+    assert len(folds) == 3
+    check_folds(folds, 3)
+    bad = tmp_path / "10fold_idx"
+    bad.mkdir()
+    (bad / "train_idx-1.txt").write_text("0\n1\n")
+    (bad / "test_idx-1.txt").write_text("1\n2\n")
+    with pytest.raises(DataFileError, match="overlap"):
+        load_tu_folds(tmp_path)
+    with pytest.raises(DataFileError, match="out of range"):
+        load_tu_folds(tmp_path, num_graphs=2)
+
+
+def test_stratified_folds():
+    y = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
+    folds = stratified_folds(y, 10, seed=0)
+    check_folds(folds, 100)
+    assert all(torch.bincount(y[te], minlength=3).tolist() == [6, 3, 1] for _, te in folds)
+
+
+def test_ego_json_plain_and_zip(tmp_path):
+    gs = load_ego_json(FIX / "tiny_ego_graphs.json", FIX / "tiny_ego_target.csv")
+    assert len(gs) == 2 and gs.y.tolist() == [1, 0]       # ordered by graph id
+    assert [d.num_nodes for d in gs] == [2, 3] and gs.num_self_loops_removed == 1
+    check_graphs(gs)
+    z = tmp_path / "egos.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.write(FIX / "tiny_ego_graphs.json", "egos/g.json")
+        zf.write(FIX / "tiny_ego_target.csv", "egos/t.csv")
+    gz = load_ego_json(z, "egos/t.csv")
+    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(gs, gz))
+
+
+def test_structural_features():
+    gs = load_tu_text(FIX / "tiny_tu.txt")
+    add_structural_features(gs, max_degree=1, rw_steps=3)
+    assert gs[0].x.shape == (3, 2 + 2 + 1 + 3)             # tags + onehot(deg<=1) + log + rw
+    gs = load_tu_text(FIX / "tiny_tu_selfloop.txt")
+    add_structural_features(gs, max_degree=None, degree="onehot", rw_steps=0)
+    assert gs[0].x.tolist()[2] == [1.0, 0.0, 0.0]           # isolated node: degree 0
+    assert gs[0].feature_source == "structural"
+
+
+def test_tu_original_format_wrapper(tmp_path):
+    raw = tmp_path / "TINY" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "TINY_A.txt").write_text("1, 2\n2, 1\n2, 3\n3, 2\n4, 5\n5, 4\n")
+    (raw / "TINY_graph_indicator.txt").write_text("1\n1\n1\n2\n2\n")
+    (raw / "TINY_graph_labels.txt").write_text("-1\n1\n")
+    ds = load_tu_dataset(tmp_path, "TINY")
+    assert len(ds) == 2 and ds[0].num_nodes == 3 and ds[1].y.tolist() == [1]
+    gl = add_structural_features(list(ds), max_degree=2, rw_steps=2)
+    assert gl[0].x.shape == (3, 3 + 1 + 2)
+
+
+# --------------------------------------------------------------------- real data (MANIFEST)
+
+SETS = [  # name, folder, graphs, nodes, undirected edges (no self-loops), label counts
+    ("imdb-binary", "imdb_binary", 1000, 19773, 96531, [500, 500]),
+    ("mutag", "mutag", 188, 3371, 3721, [63, 125]),
+    ("ptc", "ptc", 344, 8792, 8931, [192, 152]),
+    ("nci1", "nci1", 4110, 122747, 132753, [2053, 2057]),
+    ("reddit-binary", "reddit_binary", 2000, 859254, 995508, [1000, 1000]),
+    ("deezer-ego", "deezer_ego_nets", 9629, 226213, 628303, [5470, 4159]),
+    # 247,549 listed pairs incl. 1,365 self-loops
+    ("reddit-threads", "reddit_threads_10k", 10000, 237390, 247549 - 1365, [4843, 5157]),
+    pytest.param("collab", "collab", 5000, 372474, 12286079, [2600, 775, 1625],
+                 marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name,folder,g,n,e,counts", SETS)
+def test_graph_dataset_counts(name, folder, g, n, e, counts):
+    if not (DATA / folder).is_dir():
+        pytest.skip(f"{folder} not under $GRAPHATTN_DATA")
+    t = time.perf_counter()
+    gs = load_social_graph_dataset(name, root=DATA, download=False)
+    print(f"{name}: loaded in {time.perf_counter() - t:.2f}s")
+    assert len(gs) == g
+    assert sum(d.num_nodes for d in gs) == n
+    assert sum(d.edge_index.size(1) for d in gs) == 2 * e
+    assert torch.bincount(gs.y).tolist() == counts
+    check_folds(gs.folds, g)
+    check_graphs(gs[:50])
+    if name == "collab":
+        assert gs.num_self_loops_removed == 2837
+
+
+def test_text_set_download_and_extract(tmp_path, monkeypatch):
+    import graphattn.data.tu as tu
+
+    up = tmp_path / "upstream"
+    up.mkdir()
+    with zipfile.ZipFile(up / "IMDBMULTI.zip", "w") as zf:       # the IHGNN zip layout
+        zf.write(FIX / "tiny_tu.txt", "IMDBMULTI/IMDBMULTI.txt")
+        for f in (FIX / "tu_folds" / "10fold_idx").iterdir():
+            zf.write(f, f"IMDBMULTI/10fold_idx/{f.name}")
+        zf.writestr("__MACOSX/IMDBMULTI/._IMDBMULTI.txt", "junk")
+    monkeypatch.setattr(tu, "_IHGNN", up.as_uri())
+    root = tmp_path / "root"
+    with pytest.warns(UserWarning, match="expected 1500"):
+        gs = load_social_graph_dataset("imdb-multi", root=root)
+    assert len(gs) == 3 and len(gs.folds) == 3
+    assert (root / "imdb_multi" / "IMDBMULTI" / "IMDBMULTI.txt").is_file()
+    assert not (root / "imdb_multi" / "__MACOSX").exists()
+    with pytest.warns(UserWarning):
+        again = load_social_graph_dataset("imdb-multi", root=root, download=False)
+    assert [d.num_nodes for d in again] == [3, 2, 4]
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(DataFileError, match="IMDBMULTI"):
+        load_social_graph_dataset("imdb-multi", root=tmp_path, download=False)
+    with pytest.raises(KeyError):
+        load_social_graph_dataset("nope")
