@@ -7,6 +7,7 @@ the right one (by dataset name, by input-file option, or by the checkpoint's ``p
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -27,6 +28,9 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None, help="output folder (metrics.json, best.pt, last.pt)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g.add_argument("--distributed", action="store_true",
+                   help="data-parallel training across the processes started by torchrun "
+                        "(gloo on CPU, NCCL on GPU); only rank 0 writes files")
     g.add_argument("--limit", type=int, default=None, help="use only the first N molecules/graphs (smoke runs)")
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
@@ -77,6 +81,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     from . import molecule_tasks, social_tasks
 
     if args.command == "train":
+        if args.distributed:
+            from . import distributed
+
+            if "WORLD_SIZE" not in os.environ:
+                print("graphattn train --distributed must be launched by torchrun, e.g. "
+                      "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
+                return 2
+            distributed.init_from_env()
         if molecule_tasks.handles(args):
             return molecule_tasks.train(args)
         if social_tasks.handles(args):

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import distributed as D
 from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
 __all__ = ["TASK_KINDS", "set_seed", "task_loss", "compute_metrics", "evaluate", "fit",
@@ -176,6 +177,10 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         meta: plain-data metadata stored in every checkpoint and in ``metrics.json``.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
+    Under ``torch.distributed`` (see :mod:`graphattn.distributed`) the model is wrapped in
+    ``DistributedDataParallel``, the training batches are sharded with the global batch kept,
+    the logged loss is averaged over ranks and only rank 0 logs and writes files.
+
     Returns: ``{"best_epoch", "epochs_run", "val": {...}, "test": {...}, "train": {...},
     "history": [...], "seconds_per_epoch"}`` with the best model's weights loaded into ``model``.
     """
@@ -185,12 +190,19 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     log = log or tqdm.write  # prints above the progress bar instead of through it
     key, higher = PRIMARY[kind]
     set_seed(seed)
+    main = D.is_main()
+    if not main:
+        log, progress = (lambda _msg: None), False
+    net = model  # the module whose weights are saved; `model` may become its DDP wrapper
+    train_loader, sampler = D.shard_loader(loaders["train"], seed=seed)
+    if D.is_distributed():
+        model = nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     out_dir = Path(out_dir) if out_dir is not None else None
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
-        model.load_state_dict(ck["model"])
+        net.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         start, history = ck["epoch"] + 1, ck["history"]
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
@@ -205,8 +217,10 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             break
         t0 = time.perf_counter()
         model.train()
+        if sampler is not None:
+            sampler.set_epoch(epoch)
         total, count = 0.0, 0
-        for batch in loaders["train"]:
+        for batch in train_loader:
             logits, y = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             opt.zero_grad(set_to_none=True)
@@ -215,22 +229,23 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
                 nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
             total, count = total + float(loss.detach()) * y.size(0), count + y.size(0)
+        total, count = D.all_reduce_sum(total, count)
         rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
         for split in ("val", "test"):
             if split in loaders:
-                rec[split] = evaluate(model, loaders[split], forward, kind, split, pos_weight)
+                rec[split] = evaluate(net, loaders[split], forward, kind, split, pos_weight)
         history.append(rec)
         score = rec.get("val", {}).get(key, -rec["loss"] if higher else rec["loss"])
         improved = _better(score, best["score"], higher)
         if improved:
             best.update(score=score, epoch=epoch,
-                        state={k: v.detach().clone() for k, v in model.state_dict().items()})
+                        state={k: v.detach().clone() for k, v in net.state_dict().items()})
         msg = f"Epoch {epoch:03d} | loss {rec['loss']:.4f}"
         msg += "".join(" | " + _fmt(s, rec[s], key) for s in ("val", "test") if s in rec)
         log(msg + f" | {rec['seconds']:.1f}s")
         bar.set_postfix(loss=f"{rec['loss']:.3f}", best=f"{best['score']:.3f}")
-        if out_dir is not None:
-            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+        if out_dir is not None and main:
+            state = {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
                      "history": history, "best_score": best["score"], "best_epoch": best["epoch"],
                      "rng": _rng_state(), "meta": meta or {}}
             if improved:
@@ -238,13 +253,13 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             save_checkpoint(out_dir / "last.pt", state)
     bar.close()
     if best["state"] is not None:
-        model.load_state_dict(best["state"])
+        net.load_state_dict(best["state"])
     summary = {"best_epoch": best["epoch"], "epochs_run": len(history), "history": history,
                "seconds_per_epoch": float(np.mean([h["seconds"] for h in history])) if history else 0.0}
     for split, loader in loaders.items():
-        summary[split] = evaluate(model, loader, forward, kind, split, pos_weight)
+        summary[split] = evaluate(net, loader, forward, kind, split, pos_weight)
     if meta:
         summary["meta"] = meta
-    if out_dir is not None:
+    if out_dir is not None and main:
         (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=float))
     return summary
