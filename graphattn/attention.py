@@ -5,6 +5,7 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .csr import to_csr
@@ -112,15 +113,20 @@ class GraphSelfAttention(nn.Module):
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the layer has no edge_dim; "
                              "build it with edge_dim=D to use edge features")
-        proj = self.lin_qkv(x)
+        # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
+        # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
+        n_proj = 3 if self.score == "dot" else 2
+        W, b = self.lin_qkv.weight.chunk(n_proj), (self.lin_qkv.bias.chunk(n_proj)
+                                                   if self.lin_qkv.bias is not None else [None] * n_proj)
+        parts = [F.linear(x, W[i], b[i]).view(N, H, C) for i in range(n_proj)]  # n x (N, H, C)
         if self.score == "dot":
-            q, k, v = proj.view(N, 3, H, C).unbind(1)  # 3 x (N, H, C)
+            q, k, v = parts
             res = edge_attention(q, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
                                  edge_value=edge_kv, dropout=self.dropout, training=self.training,
                                  return_attention_weights=return_attention_weights, batch=batch,
                                  impl=self.impl)
         else:
-            xr, xl = proj.view(N, 2, H, C).unbind(1)  # target part, source part: (N, H, C)
+            xr, xl = parts  # target part, source part
             res = edge_attention(xr, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
                                  score="additive", att=self.att, negative_slope=self.negative_slope,
                                  dropout=self.dropout, training=self.training,
