@@ -1,0 +1,157 @@
+"""SMILES -> PyG graphs: categorical atom and bond features (RDKit imported lazily).
+
+Follows the OGB / PyG ``from_smiles`` atom feature set, re-implemented rather than reused.
+PyG's ``torch_geometric.utils.from_smiles`` was checked (PyG 2.8): it has atom ring
+membership, but (a) no ring flag on bonds, (b) it turns an invalid SMILES silently into an
+empty graph, (c) it looks values up with ``list.index`` in fixed lists, so values outside
+them (e.g. newer RDKit enums such as ``SP2D`` hybridization or atropisomer bond stereo)
+raise ``ValueError``, and (d) it turns off RDKit logging for the whole process. Here every
+column has an "other" bucket (the last index), bonds carry ring membership, invalid SMILES
+raise :class:`InvalidSmilesError` with RDKit's reason, and RDKit's console output is
+blocked only while we call it (``rdBase.BlockLogs``).
+
+Node ``i`` of a graph is RDKit atom ``i`` of ``Chem.MolFromSmiles(smiles)`` (implicit
+hydrogens are not nodes), so atom-level outputs can be drawn on the molecule.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+from torch_geometric.data import Data
+
+__all__ = [
+    "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
+    "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
+    "mol_to_data", "smiles_to_data",
+]
+
+#: Bump whenever the features below (or their order / vocabularies) change: processed
+#: caches and checkpoints are keyed by it.
+FEATURIZER_VERSION = "1"
+
+_CHIRALITY = {k: i for i, k in enumerate(
+    ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW"])}
+_HYBRIDIZATION = {k: i for i, k in enumerate(
+    ["S", "SP", "SP2", "SP3", "SP3D", "SP3D2", "UNSPECIFIED"])}
+_BOND_TYPE = {k: i for i, k in enumerate(["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"])}
+_BOND_STEREO = {k: i for i, k in enumerate(
+    ["STEREONONE", "STEREOZ", "STEREOE", "STEREOCIS", "STEREOTRANS", "STEREOANY"])}
+
+#: Columns of ``data.x`` (all int64 categories; the last index of each is "other").
+ATOM_FEATURE_NAMES = ["atomic_num", "degree", "formal_charge", "chirality", "hybridization",
+                      "is_aromatic", "num_hs", "is_in_ring", "num_radical_electrons"]
+#: Number of categories per atom column: atomic number 0..118 (0 = dummy ``*``), total
+#: degree 0..10, formal charge -5..+5, chirality, hybridization, aromatic, total H 0..8,
+#: in ring, radical electrons 0..4 -- each plus one "other" bucket (not the booleans).
+ATOM_FEATURE_DIMS = [120, 12, 12, len(_CHIRALITY) + 1, len(_HYBRIDIZATION) + 1, 2, 10, 2, 6]
+#: Columns of ``data.edge_attr``.
+BOND_FEATURE_NAMES = ["bond_type", "is_conjugated", "is_in_ring", "stereo"]
+BOND_FEATURE_DIMS = [len(_BOND_TYPE) + 1, 2, 2, len(_BOND_STEREO) + 1]
+
+
+class InvalidSmilesError(ValueError):
+    """RDKit cannot turn a SMILES string into a molecule; ``.reason`` says why."""
+
+    def __init__(self, smiles, reason: str):
+        super().__init__(f"invalid SMILES {smiles!r}: {reason}")
+        self.smiles, self.reason = smiles, reason
+
+
+class InvalidSmilesWarning(UserWarning):
+    """A dataset skipped rows whose SMILES RDKit cannot parse (see ``dataset.skipped``)."""
+
+
+def _bucket(value: int, lo: int, hi: int) -> int:
+    return value - lo if lo <= value <= hi else hi - lo + 1
+
+
+def _atom_features(atom) -> List[int]:
+    return [
+        _bucket(atom.GetAtomicNum(), 0, 118),
+        _bucket(atom.GetTotalDegree(), 0, 10),
+        _bucket(atom.GetFormalCharge(), -5, 5),
+        _CHIRALITY.get(str(atom.GetChiralTag()), len(_CHIRALITY)),
+        _HYBRIDIZATION.get(str(atom.GetHybridization()), len(_HYBRIDIZATION)),
+        int(atom.GetIsAromatic()),
+        _bucket(atom.GetTotalNumHs(), 0, 8),
+        int(atom.IsInRing()),
+        _bucket(atom.GetNumRadicalElectrons(), 0, 4),
+    ]
+
+
+def _bond_features(bond) -> List[int]:
+    return [
+        _BOND_TYPE.get(str(bond.GetBondType()), len(_BOND_TYPE)),
+        int(bond.GetIsConjugated()),
+        int(bond.IsInRing()),
+        _BOND_STEREO.get(str(bond.GetStereo()), len(_BOND_STEREO)),
+    ]
+
+
+def parse_smiles(smiles):
+    """SMILES → sanitized ``rdkit.Chem.Mol``; raises :class:`InvalidSmilesError` with the reason.
+
+    Empty or non-string input, syntax errors, sanitization failures (e.g. the hypervalent
+    ``[AlH3]`` entries of Tox21) and molecules without atoms are all invalid. We do not
+    fall back to ``sanitize=False``: an unsanitized molecule has no ring, aromaticity or
+    hybridization perception, so its features would not mean what they mean elsewhere.
+    """
+    from rdkit import Chem, rdBase
+
+    if not isinstance(smiles, str) or not smiles.strip():
+        raise InvalidSmilesError(smiles, "empty SMILES")
+    text = smiles.strip()
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:  # diagnose: syntax error, or which sanitization step failed
+            raw = Chem.MolFromSmiles(text, sanitize=False)
+            if raw is None:
+                raise InvalidSmilesError(smiles, "SMILES syntax error")
+            try:
+                Chem.SanitizeMol(raw)
+                reason = "RDKit could not sanitize the molecule"
+            except Exception as exc:  # RDKit raises several exception types
+                reason = f"{type(exc).__name__}: {exc}"
+            raise InvalidSmilesError(smiles, reason)
+    if mol.GetNumAtoms() == 0:
+        raise InvalidSmilesError(smiles, "no atoms")
+    return mol
+
+
+def mol_to_data(mol) -> Data:
+    """``rdkit.Chem.Mol`` → ``Data(x (N, 9) int64, edge_index (2, E), edge_attr (E, 4) int64)``.
+
+    Each bond gives two directed edges with the same features; edges are sorted by
+    (source, target). Molecules without bonds get ``edge_index`` of shape ``(2, 0)``.
+    """
+    x = torch.tensor([_atom_features(a) for a in mol.GetAtoms()],
+                     dtype=torch.long).view(-1, len(ATOM_FEATURE_DIMS))  # (N, 9)
+    src, dst, attr = [], [], []
+    for bond in mol.GetBonds():
+        i, j, f = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), _bond_features(bond)
+        src += [i, j]
+        dst += [j, i]
+        attr += [f, f]
+    edge_index = torch.tensor([src, dst], dtype=torch.long).view(2, -1)  # (2, E)
+    edge_attr = torch.tensor(attr, dtype=torch.long).view(-1, len(BOND_FEATURE_DIMS))  # (E, 4)
+    if edge_index.numel() > 0:
+        perm = (edge_index[0] * x.size(0) + edge_index[1]).argsort()
+        edge_index, edge_attr = edge_index[:, perm], edge_attr[perm]
+    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr)
+
+
+def smiles_to_data(smiles: str, y=None) -> Data:
+    """SMILES → PyG ``Data`` with ``x``, ``edge_index``, ``edge_attr``, ``smiles`` (and ``y``).
+
+    Raises :class:`InvalidSmilesError` (a ``ValueError``) when RDKit cannot parse or
+    sanitize the SMILES; datasets catch it, skip the row and report it. ``y`` (T values,
+    NaN = missing label) is stored as a float32 tensor of shape ``(1, T)``.
+    Feature columns: :data:`ATOM_FEATURE_NAMES` / :data:`BOND_FEATURE_NAMES`, with
+    cardinalities :data:`ATOM_FEATURE_DIMS` / :data:`BOND_FEATURE_DIMS`.
+    """
+    data = mol_to_data(parse_smiles(smiles))
+    data.smiles = smiles.strip()
+    if y is not None:
+        data.y = torch.as_tensor(y, dtype=torch.float32).reshape(1, -1)  # (1, T)
+    return data
