@@ -1,0 +1,255 @@
+"""The molecule pipeline shared by the CLI (:mod:`graphattn.molecule_tasks`) and the examples:
+dataset → split → model → :func:`graphattn.train.fit` → per-task metrics, and checkpoint →
+model → probabilities.
+
+Every model is described by a plain ``{"class", "kwargs"}`` spec (:func:`model_spec`), stored
+in checkpoints with the featurizer version, the task names and the PE size, so that
+:func:`load_model` rebuilds it from the file alone.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "load_dataset", "split_indices", "model_spec",
+           "build_model", "forward", "pe_inputs", "split_metrics", "run_training", "load_model", "featurize",
+           "predict_proba"]
+
+SPLITS = ("scaffold", "random", "balanced_scaffold")
+BASELINES = ("none", "gine", "gat")
+#: Defaults for Tox21-sized sets on a small CPU: ~15 s per epoch of our model on one idle core,
+#: so a few minutes per run. The README results table uses exactly these.
+DEFAULTS = dict(epochs=15, lr=1e-3, weight_decay=0.0, batch_size=64, patience=5, hidden=64, layers=3,
+                heads=4, dropout=0.1, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean")
+
+
+# ----------------------------------------------------------------------------- data
+def cache_dir() -> Optional[Path]:
+    """Where processed molecules go: the data root if it is writable (by its mode bits, which
+    also protects read-only shared folders from root), else ``~/.cache/graphattn``."""
+    from .data import data_root
+
+    root = data_root()
+    try:
+        writable = bool(os.stat(root).st_mode & stat.S_IWUSR) if root.exists() else True
+    except OSError:
+        writable = False
+    return None if writable else Path.home() / ".cache" / "graphattn"
+
+
+def _pe_transform(k: int):
+    if not k:
+        return None
+    from .encodings import AddLaplacianPE
+
+    return AddLaplacianPE(k)
+
+
+class _SelectTasks:
+    """Transform keeping the label columns ``cols`` of ``data.y``."""
+
+    def __init__(self, cols: Sequence[int]):
+        self.cols = list(cols)
+
+    def __call__(self, data):
+        data = data.clone()
+        data.y = data.y[:, self.cols]
+        return data
+
+
+def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
+                 tasks: Optional[Sequence[str]] = None, pe_dim: int = 0, limit: Optional[int] = None,
+                 log: bool = True):
+    """A toxicity set or a CSV as a featurized dataset (first ``limit`` molecules) with
+    ``task_names`` set to the tasks used. Laplacian PE is a ``pre_transform`` (cached)."""
+    from .data.molecules import MoleculeCSVDataset, ToxicityDataset
+
+    pre = _pe_transform(pe_dim)
+    if csv_path is not None:
+        ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=tasks, pre_transform=pre,
+                                cache_dir=cache_dir(), log=log)
+        names = list(ds.task_names)
+    else:
+        ds = ToxicityDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log)
+        names = list(ds.task_names)
+        if tasks:
+            unknown = [t for t in tasks if t not in names]
+            if unknown:
+                raise ValueError(f"unknown tasks {unknown} for {name}; tasks are {names}")
+            ds.transform = _SelectTasks([names.index(t) for t in tasks])
+            names = list(tasks)
+    full = ds
+    if limit is not None:
+        ds = ds[:limit]
+    ds.task_names, ds.skipped, ds.num_rows = names, full.skipped, full.num_rows
+    return ds
+
+
+def split_indices(ds, split: str, seed: int) -> Tuple[Tensor, Tensor, Tensor]:
+    from .data.splits import balanced_scaffold_split, random_split, scaffold_split
+
+    if split == "scaffold":
+        return scaffold_split(ds.smiles)
+    if split == "balanced_scaffold":
+        return balanced_scaffold_split(ds.smiles, seed=seed)
+    if split == "random":
+        return random_split(len(ds), seed=seed)
+    raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+
+
+# ----------------------------------------------------------------------------- models
+def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any]) -> Dict[str, Any]:
+    """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints)."""
+    from .data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
+
+    common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=hp["hidden"], num_tasks=num_tasks,
+                  num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"],
+                  edge_dim=len(BOND_FEATURE_DIMS), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
+                  edge_vocab_sizes=list(BOND_FEATURE_DIMS))
+    if baseline == "none":
+        return {"class": "GraphClassifier",
+                "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
+                               pe_kind=hp["pe_kind"], readout=hp["readout"])}
+    if baseline in ("gine", "gat"):
+        return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
+    raise ValueError(f"--baseline must be one of {BASELINES} for molecules, got {baseline!r}")
+
+
+def build_model(spec: Dict[str, Any]) -> nn.Module:
+    from .models import GraphClassifier
+    from .molecule_baselines import MPNNBaseline
+
+    classes = {"GraphClassifier": GraphClassifier, "MPNNBaseline": MPNNBaseline}
+    if spec["class"] not in classes:
+        raise ValueError(f"unknown model class {spec['class']!r}; expected one of {sorted(classes)}")
+    return classes[spec["class"]](**spec["kwargs"])
+
+
+def forward(model: nn.Module, batch, split: str = "test") -> Tuple[Tensor, Tensor]:
+    """The ``forward`` of :func:`graphattn.train.fit` for mini-batches of molecules."""
+    batch = batch.to(next(model.parameters()).device)
+    logits = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr, num_graphs=batch.num_graphs,
+                   **pe_inputs(batch))
+    return logits, batch.y
+
+
+def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
+    """The Laplacian PE attributes of ``data`` as model keyword arguments."""
+    return {"pe": getattr(data, "lap_pe", None), "pe_eigvals": getattr(data, "lap_eigval", None),
+            "pe_mask": getattr(data, "lap_pe_mask", None)}
+
+
+def split_metrics(model: nn.Module, loader, task_names: List[str]) -> Dict[str, Any]:
+    from .metrics import mean_over_valid, pr_auc_per_task, roc_auc_per_task
+
+    model.eval()
+    with torch.no_grad():
+        pairs = [forward(model, b) for b in loader]
+    if not pairs:
+        return {"roc_auc": None, "pr_auc": None, "num_molecules": 0}
+    prob = torch.sigmoid(torch.cat([p[0] for p in pairs]).float().cpu())
+    y = torch.cat([p[1] for p in pairs]).float().cpu().view_as(prob)
+    roc, pr = roc_auc_per_task(y, prob), pr_auc_per_task(y, prob)
+    clean = lambda v: None if v != v else float(v)  # noqa: E731 (NaN -> None for JSON)
+    return {"roc_auc": clean(mean_over_valid(roc)), "pr_auc": clean(mean_over_valid(pr)),
+            "tasks_evaluated": int((roc == roc).sum()), "num_molecules": int(y.size(0)),
+            "roc_auc_per_task": {t: clean(v) for t, v in zip(task_names, roc)},
+            "pr_auc_per_task": {t: clean(v) for t, v in zip(task_names, pr)}}
+
+
+def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, seed: int = 0,
+                 pos_weight: bool = False, out_dir=None, resume: bool = False,
+                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
+    """Train one model on one split with :func:`graphattn.train.fit`; return its metrics
+    (per-task and mean ROC-AUC / PR-AUC of every split, best epoch, history, ...) and the
+    trained ``model`` (best epoch's weights). Checkpoints in ``out_dir`` carry ``meta``
+    (``pipeline``, ``model``, ``featurizer_version``, ``task_names``, ``pe`` are filled in)."""
+    from torch_geometric.loader import DataLoader
+
+    from .metrics import compute_pos_weight
+    from .train import fit, set_seed
+
+    from .data.molecules import FEATURIZER_VERSION
+
+    meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
+            "task_names": list(ds.task_names), "pe": {"kind": "laplacian", "k": spec["kwargs"].get("pe_dim", 0)},
+            "hparams": hp, **(meta or {})}
+    set_seed(seed)
+    model = build_model(spec)
+    model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    parts = dict(zip(("train", "val", "test"), split_idx))
+    loaders = {s: DataLoader(ds[idx], batch_size=hp["batch_size"], shuffle=(s == "train"))
+               for s, idx in parts.items() if len(idx) > 0}
+    pw = None
+    if pos_weight:
+        pw = compute_pos_weight(torch.cat([d.y for d in ds[parts["train"]]]))
+        pw = pw.to(next(model.parameters()).device)
+    res = fit(model, loaders, forward, kind="binary", epochs=hp["epochs"], lr=hp["lr"],
+              weight_decay=hp["weight_decay"], patience=hp["patience"], pos_weight=pw, seed=seed,
+              out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
+    out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
+           "seconds_per_epoch": res["seconds_per_epoch"],
+           "num_parameters": sum(p.numel() for p in model.parameters()),
+           "counts": {s: len(idx) for s, idx in parts.items()}}
+    for s, loader in loaders.items():
+        out[s] = split_metrics(model, loader, ds.task_names)
+    out["history"] = [{k: (v if not isinstance(v, dict) else {m: v.get(m) for m in ("roc_auc", "pr_auc", "loss")})
+                       for k, v in h.items()} for h in res["history"]]
+    out["meta"], out["model"] = meta, model
+    return out
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
+    """Rebuild the model of a molecule checkpoint (``weights_only=True``), in eval mode.
+
+    Raises ``ValueError`` when the checkpoint was made with another featurizer version:
+    its atom/bond categories would not mean the same thing.
+    """
+    from .data.molecules import FEATURIZER_VERSION
+    from .train import load_checkpoint
+
+    ck = load_checkpoint(checkpoint)
+    meta = ck["meta"]
+    if meta.get("pipeline") != "molecules":
+        raise ValueError(f"{checkpoint} is a {meta.get('pipeline')!r} checkpoint, not a molecule one")
+    if str(meta.get("featurizer_version")) != FEATURIZER_VERSION:
+        raise ValueError(f"{checkpoint} was trained with featurizer version {meta.get('featurizer_version')!r} "
+                         f"but this graphattn featurizes molecules with version {FEATURIZER_VERSION!r}: "
+                         "its atom/bond features differ, so its predictions would be meaningless. "
+                         "Retrain the model (graphattn train ...) with this version.")
+    model = build_model(meta["model"])
+    model.load_state_dict(ck["model"])
+    return model.eval(), meta
+
+
+def featurize(smiles: Sequence[str], pe_dim: int = 0) -> List[Union[Any, str]]:
+    """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim``), or the error message
+    (str) for a SMILES RDKit cannot parse."""
+    from .data.molecules import InvalidSmilesError, smiles_to_data
+
+    pe = _pe_transform(pe_dim)
+    out = []
+    for s in smiles:
+        try:
+            data = smiles_to_data(s)
+        except InvalidSmilesError as exc:
+            out.append(exc.reason)
+            continue
+        out.append(pe(data) if pe is not None else data)
+    return out
+
+
+@torch.no_grad()
+def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256) -> Tensor:
+    """Per-task probabilities ``(M, T)`` for a list of graphs."""
+    from torch_geometric.loader import DataLoader
+
+    model.eval()
+    outs = [torch.sigmoid(forward(model, b)[0]).cpu() for b in DataLoader(list(graphs), batch_size=batch_size)]
+    return torch.cat(outs) if outs else torch.empty(0, model.num_tasks)

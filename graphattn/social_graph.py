@@ -1,0 +1,271 @@
+"""Graph classification on sets of social graphs: IMDB-BINARY/MULTI, REDDIT-BINARY, COLLAB,
+the bonus ego-net sets, and any file in the DGCNN/GIN text format (``--tu-text``).
+
+Social graphs have no node features: every graph gets one-hot degree (capped at 64) +
+log-degree + 8 random-walk return probabilities (:func:`graphattn.data.tu.add_structural_features`).
+With ``--folds K`` each fold trains a fresh model: the fold's training graphs minus a
+stratified 10 % validation part (model selection, early stopping), tested on the fold's
+test graphs; 10 folds use the dataset's ``10fold_idx`` files when present (else seeded
+stratified folds). Two numbers are reported: **test accuracy at the best validation
+epoch** (mean ± std over folds) and, for comparison with GIN's table (Xu et al. 2019),
+the GIN protocol: the epoch whose test accuracy averaged over folds is highest.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["GRAPH_DATASETS", "load_graphs", "graph_split", "graph_model_spec", "graph_forward",
+           "fit_fold", "prepare_graph", "run_graph", "evaluate_graph", "predict_graph"]
+
+
+def _names():
+    from .data.tu import SOCIAL_GRAPH_DATASETS
+
+    return tuple(SOCIAL_GRAPH_DATASETS)
+
+
+GRAPH_DATASETS = _names()
+
+_BASE = dict(hidden=64, layers=3, epochs=100, lr=1e-3, dropout=0.2, weight_decay=0.0,
+             global_tokens=1, pe_dim=0, patience=None, readout="mean")
+_PER_DATASET: Dict[str, Dict[str, Any]] = {
+    "reddit-binary": dict(epochs=50, readout="sum"),
+    "collab": dict(epochs=50),
+}
+#: validation fraction carved (stratified) out of each fold's training graphs
+VAL_FRACTION = 0.1
+
+
+def graph_defaults(name: Optional[str]) -> Dict[str, Any]:
+    return {**_BASE, **_PER_DATASET.get(name or "", {})}
+
+
+# ----------------------------------------------------------------------------- data
+def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
+    from .data.download import data_root
+
+    spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
+                            "folds": args.folds, "max_degree": 64, "rw_steps": 8}
+    if args.tu_text:
+        if not Path(args.tu_text).is_file():
+            raise ValueError(f"--tu-text {args.tu_text}: no such file")
+        spec.update(name=None, tu_text=str(Path(args.tu_text).resolve()),
+                    display=Path(args.tu_text).name.split(".")[0].lower())
+    else:
+        spec.update(display=name, root=str(data_root().resolve()))
+    return spec
+
+
+def load_graphs(spec: Dict[str, Any]):
+    """The featurised graphs of a data spec (a :class:`~graphattn.data.tu.GraphList`)."""
+    from .data.tu import (add_structural_features, load_social_graph_dataset, load_tu_folds,
+                          load_tu_text)
+
+    if spec.get("tu_text"):
+        graphs = load_tu_text(spec["tu_text"])
+        fold_dir = Path(spec["tu_text"]).parent / "10fold_idx"
+        graphs.folds = load_tu_folds(fold_dir, len(graphs)) if fold_dir.is_dir() else None
+    else:
+        root = spec.get("root")
+        graphs = load_social_graph_dataset(spec["name"], root=root if root and Path(root).is_dir() else None)
+    if spec.get("limit"):
+        from .data.tu import GraphList
+
+        keep = torch.randperm(len(graphs), generator=torch.Generator().manual_seed(0))[:spec["limit"]]
+        sub = GraphList(graphs[i] for i in keep.sort().values.tolist())  # a random subset: files are sorted by label
+        sub.name, sub.label_values, sub.folds = graphs.name, graphs.label_values, None
+        graphs = sub
+    add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"])
+    if int(spec.get("pe_dim", 0) or 0) > 0:
+        from .encodings import AddLaplacianPE
+
+        lap = AddLaplacianPE(int(spec["pe_dim"]), eigval_attr_name=None, mask_attr_name=None)
+        for i, g in enumerate(graphs):
+            graphs[i] = lap(g)
+    return graphs
+
+
+def _stratified_part(idx: Tensor, y: Tensor, frac: float, seed: int) -> Tuple[Tensor, Tensor]:
+    """Split ``idx`` into (rest, part) with ``part`` a stratified ``frac`` of it."""
+    from .data.social import stratified_masks
+
+    _, va, _ = stratified_masks(y[idx], 1.0 - frac, frac, seed=seed) if frac > 0 else (None, None, None)
+    if va is None:
+        return idx, idx[:0]
+    return idx[~va], idx[va]
+
+
+def graph_split(spec: Dict[str, Any], graphs, fold: Optional[int]) -> Tuple[Tensor, Tensor, Tensor]:
+    """(train, val, test) graph indices of fold ``fold`` (0-based) or of the single split."""
+    from .data.tu import stratified_folds
+
+    y, seed = graphs.y, int(spec.get("split_seed", 0))
+    if fold is None:  # one stratified 80/10/10 split
+        rest, test = _stratified_part(torch.arange(len(graphs)), y, 0.1, seed)
+        train, val = _stratified_part(rest, y, 1.0 / 9.0, seed + 1)
+        return train.sort().values, val.sort().values, test.sort().values
+    k = int(spec["folds"])
+    folds = graphs.folds if graphs.folds is not None and len(graphs.folds) == k else stratified_folds(y, k, seed)
+    tr, te = folds[fold]
+    train, val = _stratified_part(tr, y, VAL_FRACTION, seed + fold)
+    return train.sort().values, val.sort().values, te.sort().values
+
+
+# ----------------------------------------------------------------------------- models
+def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict[str, Any]) -> Dict[str, Any]:
+    if baseline and baseline != "none":
+        return {"class": "ConvBaseline", "kwargs": dict(
+            kind=baseline, in_channels=in_channels, hidden_channels=hp["hidden"], out_channels=num_classes,
+            num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"], graph_level=True,
+            readout=hp["readout"] if hp["readout"] != "token" else "mean")}
+    return {"class": "GraphClassifier", "kwargs": dict(
+        in_channels=in_channels, hidden_channels=hp["hidden"], num_tasks=num_classes, num_layers=hp["layers"],
+        heads=hp["heads"], num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"], dropout=hp["dropout"],
+        readout=hp["readout"])}
+
+
+def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:
+    if spec["class"] == "ConvBaseline":
+        return model(batch.x, batch.edge_index, batch.batch, num_graphs=batch.num_graphs)
+    pe = getattr(batch, "lap_pe", None) if spec["kwargs"].get("pe_dim") else None
+    return model(batch.x, batch.edge_index, batch.batch, pe=pe, num_graphs=batch.num_graphs)
+
+
+def graph_forward(spec: Dict[str, Any]) -> Callable:
+    return lambda model, batch, split: (_logits(model, spec, batch), batch.y)
+
+
+def _loaders(graphs, split, batch_size: int):
+    from torch_geometric.loader import DataLoader
+
+    sets = {s: [graphs[i] for i in idx.tolist()] for s, idx in zip(("train", "val", "test"), split)}
+    return {s: DataLoader(v, batch_size=batch_size, shuffle=(s == "train")) for s, v in sets.items() if v}
+
+
+def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=None, resume=False,
+             meta=None, progress=True, log=print) -> Dict[str, Any]:
+    """Train one model on one (train, val, test) split with :func:`graphattn.train.fit`."""
+    from .social_tasks import build_model
+    from .train import fit, set_seed
+
+    set_seed(seed)
+    model = build_model(model_spec)
+    return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), kind="multiclass",
+               epochs=hp["epochs"], lr=hp["lr"], weight_decay=hp["weight_decay"], patience=hp.get("patience"),
+               seed=seed, out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
+
+
+def gin_protocol(histories: List[List[Dict[str, Any]]]) -> Tuple[float, float, int]:
+    """GIN's number: max over epochs of the fold-mean test accuracy (mean, std, epoch)."""
+    n = min(len(h) for h in histories)
+    acc = torch.tensor([[h[e]["test"]["accuracy"] for e in range(n)] for h in histories])  # (folds, epochs)
+    best = int(acc.mean(0).argmax())
+    return float(acc[:, best].mean()), float(acc[:, best].std(unbiased=False)), best + 1
+
+
+# ----------------------------------------------------------------------------- CLI
+def prepare_graph(args, name: Optional[str]):
+    """(data spec, graphs, hyperparameters) of a ``graphattn train`` command."""
+    from .social_tasks import _hparams
+
+    spec = data_spec(args, name)
+    hp = _hparams(args, graph_defaults(name))
+    if args.baseline == "none":
+        spec["pe_dim"] = hp["pe_dim"]
+    else:
+        hp["pe_dim"] = 0
+    return spec, load_graphs(spec), hp
+
+
+def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
+    """Train (per fold), print per-epoch lines and the summary, write OUT/metrics.json."""
+    from .social_tasks import _out_dir, _threads_for
+
+    _threads_for(sum(g.edge_index.size(1) for g in graphs[:64]) // max(1, min(len(graphs), 64)) * args.batch_size)
+    names = [str(v) for v in graphs.label_values]
+    model_spec = graph_model_spec(args.baseline, graphs[0].num_features, len(names), hp)
+    out = _out_dir(args, spec["display"] + (f"-{args.folds}fold" if args.folds else ""))
+    n_nodes = sum(g.num_nodes for g in graphs)
+    print(f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
+          f"{graphs[0].num_features} structural features\nmodel: "
+          f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
+          f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, {hp['global_tokens']} global "
+          f"tokens, readout {hp['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
+          + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
+    folds = list(range(args.folds)) if args.folds else [None]
+    results, histories = [], []
+    for fold in folds:
+        split = graph_split(spec, graphs, fold)
+        sub = out / f"fold{fold + 1:02d}" if fold is not None else out
+        meta = {"pipeline": "graph", "model": model_spec, "data": spec, "fold": fold, "class_names": names,
+                "feature_source": "structural", "hparams": hp}
+        if fold is not None:
+            print(f"--- fold {fold + 1}/{len(folds)}: {len(split[0])} train / {len(split[1])} val / "
+                  f"{len(split[2])} test graphs")
+            if args.resume and (sub / "metrics.json").exists():
+                res = json.loads((sub / "metrics.json").read_text())
+                print(f"fold {fold + 1}: done before (resume), test acc {res['test']['accuracy']:.4f}")
+                results.append(res), histories.append(res["history"])
+                continue
+        res = fit_fold(graphs, split, model_spec, hp, seed=args.seed, batch_size=args.batch_size,
+                       out_dir=sub, resume=args.resume, meta=meta, progress=not args.no_progress)
+        results.append(res), histories.append(res["history"])
+        if fold is not None:
+            print(f"fold {fold + 1}: best epoch {res['best_epoch']} | val acc {res['val']['accuracy']:.4f} | "
+                  f"test acc {res['test']['accuracy']:.4f}")
+    if args.folds:
+        test = torch.tensor([r["test"]["accuracy"] for r in results])
+        gin = gin_protocol(histories)
+        summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
+                   "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
+                   "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]}, "meta": meta}
+        (out / "metrics.json").write_text(json.dumps(summary, indent=2))
+        best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
+        shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
+        print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * test.std(unbiased=False):.2f} "
+              f"(model selected on validation) | GIN protocol {100 * gin[0]:.2f} ± {100 * gin[1]:.2f} "
+              f"(epoch {gin[2]})")
+        print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'} (fold {best + 1}, best validation accuracy)")
+    else:
+        r = results[0]
+        print(f"{spec['display']}: best epoch {r['best_epoch']} | train acc {r['train']['accuracy']:.4f} | "
+              f"val acc {r['val']['accuracy']:.4f} | test acc {r['test']['accuracy']:.4f} | "
+              f"{r['seconds_per_epoch']:.2f} s/epoch")
+        print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
+    return 0
+
+
+@torch.no_grad()
+def _run(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
+    from torch_geometric.loader import DataLoader
+
+    graphs = load_graphs(meta["data"])
+    split = graph_split(meta["data"], graphs, meta.get("fold"))
+    model.eval()
+    logits = torch.cat([_logits(model, meta["model"], b) for b in DataLoader(list(graphs), batch_size=128)])
+    return graphs, split, logits
+
+
+def evaluate_graph(model, meta) -> Dict[str, float]:
+    graphs, split, logits = _run(model, meta)
+    y = graphs.y
+    return {s: float((logits[idx].argmax(-1) == y[idx]).float().mean()) if idx.numel() else math.nan
+            for s, idx in zip(("train", "val", "test"), split)}
+
+
+def predict_graph(model, meta) -> List[Dict[str, Any]]:
+    graphs, split, logits = _run(model, meta)
+    names, prob = meta["class_names"], torch.softmax(logits, -1)
+    where = [""] * len(graphs)
+    for s, idx in zip(("train", "val", "test"), split):
+        for i in idx.tolist():
+            where[i] = s
+    return [{"graph": i, "split": where[i], "label": names[int(graphs[i].y)], "predicted": names[int(prob[i].argmax())],
+             **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}} for i in range(len(graphs))]

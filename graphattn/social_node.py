@@ -1,0 +1,220 @@
+"""Node classification on one social graph: data recipe, features, model spec, forward.
+
+A *data spec* is a plain dict (stored in checkpoints) from which :func:`load_node_data`
+rebuilds exactly the graph, features and split a model was trained on::
+
+    {"level": "node", "display": "karate", "name": "karate" | None, "root": "...",
+     "edges": path, "target": path, "features": path, "target_col": str,
+     "split": [0.6, 0.2], "split_seed": 0, "pe_dim": 0}
+
+Features: a file's multi-hot features are used as they are (Cora's are row-normalised, as in
+GCN/GAT); graphs without a features file
+get structural ones (log-degree + random-walk return probabilities, standardised per
+column); karate gets one-hot node ids plus the structural columns (Kipf & Welling's demo
+uses the identity). Splits: the public one for Cora, else seeded stratified 60/20/20.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["NODE_DATASETS", "load_node_data", "hop_features", "node_defaults", "node_model_spec", "node_forward",
+           "node_logits", "node_inputs", "describe_node", "EvalCache"]
+
+
+def _musae_names():
+    from .data.social import SOCIAL_NODE_DATASETS
+
+    return tuple(SOCIAL_NODE_DATASETS)
+
+
+NODE_DATASETS = ("karate", "cora") + _musae_names()
+
+#: (train, val) fractions of the stratified split; test is the rest.
+SPLIT = (0.6, 0.2)
+
+_BASE = dict(hidden=64, layers=2, epochs=150, lr=3e-3, dropout=0.3, weight_decay=0.0,
+             global_tokens=0, pe_dim=0, patience=50)
+_PER_DATASET = {
+    "karate": dict(hidden=32, epochs=100, lr=1e-2, dropout=0.2, weight_decay=5e-4, patience=None),
+    "cora": dict(hidden=64, epochs=300, lr=5e-3, dropout=0.6, attn_dropout=0.5, weight_decay=5e-4, patience=100),
+}
+
+
+def node_defaults(name: str, num_nodes: int) -> Dict[str, Any]:
+    """Hyperparameters used when the command line leaves them out."""
+    hp = dict(_BASE)
+    hp.update(_PER_DATASET.get(name, {}))
+    if num_nodes > 200_000:  # large graphs: fewer, cheaper epochs
+        hp.update(epochs=min(hp["epochs"], 20), patience=None)
+    return hp
+
+
+# ----------------------------------------------------------------------------- data
+def _standardize(x: Tensor) -> Tensor:
+    return (x - x.mean(0)) / x.std(0).clamp(min=1e-6)
+
+
+def load_node_data(spec: Dict[str, Any]):
+    """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``."""
+    from .data.social import (load_musae, load_social_node_dataset, stratified_masks,
+                              structural_node_features)
+
+    split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
+    root = spec.get("root")
+    root = root if root and Path(root).is_dir() else None
+    if spec.get("name"):
+        data = load_social_node_dataset(spec["name"], root=root, split=split, seed=seed)
+    else:
+        data = load_musae(spec["edges"], spec["target"], spec.get("features"), spec.get("target_col"))
+        data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, *split, seed=seed)
+        if data.x is None:
+            data.x = structural_node_features(data.edge_index, data.num_nodes)
+            data.feature_source = "structural"
+    source = data.feature_source
+    if spec.get("name") == "karate":
+        data.x = torch.cat([torch.eye(data.num_nodes), _standardize(data.x)], 1)
+        source = data.feature_source = "identity+structural"
+    elif source == "structural":
+        data.x = _standardize(data.x)
+    elif source == "file" and spec.get("name") == "cora":  # row-normalised, as in GCN/GAT
+        data.x = data.x / data.x.sum(1, keepdim=True).clamp(min=1.0)
+    data.x = data.x.float()
+    if int(spec.get("hops", 0) or 0) > 0:
+        data.x = hop_features(data.x, data.edge_index, int(spec["hops"]))
+        data.feature_source += f"+{int(spec['hops'])}hop"
+    k = int(spec.get("pe_dim", 0) or 0)
+    if k > 0:
+        from .encodings import AddLaplacianPE
+
+        data = AddLaplacianPE(k)(data)
+    return data
+
+
+def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
+    """``[X, ÂX, ..., Â^K X]`` with ``Â = D^-1/2 (A + I) D^-1/2`` (SIGN, Frasca et al. 2020;
+    NAGphormer's hop tokens, Chen et al. 2023): K-hop smoothed copies of the features,
+    computed once before training. Shape ``(N, F)`` -> ``(N, (K + 1) F)``."""
+    N = x.size(0)
+    loops = torch.arange(N)
+    row = torch.cat([edge_index[0], loops])
+    col = torch.cat([edge_index[1], loops])
+    deg = torch.bincount(col, minlength=N).float()
+    w = deg[row].rsqrt() * deg[col].rsqrt()  # (E + N,)
+    out, cur = [x], x
+    for _ in range(hops):
+        cur = torch.zeros_like(cur).index_add_(0, col, cur[row] * w[:, None])
+        out.append(cur)
+    return torch.cat(out, 1)
+
+
+def node_inputs(data) -> Dict[str, Tensor]:
+    pe = getattr(data, "pe", None) if getattr(data, "pe", None) is not None else getattr(data, "lap_pe", None)
+    return {"x": data.x, "edge_index": data.edge_index, "pe": pe}
+
+
+# ----------------------------------------------------------------------------- models
+def node_model_spec(baseline: str, data, hp: Dict[str, Any]) -> Dict[str, Any]:
+    """Plain-data recipe of the model (class + constructor kwargs), stored in checkpoints."""
+    num_classes = len(data.class_names)
+    if baseline and baseline != "none":
+        kwargs = dict(kind=baseline, in_channels=data.num_features, hidden_channels=hp["hidden"],
+                      out_channels=num_classes, num_layers=hp["layers"], heads=hp["heads"],
+                      dropout=hp["dropout"])
+        return {"class": "ConvBaseline", "kwargs": kwargs, "input_dropout": 0.0}
+    kwargs = dict(in_channels=data.num_features, hidden_channels=hp["hidden"], num_classes=num_classes,
+                  num_layers=hp["layers"], heads=hp["heads"], num_global_tokens=hp["global_tokens"],
+                  pe_dim=hp["pe_dim"], dropout=hp["dropout"], attn_dropout=hp.get("attn_dropout", 0.0))
+    return {"class": "NodeClassifier", "kwargs": kwargs, "input_dropout": hp["dropout"]}
+
+
+def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
+          pe: Optional[Tensor]) -> Tensor:
+    if spec["class"] == "ConvBaseline":
+        return model(x, edge_index)
+    x = F.dropout(x, spec.get("input_dropout", 0.0), model.training)
+    return model(x, edge_index, pe=pe if spec["kwargs"].get("pe_dim") else None)
+
+
+class EvalCache:
+    """Reuses eval-mode logits of a batch while the parameters are unchanged, so the
+    validation and test passes of an epoch share one forward over the (same) graph.
+    Invalidated by any training-mode forward and by any in-place change of a parameter
+    (optimizer steps, ``load_state_dict``)."""
+
+    def __init__(self):
+        self.key, self.store = None, {}
+
+    def __call__(self, model: nn.Module, batch_key, compute: Callable[[], Tensor]) -> Tensor:
+        if model.training:
+            self.key, self.store = None, {}
+            return compute()
+        key = tuple(p._version for p in model.parameters()) + tuple(id(p) for p in model.parameters())
+        if key != self.key:
+            self.key, self.store = key, {}
+        if batch_key not in self.store:
+            self.store[batch_key] = compute()
+        return self.store[batch_key]
+
+
+def node_forward(spec: Dict[str, Any]):
+    """``forward(model, data, split) -> (logits[mask], y[mask])`` for full-batch training."""
+    cache = EvalCache()
+
+    def forward(model, data, split):
+        inp = node_inputs(data)
+        logits = cache(model, id(data), lambda: _call(model, spec, inp["x"], inp["edge_index"], inp["pe"]))
+        mask = data[f"{split}_mask"]
+        return logits[mask], data.y[mask]
+
+    return forward
+
+
+@torch.no_grad()
+def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
+    model.eval()
+    inp = node_inputs(data)
+    return _call(model, spec, inp["x"], inp["edge_index"], inp["pe"])
+
+
+def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+                  mini_batch: bool = False) -> str:
+    kw = model_spec["kwargs"]
+    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
+            f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}")
+    counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
+    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
+            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
+            f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
+            f"model: {what}, {hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
+            f"dropout {hp['dropout']}; {'mini-batch (partitions)' if mini_batch else 'full batch'}, "
+            f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
+
+
+def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
+    """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
+    from .data.download import data_root
+
+    spec: Dict[str, Any] = {"level": "node", "split": list(SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
+    if name is not None:
+        spec.update(name=name, display=name, root=str(data_root().resolve()))
+        return spec
+    if not args.target:
+        raise ValueError("--edges needs --target (the CSV with node ids and labels)")
+    paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
+    for k, p in paths.items():
+        if p is not None and not Path(p).is_file():
+            raise ValueError(f"--{k} {p}: no such file")
+    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
+                target_col=args.target_col,
+                **{k: (str(Path(p).resolve()) if p else None) for k, p in paths.items()})
+    return spec
+
+
+def accuracy_str(res: Dict[str, float]) -> str:
+    return " | ".join(f"{s} acc {v:.4f}" for s, v in res.items() if not math.isnan(v))

@@ -1,0 +1,261 @@
+"""Social-network tasks behind the CLI: node classification on one graph (karate, Cora, the
+MUSAE/FEATHER sets, any graph in their release format) and graph classification on sets of
+graphs (IMDB, REDDIT, COLLAB, ... in the DGCNN/GIN text format, k-fold cross-validation).
+
+``graphattn train karate`` trains our :class:`~graphattn.NodeClassifier` full-batch,
+``--mini-batch`` switches to partition mini-batches (:mod:`graphattn.large_graph`),
+``--baseline gcn|gat|transformer`` trains a PyG model of the same depth and width instead,
+``imdb-binary --folds 10`` trains a :class:`~graphattn.GraphClassifier` per fold. Every run
+goes through the one loop :func:`graphattn.train.fit` and writes ``OUT/metrics.json`` and
+``OUT/best.pt``; the checkpoint's ``meta`` holds everything needed to rebuild the data and
+the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/predict/explain.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from . import social_node as sn
+from .social_graph import GRAPH_DATASETS
+
+__all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
+           "build_model"]
+
+DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
+SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer")
+_ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "git": "github",
+            "github_developers": "github", "deezer": "deezer_europe", "twitch-en": "twitch-engb",
+            "twitch-pt": "twitch-ptbr", "imdb": "imdb-binary", "reddit": "reddit-binary",
+            "karate_club": "karate", "karateclub": "karate"}
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _key(name: Optional[str]) -> Optional[str]:
+    """Canonical dataset name (``Twitch_DE`` -> ``twitch-de``, ``LastFM-Asia`` -> ``lastfm_asia``)."""
+    if name is None:
+        return None
+    n = _norm(name)
+    n = {_norm(a): b for a, b in _ALIASES.items()}.get(n, n)
+    return next((k for k in DATASETS if _norm(k) == n), None)
+
+
+def handles(args) -> bool:
+    """True when the train command is ours: a social dataset name, --edges or --tu-text."""
+    return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None)
+                or _key(args.dataset) in DATASETS)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("social networks")
+    g.add_argument("--edges", default=None, help="edges CSV of a graph in the MUSAE/FEATHER release format")
+    g.add_argument("--target", default=None, help="target CSV (node id column + label column) for --edges")
+    g.add_argument("--features", default=None, help="optional features JSON {node id: [feature ids]} for --edges")
+    g.add_argument("--target-col", default=None, help="label column of --target (default: auto-detected)")
+    g.add_argument("--tu-text", default=None, help="graph classification file in the DGCNN/GIN text format")
+    g.add_argument("--folds", type=int, default=None,
+                   help="k-fold cross-validation for graph classification (10 uses the dataset's "
+                        "10fold_idx files when present); reports mean ± std")
+    if "--baseline" not in parser._option_string_actions:  # shared with the molecule tasks
+        g.add_argument("--baseline", default="none",
+                       help="train a PyG model of the same depth and width instead of ours: "
+                            "social: gcn | gat | transformer (GCNConv, GATConv, TransformerConv); "
+                            "molecules: gine | gat")
+    g.add_argument("--mini-batch", action="store_true",
+                   help="node classification on partition mini-batches (graphs too large for full batch)")
+
+
+# ----------------------------------------------------------------------------- train
+def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
+    hp = dict(defaults)
+    for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
+                 "patience", "weight_decay"):
+        val = getattr(args, name, None)
+        if val is not None and not (name == "weight_decay" and val == 0.0 and "weight_decay" in defaults):
+            hp[name] = val
+    hp["heads"] = args.heads
+    return hp
+
+
+def _threads_for(num_edges: int) -> None:
+    """One intra-op thread for small graphs: thread start-up costs more than the work (and
+    on a busy machine several threads per process make a 34-node epoch 50x slower)."""
+    if num_edges < 20_000:
+        torch.set_num_threads(1)
+
+
+def _out_dir(args, name: str) -> Path:
+    return Path(args.out) if args.out else Path("runs") / name
+
+
+def train(args) -> int:
+    """``graphattn train`` for social datasets; prints one line per epoch and a summary."""
+    from .data.download import DataFileError
+
+    name = _key(args.dataset)
+    graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
+    try:  # everything that depends on the user's input; training errors keep their traceback
+        if (args.baseline or "none") not in SOCIAL_BASELINES:
+            raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
+                             f"got {args.baseline!r}")
+        if args.features and not args.edges:
+            raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
+        if graph_level:
+            if args.mini_batch:
+                raise ValueError("--mini-batch is for node classification on one large graph")
+            from .social_graph import prepare_graph, run_graph
+
+            job = prepare_graph(args, name)
+            return run_graph(args, *job)
+        if args.folds:
+            raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
+        job = _prepare_node(args, sn.data_spec(args, None if args.edges else name))
+    except (DataFileError, KeyError, ValueError) as exc:
+        hint = " (on the command line: --target-col NAME)" if "target_col" in str(exc) else ""
+        print(f"graphattn train: {str(exc).strip(chr(39))}{hint}", file=sys.stderr)
+        return 2
+    return _train_node(args, *job)
+
+
+def _prepare_node(args, spec: Dict[str, Any]):
+    data = sn.load_node_data(spec)
+    hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
+    if args.baseline != "none":
+        hp["pe_dim"] = 0
+    if hp.get("pe_dim"):
+        spec["pe_dim"] = hp["pe_dim"]
+        data = sn.load_node_data(spec)
+    return spec, data, hp
+
+
+def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
+    from .train import fit, set_seed
+
+    _threads_for(data.edge_index.size(1))
+    set_seed(args.seed)
+    model_spec = sn.node_model_spec(args.baseline, data, hp)
+    model = build_model(model_spec)
+    out = _out_dir(args, spec["display"])
+    meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
+            "feature_source": data.feature_source, "hparams": hp}
+    print(sn.describe_node(spec, data, model_spec, hp, args.mini_batch))
+    if args.mini_batch:
+        from .large_graph import node_loaders
+
+        loaders, forward = node_loaders(data, model_spec, seed=args.seed)
+    else:
+        loaders = {s: [data] for s in ("train", "val", "test")}
+        forward = sn.node_forward(model_spec)
+    res = fit(model, loaders, forward, kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
+              weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=args.seed,
+              out_dir=out, resume=args.resume, meta=meta, progress=not args.no_progress)
+    acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
+    print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
+          + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)
+          + f" | {res['seconds_per_epoch']:.2f} s/epoch")
+    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
+    return 0
+
+
+def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
+    """Rebuild a model from the ``meta["model"]`` of a checkpoint."""
+    from .baselines import ConvBaseline
+    from .models import GraphClassifier, NodeClassifier
+
+    classes = {"NodeClassifier": NodeClassifier, "GraphClassifier": GraphClassifier,
+               "ConvBaseline": ConvBaseline}
+    if model_spec["class"] not in classes:
+        raise ValueError(f"unknown model class {model_spec['class']!r}")
+    return classes[model_spec["class"]](**model_spec["kwargs"])
+
+
+# ----------------------------------------------------------------------------- evaluate / predict
+def _load(checkpoint: str):
+    from .train import load_checkpoint
+
+    ck = load_checkpoint(checkpoint)
+    meta = ck["meta"]
+    model = build_model(meta["model"])
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return ck, meta, model
+
+
+def evaluate(args) -> int:
+    """Accuracy of a checkpoint on the train/val/test split it was trained with."""
+    ck, meta, model = _load(args.checkpoint)
+    if meta["pipeline"] == "graph":
+        from .social_graph import evaluate_graph
+
+        res = evaluate_graph(model, meta)
+    else:
+        data = sn.load_node_data(meta["data"])
+        logits = sn.node_logits(model, meta["model"], data)
+        res = {s: float((logits[data[f"{s}_mask"]].argmax(-1) == data.y[data[f"{s}_mask"]])
+                        .float().mean()) for s in ("train", "val", "test")}
+    print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
+    print(json.dumps({"checkpoint": str(args.checkpoint), "accuracy": res}))
+    return 0
+
+
+def predict(args) -> int:
+    """Class probabilities per node (or per graph) as a CSV at --out."""
+    ck, meta, model = _load(args.checkpoint)
+    names = meta["class_names"]
+    out = Path(args.out) if args.out else Path(args.checkpoint).with_name("predictions.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if meta["pipeline"] == "graph":
+        from .social_graph import predict_graph
+
+        rows = predict_graph(model, meta)
+    else:
+        data = sn.load_node_data(meta["data"])
+        prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
+        split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
+                 zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
+        ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
+        rows = [{"node": i, "node_id": nid, "split": split[i], "label": names[int(data.y[i])],
+                 "predicted": names[int(prob[i].argmax())],
+                 **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
+                for i, nid in enumerate(ids)]
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"Wrote {len(rows)} predictions to {out}")
+    return 0
+
+
+def explain(args) -> int:
+    """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
+    ck, meta, model = _load(args.checkpoint)
+    if meta["pipeline"] != "node":
+        print("graphattn explain: ego-graph pictures need a node-classification checkpoint", file=sys.stderr)
+        return 2
+    if meta["model"]["class"] != "NodeClassifier":
+        print("graphattn explain: attention pictures need our model (not a --baseline checkpoint)",
+              file=sys.stderr)
+        return 2
+    from .viz_social import draw_ego_attention, last_layer_attention
+
+    data = sn.load_node_data(meta["data"])
+    node = 0 if args.node is None else args.node
+    if not 0 <= node < data.num_nodes:
+        print(f"graphattn explain: --node must be in [0, {data.num_nodes}), got {node}", file=sys.stderr)
+        return 2
+    logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
+    out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node}.png")
+    info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
+                              hops=args.hops)
+    print(f"Node {node}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
+          f"{info['nodes']} nodes / {info['edges']} edges drawn; "
+          f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f}). Wrote {out}")
+    return 0

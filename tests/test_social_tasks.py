@@ -1,0 +1,227 @@
+"""Social-network CLI: karate train -> evaluate -> predict -> explain, release-format and
+DGCNN-text fixtures, k-fold CV, PyG baselines, exact resume."""
+import csv
+import gzip
+import json
+
+import pytest
+import torch
+
+from graphattn.cli import main
+from graphattn.testing import requires_data, shared_data_dir
+from graphattn.train import load_checkpoint
+
+
+def _run(*argv):
+    assert main([*map(str, argv)]) == 0
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    # karate needs no data root; named datasets read the shared data folder, never download
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    root = shared_data_dir()
+    if root is not None:
+        monkeypatch.setenv("GRAPHATTN_DATA", str(root))
+
+
+def test_karate_train_evaluate_predict_explain(tmp_path, capsys):
+    out = tmp_path / "karate"
+    _run("train", "karate", "--epochs", 40, "--out", out, "--no-progress")
+    text = capsys.readouterr().out
+    assert "Epoch 001 | loss" in text and "karate: best epoch" in text and "test acc" in text
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train"]["accuracy"] >= 0.85
+    meta = load_checkpoint(out / "best.pt")["meta"]
+    assert meta["pipeline"] == "node" and meta["class_names"] == ["Mr. Hi", "Officer"]
+    assert meta["model"]["class"] == "NodeClassifier" and meta["model"]["kwargs"]["num_classes"] == 2
+    assert meta["data"]["name"] == "karate" and meta["feature_source"] == "identity+structural"
+
+    _run("evaluate", "--checkpoint", out / "best.pt")
+    assert "test acc" in capsys.readouterr().out
+
+    _run("predict", "--checkpoint", out / "best.pt", "--out", tmp_path / "pred.csv")
+    rows = list(csv.DictReader(open(tmp_path / "pred.csv")))
+    assert len(rows) == 34 and {r["split"] for r in rows} == {"train", "val", "test"}
+    for r in rows:
+        assert abs(float(r["prob_Mr. Hi"]) + float(r["prob_Officer"]) - 1) < 1e-4
+        assert r["predicted"] in ("Mr. Hi", "Officer")
+    train_rows = [r for r in rows if r["split"] == "train"]
+    assert sum(r["predicted"] == r["label"] for r in train_rows) >= 0.9 * len(train_rows)
+
+    png = tmp_path / "ego.png"
+    _run("explain", "--checkpoint", out / "best.pt", "--node", 0, "--out", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Node 0: predicted" in capsys.readouterr().out
+
+
+def test_last_layer_attention_sums_to_one_per_node():
+    from graphattn import NodeClassifier
+    from graphattn.social_node import load_node_data, node_inputs
+    from graphattn.viz_social import last_layer_attention
+
+    data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
+    model = NodeClassifier(data.num_features, 16, 2, num_layers=2, heads=2)
+    logits, ei, alpha = last_layer_attention(model, data, node_inputs(data))
+    assert logits.shape == (34, 2) and ei.shape == data.edge_index.shape and alpha.shape == (ei.size(1),)
+    sums = torch.zeros(34).index_add_(0, ei[1], alpha)
+    assert torch.allclose(sums, torch.ones(34), atol=1e-5)  # no global tokens: all attention on edges
+    assert not hasattr(model.backbone.blocks[-1], "__dict__") or "forward" not in model.backbone.blocks[-1].__dict__
+
+
+def _two_communities(tmp_path, n=60, seed=0):
+    """A graph in the release format: two communities, one-directional edge rows, a
+    gzipped edges file, a features JSON whose ids repeat, a named label column."""
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.arange(n) >= n // 2).long()
+    rows = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            p = 0.25 if y[i] == y[j] else 0.01
+            if torch.rand(1, generator=g) < p:
+                rows.append((i + 100, j + 100))  # ids need not start at 0
+    with gzip.open(tmp_path / "toy_edges.csv.gz", "wt") as f:
+        f.write("id_1,id_2\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    (tmp_path / "toy_target.csv").write_text(
+        "id,kind\n" + "".join(f"{i + 100},{'bot' if y[i] else 'human'}\n" for i in range(n)))
+    feats = {str(i + 100): [int(y[i]) * 5 + int(torch.randint(0, 5, (1,), generator=g)), 11, 11]
+             for i in range(n)}
+    (tmp_path / "toy_features.json").write_text(json.dumps(feats))
+    return tmp_path / "toy_edges.csv.gz", tmp_path / "toy_target.csv", tmp_path / "toy_features.json"
+
+
+def test_edges_target_features_fixture(tmp_path, capsys):
+    edges, target, feats = _two_communities(tmp_path)
+    out = tmp_path / "run"
+    _run("train", "--edges", edges, "--target", target, "--features", feats, "--target-col", "kind",
+         "--epochs", 30, "--out", out, "--no-progress")
+    text = capsys.readouterr().out
+    assert "60 nodes" in text and "2 classes" in text and "(file)" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["train"]["accuracy"] >= 0.9 and m["test"]["accuracy"] >= 0.75
+    meta = load_checkpoint(out / "best.pt")["meta"]
+    assert meta["class_names"] == ["bot", "human"] and meta["data"]["target_col"] == "kind"
+    _run("predict", "--checkpoint", out / "best.pt")
+    rows = list(csv.DictReader(open(out / "predictions.csv")))
+    assert [int(r["node_id"]) for r in rows] == list(range(100, 160))
+
+
+def test_edges_without_features_uses_structural_and_baseline(tmp_path, capsys):
+    edges, target, _ = _two_communities(tmp_path)
+    out = tmp_path / "gcn"
+    assert main(["train", "--edges", str(edges), "--target", str(target), "--epochs", "5"]) == 2
+    assert "--target-col" in capsys.readouterr().err  # 'kind' is not a known label column name
+    _run("train", "--edges", edges, "--target", target, "--target-col", "kind", "--epochs", 5,
+         "--baseline", "gcn", "--out", out, "--no-progress")
+    assert "(structural)" in capsys.readouterr().out
+    meta = load_checkpoint(out / "best.pt")["meta"]
+    assert meta["model"]["class"] == "ConvBaseline" and meta["model"]["kwargs"]["kind"] == "gcn"
+    _run("evaluate", "--checkpoint", out / "best.pt")
+    assert main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "1"]) == 2  # no attention in GCN
+
+
+def _tu_text(path, n_graphs=24):
+    """DGCNN/GIN text format: class 0 = cycles, class 1 = stars (labels 3 and 7, re-mapped)."""
+    lines = [str(n_graphs)]
+    for k in range(n_graphs):
+        n = 5 + k % 4
+        star = k % 2 == 1
+        lines.append(f"{n} {7 if star else 3}")
+        for i in range(n):
+            if star:
+                nb = list(range(1, n)) if i == 0 else [0]
+            else:
+                nb = [(i - 1) % n, (i + 1) % n]
+            lines.append(" ".join(map(str, [0, len(nb), *nb])))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_tu_text_two_folds(tmp_path, capsys):
+    txt = _tu_text(tmp_path / "TOY.txt")
+    out = tmp_path / "cv"
+    _run("train", "--tu-text", txt, "--folds", 2, "--epochs", 15, "--batch-size", 8, "--out", out,
+         "--no-progress", "--lr", 0.01)
+    text = capsys.readouterr().out
+    assert "fold 2/2" in text and "2-fold: test acc" in text and "GIN protocol" in text
+    m = json.loads((out / "metrics.json").read_text())
+    assert len(m["per_fold"]) == 2 and m["test_accuracy_mean"] >= 0.75
+    assert (out / "fold01" / "best.pt").exists() and (out / "best.pt").exists()
+    meta = load_checkpoint(out / "best.pt")["meta"]
+    assert meta["pipeline"] == "graph" and meta["class_names"] == ["3", "7"]
+    _run("evaluate", "--checkpoint", out / "best.pt")
+    _run("predict", "--checkpoint", out / "best.pt", "--out", tmp_path / "g.csv")
+    assert len(list(csv.DictReader(open(tmp_path / "g.csv")))) == 24
+
+
+def test_resume_continues_exactly(tmp_path):
+    common = ["train", "karate", "--no-progress", "--lr", 0.01]
+    _run(*common, "--epochs", 8, "--out", tmp_path / "full")
+    _run(*common, "--epochs", 4, "--out", tmp_path / "part")
+    _run(*common, "--epochs", 8, "--out", tmp_path / "part", "--resume")
+    full = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    part = json.loads((tmp_path / "part" / "metrics.json").read_text())
+    assert len(part["history"]) == 8
+    assert [h["loss"] for h in part["history"]] == pytest.approx([h["loss"] for h in full["history"]], abs=1e-6)
+    assert part["test"]["accuracy"] == full["test"]["accuracy"]
+
+
+def test_mini_batch_mode_on_karate(tmp_path, capsys):
+    _run("train", "karate", "--mini-batch", "--epochs", 3, "--out", tmp_path / "mb", "--no-progress")
+    assert "mini-batch:" in capsys.readouterr().out
+    assert json.loads((tmp_path / "mb" / "metrics.json").read_text())["epochs_run"] == 3
+
+
+def test_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert main(["train", "--edges", str(tmp_path / "nope.csv"), "--target", "t.csv"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["train", "karate", "--baseline", "gine"]) == 2
+    assert main(["train", "karate", "--folds", "3"]) == 2
+
+
+def test_dataset_names_are_canonicalised():
+    from graphattn.social_tasks import DATASETS, _key
+
+    assert _key("Twitch_DE") == "twitch-de" and _key("LastFM-Asia") == "lastfm_asia"
+    assert _key("IMDB-BINARY") == "imdb-binary" and _key("karate") == "karate" and _key("tox21") is None
+    for name in ("karate", "cora", "facebook", "lastfm_asia", "github", "twitch-engb", "deezer_europe",
+                 "imdb-binary", "imdb-multi", "reddit-binary", "collab", "deezer-ego", "reddit-threads"):
+        assert name in DATASETS
+
+
+@requires_data("cora")
+def test_cora_public_split_smoke(tmp_path, capsys):
+    _run("train", "cora", "--epochs", 2, "--out", tmp_path / "cora", "--no-progress")
+    assert "140/500/1000" in capsys.readouterr().out
+
+
+@requires_data("imdb_binary")
+def test_imdb_binary_folds_smoke(tmp_path, capsys):
+    _run("train", "imdb-binary", "--folds", 10, "--limit", 100, "--epochs", 1, "--out", tmp_path / "imdb",
+         "--no-progress")
+    assert len(json.loads((tmp_path / "imdb" / "metrics.json").read_text())["per_fold"]) == 10
+
+
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_examples_run(tmp_path, capsys):
+    n = torch.get_num_threads()
+    try:
+        res = _example("karate").main(["--epochs", "2", "--plot", str(tmp_path / "k.png")])
+        assert res["epochs_run"] == 2 and (tmp_path / "k.png").exists()
+        table = _example("social_baselines").main(["--datasets", "karate", "--epochs", "2", "--seeds", "0,1",
+                                                   "--json", str(tmp_path / "r.jsonl")])
+    finally:
+        torch.set_num_threads(n)
+    assert set(table[0]["results"]) == {"ours", "gcn", "gat", "transformer"}
+    assert all(len(v) == 2 for v in table[0]["results"].values())
+    assert "| karate | seeds 0,1 |" in capsys.readouterr().out
