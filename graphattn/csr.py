@@ -73,8 +73,14 @@ def _counts_to_ptr(counts: Tensor) -> Tensor:
 
 
 def _build(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
+    from .validation import check_edge_index
+
+    check_edge_index(edge_index, num_nodes)  # once per graph: the result is cached
     src, dst = edge_index[0].long(), edge_index[1].long()
-    perm = torch.argsort(dst, stable=True)
+    if dst.numel() < 2 or bool((dst[1:] >= dst[:-1]).all()):  # already target-sorted
+        perm = torch.arange(dst.numel(), device=dst.device)
+    else:
+        perm = torch.argsort(dst, stable=True)
     row, col = dst[perm], src[perm]
     counts = torch.bincount(dst, minlength=num_nodes)
     return EdgeCSR(num_nodes, perm, _counts_to_ptr(counts), row, col)
@@ -89,7 +95,7 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
 
     With ``cache=True`` the result is remembered for this exact tensor object (checked by
     identity, data pointer and in-place version counter), so it is computed once per static
-    graph. Indices are assumed valid (see ``graphattn.attention`` for input checks).
+    graph. Index type, shape and range are checked when the view is built.
     """
     if not cache:
         return _build(edge_index, num_nodes)

@@ -61,7 +61,18 @@ def _check_complete(csr: EdgeCSR, batch: Optional[Tensor]) -> Optional[Tensor]:
         return None
     if not bool((batch[csr.row] == batch[csr.col]).all()):
         return None
-    if torch.unique(csr.row * N + csr.col).numel() != E:  # no duplicates => every pair once
+    # No duplicates => every pair exactly once. Linear pass: each edge's slot in its graph's
+    # n_b x n_b block (a sort-based unique would cost O(E log E)).
+    ptr = torch.zeros(sizes.numel() + 1, dtype=torch.long, device=batch.device)
+    torch.cumsum(sizes, 0, out=ptr[1:])
+    g = torch.searchsorted(ptr[1:], csr.row, right=True)  # graph of each edge (batch is sorted)
+    block = torch.zeros_like(ptr)
+    torch.cumsum(sizes * sizes, 0, out=block[1:])
+    n_g, base = sizes[g], ptr[g]
+    slot = block[g] + (csr.row - base) * n_g + (csr.col - base)
+    seen = torch.zeros(E, dtype=torch.bool, device=batch.device)
+    seen[slot] = True
+    if not bool(seen.all()):
         return None
     return sizes
 

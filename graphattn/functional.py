@@ -237,8 +237,8 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     if csr is None:
         if edge_index is None:
             raise ValueError("edge_attention needs edge_index or csr")
-        check_edge_index(edge_index, N)
-        csr = to_csr(edge_index, N)
+        check_edge_index(edge_index, N, check_range=False)
+        csr = to_csr(edge_index, N)  # range-checked when built, then cached
     elif csr.num_nodes != N:
         raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
     E = csr.num_edges

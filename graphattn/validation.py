@@ -11,15 +11,20 @@ __all__ = ["check_edge_index", "check_features", "check_tensor_shape"]
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index") -> None:
-    """``edge_index`` must be an integer ``(2, E)`` tensor with entries in ``[0, num_nodes)``."""
+def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index",
+                     check_range: bool = True) -> None:
+    """``edge_index`` must be an integer ``(2, E)`` tensor with entries in ``[0, num_nodes)``.
+
+    ``check_range=False`` checks only type and shape (the range check scans all edges; the
+    layers run it once per graph, when its CSR view is built and cached).
+    """
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
     if edge_index.dtype not in _INT_DTYPES:
         raise TypeError(f"{name} must have an integer dtype (torch.long), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel() == 0:
+    if edge_index.numel() == 0 or not check_range:
         return
     lo, hi = torch.aminmax(edge_index)
     lo, hi = int(lo), int(hi)
@@ -48,6 +53,9 @@ def check_features(x: Tensor, in_channels: int, name: str = "x") -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype} "
                         "(categorical features need an embedding first)")
     check_tensor_shape(x, (None, in_channels), name)
-    if not bool(torch.isfinite(x).all()):
+    if x.numel() == 0:
+        return
+    lo, hi = torch.aminmax(x)  # NaN propagates into min/max: one cheap reduction, no (N, F) mask
+    if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
         bad = int((~torch.isfinite(x)).any(dim=-1).sum())
         raise ValueError(f"{name} contains NaN or inf values (in {bad} of {x.size(0)} rows)")
