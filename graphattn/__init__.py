@@ -7,6 +7,9 @@ from .block import GraphTransformerBlock
 from .encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from .global_tokens import GlobalTokens, TokenGraph
 from .models import FeatureEncoder, GraphClassifier, GraphTransformer, NodeClassifier
+from .variants import (GLOBAL_ATTNS, NORMALIZATIONS, ClusteredAttention, LinearGlobalAttention,
+                       ReducedKeyAttention, SynthesizerAttention, cluster_graph, edge_normalize,
+                       linear_attention, make_global_attention, normalized_edge_attention)
 from .patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
 from .csr import EdgeCSR, to_csr
 from .functional import dense_attention, edge_attention
@@ -31,6 +34,17 @@ __all__ = [
     "image_graph",
     "sequences_to_batch",
     "images_to_batch",
+    "LinearGlobalAttention",
+    "ReducedKeyAttention",
+    "ClusteredAttention",
+    "SynthesizerAttention",
+    "make_global_attention",
+    "cluster_graph",
+    "edge_normalize",
+    "normalized_edge_attention",
+    "linear_attention",
+    "NORMALIZATIONS",
+    "GLOBAL_ATTNS",
     "EdgeCSR",
     "to_csr",
     "dense_attention",

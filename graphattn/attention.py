@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Optional, Tuple, Union
 
 import torch
@@ -10,6 +11,7 @@ from torch import Tensor, nn
 
 from .csr import to_csr
 from .functional import EDGE_IMPLS, SCORES, edge_attention
+from .normalization import NORMALIZATIONS, normalized_edge_attention
 from .validation import check_edge_index, check_features, check_tensor_shape
 
 __all__ = ["GraphSelfAttention"]
@@ -43,6 +45,10 @@ class GraphSelfAttention(nn.Module):
         negative_slope (float, default 0.2): LeakyReLU slope of the additive score.
         impl (str, default "auto"): edge attention backend, see
             :func:`graphattn.functional.edge_attention`.
+        normalization (str, default "softmax"): ``"softmax"``, ``"relu"`` (ReLU(s)/deg) or
+            ``"sigmoid"`` (σ(s - log deg)) over the incoming edges, see
+            :mod:`graphattn.normalization` (non-softmax ones: batched matmuls on complete
+            graphs, else a chunked edge path; no fused kernel).
 
     Shapes:
         - x: ``(N, F)``; edge_index: ``(2, E)``; edge_attr: ``(E, D)``
@@ -54,8 +60,13 @@ class GraphSelfAttention(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
                  dropout: float = 0.0, edge_dim: Optional[int] = None, bias: bool = True,
                  score: str = "dot", root_weight: bool = True, negative_slope: float = 0.2,
-                 impl: str = "auto"):
+                 impl: str = "auto", normalization: str = "softmax"):
         super().__init__()
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        if normalization != "softmax" and impl not in ("auto", "chunked"):
+            raise ValueError(f"impl={impl!r} is softmax-only; normalization={normalization!r} "
+                             "needs impl='auto' or 'chunked'")
         if score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         if impl not in EDGE_IMPLS:
@@ -70,6 +81,7 @@ class GraphSelfAttention(nn.Module):
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, score
         self.root_weight, self.negative_slope, self.impl = root_weight, negative_slope, impl
+        self.normalization = normalization
         HC = heads * out_channels
         # One fused projection for all of q, k, v (dot) or target/source parts (additive):
         # a single GEMM is faster than three on small batches of molecules.
@@ -119,19 +131,21 @@ class GraphSelfAttention(nn.Module):
         W, b = self.lin_qkv.weight.chunk(n_proj), (self.lin_qkv.bias.chunk(n_proj)
                                                    if self.lin_qkv.bias is not None else [None] * n_proj)
         parts = [F.linear(x, W[i], b[i]).view(N, H, C) for i in range(n_proj)]  # n x (N, H, C)
+        attend = (edge_attention if self.normalization == "softmax"
+                  else partial(normalized_edge_attention, normalization=self.normalization))
         if self.score == "dot":
             q, k, v = parts
-            res = edge_attention(q, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
-                                 edge_value=edge_kv, dropout=self.dropout, training=self.training,
-                                 return_attention_weights=return_attention_weights, batch=batch,
-                                 impl=self.impl)
+            res = attend(q, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
+                         edge_value=edge_kv, dropout=self.dropout, training=self.training,
+                         return_attention_weights=return_attention_weights, batch=batch,
+                         impl=self.impl)
         else:
             xr, xl = parts  # target part, source part
-            res = edge_attention(xr, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
-                                 score="additive", att=self.att, negative_slope=self.negative_slope,
-                                 dropout=self.dropout, training=self.training,
-                                 return_attention_weights=return_attention_weights, batch=batch,
-                                 impl=self.impl)
+            res = attend(xr, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
+                         score="additive", att=self.att, negative_slope=self.negative_slope,
+                         dropout=self.dropout, training=self.training,
+                         return_attention_weights=return_attention_weights, batch=batch,
+                         impl=self.impl)
         out, alpha = (res if return_attention_weights else (res, None))
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:

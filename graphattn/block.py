@@ -1,11 +1,12 @@
 """GraphTransformerBlock: edge attention + feed-forward, pre-norm residuals."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Dict, Optional, Union
 
 from torch import Tensor, nn
 
 from .attention import GraphSelfAttention
+from .variants import make_global_attention
 
 __all__ = ["GraphTransformerBlock", "NORMS"]
 
@@ -26,7 +27,7 @@ class GraphTransformerBlock(nn.Module):
     r"""One graph transformer layer (Vaswani et al. 2017, pre-norm as in Xiong et al. 2020;
     graph version as in Dwivedi & Bresson 2020)::
 
-        h = x + Dropout(Attn(Norm1(x), edge_index, edge_attr))
+        h = x + Dropout(Attn(Norm1(x), edge_index, edge_attr)) [+ Dropout(Global(Norm1(x), batch))]
         out = h + Dropout(FFN(Norm2(h))),   FFN = Linear(C, r*C) -> GELU -> Dropout -> Linear(r*C, C)
 
     Args:
@@ -38,6 +39,13 @@ class GraphTransformerBlock(nn.Module):
         norm (str, default "layer"): ``"layer"``, ``"batch"`` or ``"none"``.
         ffn_ratio (int, default 2): hidden size multiplier r of the feed-forward network.
         score (str, default "dot"): attention score, see :class:`GraphSelfAttention`.
+        normalization (str, default "softmax"): edge score normalization, see
+            :class:`GraphSelfAttention`.
+        global_attn (str or nn.Module, optional): a global branch added next to the edge
+            attention (GraphGPS recipe): ``"linear"``, ``"reduced"``, ``"clustered"`` or
+            ``"synthesizer"`` (see :func:`graphattn.variants.make_global_attention`), or a
+            module with ``forward(x, batch) -> (N, C)``.
+        global_attn_kwargs (dict, optional): options of that module (e.g. ``feature_map="favor"``).
 
     Shapes:
         x ``(N, C)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)`` -> ``(N, C)``.
@@ -45,29 +53,41 @@ class GraphTransformerBlock(nn.Module):
 
     def __init__(self, channels: int, heads: int = 4, dropout: float = 0.0, attn_dropout: float = 0.0,
                  edge_dim: Optional[int] = None, norm: str = "layer", ffn_ratio: int = 2,
-                 score: str = "dot"):
+                 score: str = "dot", normalization: str = "softmax",
+                 global_attn: Union[None, str, nn.Module] = None,
+                 global_attn_kwargs: Optional[Dict[str, Any]] = None):
         super().__init__()
         if channels % heads != 0:
             raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
         self.channels, self.heads, self.dropout, self.norm = channels, heads, dropout, norm
         self.norm1, self.norm2 = make_norm(norm, channels), make_norm(norm, channels)
         self.attn = GraphSelfAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
-                                       edge_dim=edge_dim, score=score, root_weight=False)
+                                       edge_dim=edge_dim, score=score, root_weight=False,
+                                       normalization=normalization)
+        if isinstance(global_attn, str):
+            global_attn = make_global_attention(global_attn, channels, heads, dropout=attn_dropout,
+                                                **(global_attn_kwargs or {}))
+        elif global_attn_kwargs:
+            raise ValueError("global_attn_kwargs needs global_attn given as a string")
+        self.global_attn = global_attn
         self.ffn = nn.Sequential(nn.Linear(channels, ffn_ratio * channels), nn.GELU(),
                                  nn.Dropout(dropout), nn.Linear(ffn_ratio * channels, channels))
         self.drop = nn.Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in (self.norm1, self.norm2, self.attn, self.ffn[0], self.ffn[3]):
+        for m in (self.norm1, self.norm2, self.attn, self.global_attn, self.ffn[0], self.ffn[3]):
             if hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, return_attention_weights: bool = False):
-        res = self.attn(self.norm1(x), edge_index, edge_attr, return_attention_weights, batch=batch)
+        xn = self.norm1(x)
+        res = self.attn(xn, edge_index, edge_attr, return_attention_weights, batch=batch)
         att, weights = res if return_attention_weights else (res, None)
         h = x + self.drop(att)
+        if self.global_attn is not None:
+            h = h + self.drop(self.global_attn(xn, batch))
         out = h + self.drop(self.ffn(self.norm2(h)))
         return (out, weights) if return_attention_weights else out
 

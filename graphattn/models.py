@@ -77,7 +77,9 @@ class GraphTransformer(nn.Module):
         hidden_channels (int): C.
         num_layers (int): number of :class:`GraphTransformerBlock`.
         heads (int, default 4), dropout (float, default 0.0), norm ("layer"|"batch"|"none"),
-        score ("dot"|"additive"): passed to every block.
+        score ("dot"|"additive"), normalization ("softmax"|"relu"|"sigmoid"), global_attn
+        (None|"linear"|"reduced"|"clustered"|"synthesizer") and global_attn_kwargs: passed to
+        every block, see :class:`GraphTransformerBlock`.
         num_global_tokens (int, default 0): G learnable global tokens per graph.
         pe_dim (int, default 0): K, size of the positional encoding passed as ``pe``.
         pe_kind (str, default "laplacian"): ``"laplacian"`` (random eigenvector sign flips in
@@ -93,7 +95,8 @@ class GraphTransformer(nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, heads: int = 4,
                  num_global_tokens: int = 0, pe_dim: int = 0, pe_kind: str = "laplacian",
                  edge_dim: Optional[int] = None, dropout: float = 0.0, attn_dropout: float = 0.0,
-                 norm: str = "layer", score: str = "dot",
+                 norm: str = "layer", score: str = "dot", normalization: str = "softmax",
+                 global_attn: Optional[str] = None, global_attn_kwargs: Optional[dict] = None,
                  node_vocab_sizes: Optional[Sequence[int]] = None,
                  edge_vocab_sizes: Optional[Sequence[int]] = None):
         super().__init__()
@@ -118,7 +121,8 @@ class GraphTransformer(nn.Module):
                        if num_global_tokens > 0 else None)
         self.blocks = nn.ModuleList(
             GraphTransformerBlock(hidden_channels, heads, dropout, attn_dropout, inner_edge_dim, norm,
-                                  score=score) for _ in range(num_layers))
+                                  score=score, normalization=normalization, global_attn=global_attn,
+                                  global_attn_kwargs=global_attn_kwargs) for _ in range(num_layers))
         self.norm_out = make_norm(norm, hidden_channels)
 
     def reset_parameters(self) -> None:

@@ -1,0 +1,182 @@
+r"""Linear (kernel) attention over every node of each graph: O(N) instead of O(N²).
+
+Softmax attention weighs key j for query i by ``exp(q_i·k_j/√C)``. Kernel attention
+replaces that by ``φ(q_i)·φ(k_j)`` for a positive feature map φ (Katharopoulos et al. 2020,
+"Transformers are RNNs"; Choromanski et al. 2021, "Rethinking Attention with Performers")
+and reorders the products, per graph b::
+
+    out_i = φ(q_i)ᵀ (Σ_{j∈b} φ(k_j) v_jᵀ) / φ(q_i)ᵀ (Σ_{j∈b} φ(k_j))
+
+The two sums are one ``(M, C)`` matrix and one ``M`` vector per graph and head, so the cost
+is ``O(N·H·M·C)`` time and ``O(N·H·(M + C) + B·H·M·C)`` memory: no ``N × N`` matrix. Graphs
+of a batch never mix (the sums run over each graph's own nodes; the per-graph work is done
+on a padded ``(B, L, H, ·)`` layout, see :class:`~graphattn.padding.GraphLayout`).
+
+Feature maps (``M`` features per head):
+
+* ``"elu"``: ``φ(x) = elu(x) + 1`` (Katharopoulos et al.), ``M = C``. A different kernel
+  than softmax, exact for that kernel.
+* ``"favor"``: positive orthogonal random features (Performer FAVOR+),
+  ``φ(x) = exp(ωᵀx̃ - |x̃|²/2) / √M`` with ``x̃ = x / C^{1/4}`` and ``ω`` orthogonal Gaussian
+  rows: ``E[φ(q)·φ(k)] = exp(q·k/√C)``, an unbiased estimate of softmax attention whose
+  error shrinks as ``1/√M``. Per-query and per-graph-and-head maxima are subtracted inside
+  the exponent (they cancel in the ratio), so large scores do not overflow.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .padding import GraphLayout
+from .validation import check_features, check_tensor_shape
+
+__all__ = ["FEATURE_MAPS", "linear_attention", "orthogonal_features", "LinearGlobalAttention"]
+
+FEATURE_MAPS = ("elu", "favor")
+
+
+def orthogonal_features(heads: int, num_features: int, channels: int,
+                        generator: Optional[torch.Generator] = None) -> Tensor:
+    """Performer's random feature matrix ``(H, M, C)``: blocks of ``C`` orthogonal rows,
+    each row rescaled to the norm of a ``N(0, I_C)`` sample."""
+    blocks = []
+    for _ in range(heads):
+        rows = []
+        for _ in range(math.ceil(num_features / channels)):
+            g = torch.randn(channels, channels, generator=generator)
+            qm, r = torch.linalg.qr(g)
+            qm = qm * torch.sign(torch.diagonal(r))[None, :]  # Haar-uniform rotation (sign fix)
+            rows.append(qm.t())
+        w = torch.cat(rows)[:num_features]  # (M, C) orthonormal rows
+        norms = torch.randn(num_features, channels, generator=generator).norm(dim=1)
+        blocks.append(w * norms[:, None])
+    return torch.stack(blocks)  # (H, M, C)
+
+
+def _favor(x: Tensor, omega: Tensor, layout: GraphLayout, is_query: bool) -> Tensor:
+    """Padded ``(B, L, H, C)`` -> ``(B, L, H, M)`` random features (zeros at empty slots)."""
+    C = x.size(-1)
+    x = x * C ** -0.25
+    logits = torch.einsum("blhc,hmc->blhm", x, omega) - 0.5 * (x * x).sum(-1, keepdim=True)
+    mask = layout.mask[:, :, None, None]  # (B, L, 1, 1)
+    with torch.no_grad():  # stabilisers; both cancel in the ratio
+        if is_query:
+            m = logits.amax(dim=-1, keepdim=True)  # per query and head
+        else:
+            m = logits.masked_fill(~mask, float("-inf")).amax(dim=(1, 3), keepdim=True)  # per graph, head
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    return torch.exp(logits - m).masked_fill(~mask, 0.0) / math.sqrt(omega.size(1))
+
+
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = None,
+                     feature_map: str = "elu", omega: Optional[Tensor] = None,
+                     num_graphs: Optional[int] = None, eps: float = 1e-6) -> Tensor:
+    r"""Kernel attention of every node to every node of its own graph (module docstring).
+
+    Args:
+        q, k: ``(N, H, C)``; v: ``(N, H, C')``.
+        batch: ``(N,)`` graph id per node (any order), or None for one graph.
+        feature_map: ``"elu"`` or ``"favor"`` (needs ``omega``).
+        omega: ``(H, M, C)`` random features for ``"favor"`` (:func:`orthogonal_features`).
+        num_graphs: B (default ``batch.max() + 1``).
+        eps: floor of the denominator.
+
+    Cost: ``O(N·H·M·C)`` time, ``O(B·L·H·(M + C) + B·H·M·C)`` memory, with ``L`` the largest
+    graph (the per-graph sums run on a padded layout: ``B·L = N`` for equal sizes or one graph).
+
+    Shapes: returns ``(N, H, C')``.
+    """
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}")
+    check_tensor_shape(q, (None, None, None), "q")
+    N, H, C = q.shape
+    check_tensor_shape(k, (N, H, C), "k")
+    check_tensor_shape(v, (N, H, None), "v")
+    layout = GraphLayout(batch, N, num_graphs, device=q.device)
+    Q, K, V = layout.pad(q), layout.pad(k), layout.pad(v)  # (B, L, H, C)
+    if feature_map == "elu":
+        mask = layout.mask[:, :, None, None]
+        fq = F.elu(Q) + 1.0
+        fk = (F.elu(K) + 1.0).masked_fill(~mask, 0.0)  # empty slots add nothing to the sums
+    else:
+        if omega is None:
+            raise ValueError("feature_map='favor' needs omega of shape (H, M, C)")
+        check_tensor_shape(omega, (H, None, C), "omega")
+        omega = omega.to(q.dtype)
+        fq, fk = _favor(Q, omega, layout, True), _favor(K, omega, layout, False)
+    kv = torch.einsum("blhm,blhc->bhmc", fk, V)  # (B, H, M, C') per-graph sums
+    z = fk.sum(dim=1)  # (B, H, M)
+    num = torch.einsum("blhm,bhmc->blhc", fq, kv)  # (B, L, H, C')
+    den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H)
+    return layout.unpad(num / den.clamp_min(eps)[..., None])
+
+
+class LinearGlobalAttention(nn.Module):
+    r"""Global linear attention: every node attends to all nodes of its graph in O(N)
+    (Katharopoulos et al. 2020 / Performer, Choromanski et al. 2021; the global branch of
+    GraphGPS, Rampášek et al. 2022, and SGFormer, Wu et al. 2023)::
+
+        q, k, v = W_q x, W_k x, W_v x;   out = W_o · linear_attention(q, k, v, batch)
+
+    Args:
+        channels (int): feature size in and out (divisible by ``heads``).
+        heads (int, default 1): H; each head has ``C = channels // heads`` channels.
+        feature_map (str, default "elu"): ``"elu"`` or ``"favor"``, see :func:`linear_attention`.
+        num_features (int, optional): M random features per head for ``"favor"`` (default ``2C``).
+            Drawn once (seeded by ``seed``) in :meth:`reset_parameters` and saved in the
+            state dict; :meth:`redraw_features` draws new ones.
+        dropout (float, default 0.0): dropout on the output.
+        bias (bool, default True): biases of the projections.
+        seed (int, default 0): seed of the random features.
+
+    Cost: ``O(N·H·M·C)`` per forward; memory ``O(N·channels + B·H·M·C)``.
+
+    Shapes: x ``(N, channels)``, batch ``(N,)`` (None = one graph) -> ``(N, channels)``.
+    """
+
+    def __init__(self, channels: int, heads: int = 1, feature_map: str = "elu",
+                 num_features: Optional[int] = None, dropout: float = 0.0, bias: bool = True, seed: int = 0):
+        super().__init__()
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}")
+        if not isinstance(heads, int) or heads < 1 or channels % heads:
+            raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
+        if num_features is not None and feature_map != "favor":
+            raise ValueError("num_features is only used by feature_map='favor'")
+        self.channels, self.heads, self.feature_map = channels, heads, feature_map
+        self.dropout, self.seed = dropout, seed
+        C = channels // heads
+        self.num_features = (num_features or 2 * C) if feature_map == "favor" else C
+        self.lin_qkv = nn.Linear(channels, 3 * channels, bias=bias)
+        self.lin_out = nn.Linear(channels, channels, bias=bias)
+        if feature_map == "favor":
+            self.register_buffer("omega", torch.empty(heads, self.num_features, C))
+        else:
+            self.omega = None
+        self.reset_parameters()
+
+    def redraw_features(self, generator: Optional[torch.Generator] = None) -> None:
+        if self.omega is not None:
+            gen = generator or torch.Generator().manual_seed(self.seed)
+            self.omega.copy_(orthogonal_features(self.heads, self.num_features, self.channels // self.heads, gen))
+
+    def reset_parameters(self) -> None:
+        self.lin_qkv.reset_parameters()
+        self.lin_out.reset_parameters()
+        self.redraw_features()
+
+    def forward(self, x: Tensor, batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
+        check_features(x, self.channels, "x")
+        N, H = x.size(0), self.heads
+        q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
+        out = linear_attention(q, k, v, batch, self.feature_map, self.omega, num_graphs)
+        out = F.dropout(out.reshape(N, self.channels), self.dropout, self.training)  # (N, H*C)
+        return self.lin_out(out)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
+                f"feature_map={self.feature_map!r})")
