@@ -69,6 +69,47 @@ def _leaky_grad(z: Tensor, slope: float) -> Tensor:
     return torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope))
 
 
+def score_backward(gs: Tensor, q: Tensor, k: Tensor, edge_key: Optional[Tensor], att: Optional[Tensor],
+                   csr: EdgeCSR, score: str, scale: float, slope: float, chunk: int,
+                   needs: Tuple[bool, bool, bool, bool]):
+    """Gradients of the edge scores ``(E, H)`` w.r.t. ``(q, k, edge_key, att)``, chunked.
+
+    ``gs`` is dL/ds in CSR order; ``needs`` says which of the four are wanted (None otherwise).
+    Shared by every autograd path that computes dot or additive scores over edges.
+    """
+    need_q, need_k, need_ek, need_att = needs
+    gq = torch.zeros_like(q) if need_q else None
+    gk = torch.zeros_like(k) if need_k else None
+    gek = torch.empty_like(edge_key) if need_ek else None
+    gatt = torch.zeros_like(att) if need_att else None
+    if not any(needs):
+        return gq, gk, gek, gatt
+    row, col = csr.row, csr.col
+    for s in range(0, csr.num_edges, chunk):
+        r, c = row[s:s + chunk], col[s:s + chunk]
+        g = gs[s:s + chunk, :, None]  # (chunk, H, 1)
+        kk = k[c]  # (chunk, H, C)
+        if edge_key is not None:
+            kk = kk + edge_key[s:s + chunk]
+        if score == "dot":
+            g = g * scale
+            if need_q:
+                gq.index_add_(0, r, g * kk)
+            gkk = g * q[r] if (need_k or need_ek) else None
+        else:
+            z = q[r] + kk
+            if need_att:
+                gatt += (g * F.leaky_relu(z, slope)).sum(0)
+            gkk = g * att * _leaky_grad(z, slope)  # dL/dz, (chunk, H, C)
+            if need_q:
+                gq.index_add_(0, r, gkk)
+        if need_k:
+            gk.index_add_(0, c, gkk)
+        if need_ek:
+            gek[s:s + chunk] = gkk
+    return gq, gk, gek, gatt
+
+
 class _ChunkedEdgeAttention(torch.autograd.Function):
     """Softmax attention over CSR-ordered edges, chunked, with a recomputing backward.
 
@@ -148,38 +189,8 @@ class _ChunkedEdgeAttention(torch.autograd.Function):
         # Softmax backward: gs = α (gα − Σ_j α gα).
         dot = q.new_zeros(q.size(0), alpha.size(1)).index_add_(0, row, alpha * g_alpha)  # (N, H)
         gs = alpha * (g_alpha - dot[row])  # (E, H)
-        gq = torch.zeros_like(q) if need_q else None
-        gk = torch.zeros_like(k) if need_k else None
-        gek = torch.empty_like(edge_key) if need_ek else None
-        gatt = torch.zeros_like(att) if need_att else None
-        if need_q or need_k or need_ek or need_att:
-            for s in range(0, E, chunk):
-                r, c = row[s:s + chunk], col[s:s + chunk]
-                g = gs[s:s + chunk, :, None]  # (chunk, H, 1)
-                kk = k[c]
-                if edge_key is not None:
-                    kk = kk + edge_key[s:s + chunk]
-                if score == "dot":
-                    g = g * ctx.scale
-                    if need_q:
-                        gq.index_add_(0, r, g * kk)
-                    if need_k or need_ek:
-                        gkk = g * q[r]
-                        if need_k:
-                            gk.index_add_(0, c, gkk)
-                        if need_ek:
-                            gek[s:s + chunk] = gkk
-                else:
-                    z = q[r] + kk
-                    if need_att:
-                        gatt += (g * F.leaky_relu(z, ctx.slope)).sum(0)
-                    gz = g * att * _leaky_grad(z, ctx.slope)  # (chunk, H, C)
-                    if need_q:
-                        gq.index_add_(0, r, gz)
-                    if need_k:
-                        gk.index_add_(0, c, gz)
-                    if need_ek:
-                        gek[s:s + chunk] = gz
+        gq, gk, gek, gatt = score_backward(gs, q, k, edge_key, att, ctx.csr, score, ctx.scale, ctx.slope,
+                                           chunk, (need_q, need_k, need_ek, need_att))
         gb = gs if need_b else None
         return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None
 

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes
-from .functional import SCORES, _chunk_edges, _leaky_grad
+from .functional import SCORES, _chunk_edges, score_backward
 from .padding import GraphLayout
 from .validation import check_edge_index, check_tensor_shape
 
@@ -104,35 +104,8 @@ class _EdgeScores(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gs):
         q, k, edge_key, att = ctx.saved_tensors
-        row, col, chunk = ctx.csr.row, ctx.csr.col, ctx.chunk
-        need_q, need_k, need_ek, need_att = ctx.needs_input_grad[:4]
-        gq = torch.zeros_like(q) if need_q else None
-        gk = torch.zeros_like(k) if need_k else None
-        gek = torch.empty_like(edge_key) if need_ek else None
-        gatt = torch.zeros_like(att) if need_att else None
-        gs = gs.contiguous()
-        for s in range(0, ctx.csr.num_edges, chunk):
-            r, c = row[s:s + chunk], col[s:s + chunk]
-            g = gs[s:s + chunk, :, None]  # (chunk, H, 1)
-            kk = k[c]
-            if edge_key is not None:
-                kk = kk + edge_key[s:s + chunk]
-            if ctx.score == "dot":
-                g = g * ctx.scale
-                gkk = g * q[r]
-                if need_q:
-                    gq.index_add_(0, r, g * kk)
-            else:
-                z = q[r] + kk
-                if need_att:
-                    gatt += (g * F.leaky_relu(z, ctx.slope)).sum(0)
-                gkk = g * att * _leaky_grad(z, ctx.slope)  # (chunk, H, C)
-                if need_q:
-                    gq.index_add_(0, r, gkk)
-            if need_k:
-                gk.index_add_(0, c, gkk)
-            if need_ek:
-                gek[s:s + chunk] = gkk
+        gq, gk, gek, gatt = score_backward(gs.contiguous(), q, k, edge_key, att, ctx.csr, ctx.score, ctx.scale,
+                                           ctx.slope, ctx.chunk, tuple(ctx.needs_input_grad[:4]))
         return gq, gk, gek, gatt, None, None, None, None, None
 
 
