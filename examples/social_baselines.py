@@ -146,7 +146,7 @@ def main(argv=None):
         table.append(row)
         log(f"== {name} ({row['runs']}): " + " | ".join(f"{m} {fmt(v)}" for m, v in res.items()))
         if gin:
-            log(f"   GIN protocol: " + " | ".join(f"{m} {100 * g[0]:.1f} ± {100 * g[1]:.1f}" for m, g in gin.items()))
+            log("   GIN protocol: " + " | ".join(f"{m} {100 * g[0]:.1f} ± {100 * g[1]:.1f}" for m, g in gin.items()))
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps(row) + "\n")

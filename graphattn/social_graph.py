@@ -229,7 +229,8 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
         (out / "metrics.json").write_text(json.dumps(summary, indent=2))
         best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
         shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
-        print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * test.std(unbiased=False):.2f} "
+        sd = float(test.std(unbiased=False))
+        print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * sd:.2f} "
               f"(model selected on validation) | GIN protocol {100 * gin[0]:.2f} ± {100 * gin[1]:.2f} "
               f"(epoch {gin[2]})")
         print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'} (fold {best + 1}, best validation accuracy)")

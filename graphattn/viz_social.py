@@ -4,7 +4,8 @@
 attention weights of its last block (mean over heads); :func:`draw_ego_attention` draws the
 ``hops``-hop ego-graph of one node with networkx + matplotlib: every edge j -> centre
 coloured and thickened by α_j,centre (how much the centre listens to j), the other edges of
-the ego-graph in light grey, nodes coloured by predicted class, the centre outlined. matplotlib is imported only here, inside the functions.
+the ego-graph in light grey, nodes coloured by predicted class, the centre outlined.
+matplotlib is imported only here, inside the functions.
 """
 from __future__ import annotations
 
