@@ -21,7 +21,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--epochs", type=int, default=None, help="training epochs (default: per dataset)")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default: per dataset)")
-    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--weight-decay", type=float, default=None, help="L2 weight decay (default: per dataset)")
     g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
     g.add_argument("--seed", type=int, default=0)
@@ -73,7 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _pipeline_of(checkpoint: str) -> str:
     from .train import load_checkpoint
 
-    return load_checkpoint(checkpoint)["meta"].get("pipeline", "molecules")
+    meta = load_checkpoint(checkpoint).get("meta")
+    if not isinstance(meta, dict) or "pipeline" not in meta:
+        from .train import CheckpointError
+
+        raise CheckpointError(f"{checkpoint} is not a graphattn training checkpoint (no 'meta.pipeline')")
+    return meta["pipeline"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -108,7 +113,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.argv = [str(script), *args.rest]
         runpy.run_path(str(script), run_name="__main__")
         return 0
-    module = molecule_tasks if _pipeline_of(args.checkpoint) == "molecules" else social_tasks
+    from .train import CheckpointError
+
+    try:
+        pipeline = _pipeline_of(args.checkpoint)
+    except CheckpointError as exc:
+        print(f"graphattn {args.command}: {exc}", file=sys.stderr)
+        return 2
+    module = molecule_tasks if pipeline == "molecules" else social_tasks
     return getattr(module, args.command)(args)
 
 

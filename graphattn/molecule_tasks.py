@@ -61,7 +61,7 @@ def _hparams(args) -> Dict[str, Any]:
                  "global_tokens", "pe_dim"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
-    if getattr(args, "weight_decay", None):
+    if getattr(args, "weight_decay", None) is not None:
         hp["weight_decay"] = args.weight_decay
     return hp
 

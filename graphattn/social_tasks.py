@@ -79,7 +79,7 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay"):
         val = getattr(args, name, None)
-        if val is not None and not (name == "weight_decay" and val == 0.0 and "weight_decay" in defaults):
+        if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
     hp["heads"] = args.heads
     return hp
