@@ -69,6 +69,35 @@ def _leaky_grad(z: Tensor, slope: float) -> Tensor:
     return torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope))
 
 
+def aggregate_backward(grad_out: Tensor, alpha: Tensor, v: Tensor, edge_value: Optional[Tensor],
+                       csr: EdgeCSR, chunk: int, needs: Tuple[bool, bool, bool]):
+    """Gradients of ``out_i = Σ_e α_e (v_j + ev_e)`` w.r.t. ``(α, v, edge_value)``, chunked.
+
+    ``grad_out`` ``(N, H, C)``, ``alpha`` ``(E, H)`` in CSR order (the weights actually used).
+    Shared by every autograd path that aggregates values over edges.
+    """
+    need_a, need_v, need_ev = needs
+    ga = torch.empty_like(alpha) if need_a else None
+    gv = torch.zeros_like(v) if need_v else None
+    gev = torch.empty_like(edge_value) if need_ev else None
+    row, col = csr.row, csr.col
+    for s in range(0, csr.num_edges, chunk):
+        r, c = row[s:s + chunk], col[s:s + chunk]
+        go = grad_out[r]  # (chunk, H, C)
+        if need_a:
+            msg = v[c]
+            if edge_value is not None:
+                msg = msg + edge_value[s:s + chunk]
+            ga[s:s + chunk] = (go * msg).sum(-1)
+        if need_v or need_ev:
+            gm = go * alpha[s:s + chunk, :, None]
+            if need_v:
+                gv.index_add_(0, c, gm)
+            if need_ev:
+                gev[s:s + chunk] = gm
+    return ga, gv, gev
+
+
 def score_backward(gs: Tensor, q: Tensor, k: Tensor, edge_key: Optional[Tensor], att: Optional[Tensor],
                    csr: EdgeCSR, score: str, scale: float, slope: float, chunk: int,
                    needs: Tuple[bool, bool, bool, bool]):
@@ -163,27 +192,12 @@ class _ChunkedEdgeAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, _grad_alpha):
         q, k, v, edge_key, edge_value, att, alpha, keep = ctx.saved_tensors
-        row, col, chunk, score = ctx.csr.row, ctx.csr.col, ctx.chunk, ctx.score
-        E = col.numel()
+        row, chunk, score = ctx.csr.row, ctx.chunk, ctx.score
         need_q, need_k, need_v, need_b, need_ek, need_ev, need_att = ctx.needs_input_grad[:7]
         grad_out = grad_out.contiguous()
         alpha_used = alpha if keep is None else alpha * keep / (1.0 - ctx.p_drop)
-        g_alpha = alpha.new_empty(alpha.shape)  # dL/d alpha_used, (E, H)
-        gv = torch.zeros_like(v) if need_v else None
-        gev = torch.empty_like(edge_value) if need_ev else None
-        for s in range(0, E, chunk):
-            r, c = row[s:s + chunk], col[s:s + chunk]
-            go = grad_out[r]  # (chunk, H, C)
-            msg = v[c]
-            if edge_value is not None:
-                msg = msg + edge_value[s:s + chunk]
-            g_alpha[s:s + chunk] = (go * msg).sum(-1)
-            if need_v or need_ev:
-                gm = go * alpha_used[s:s + chunk, :, None]
-                if need_v:
-                    gv.index_add_(0, c, gm)
-                if need_ev:
-                    gev[s:s + chunk] = gm
+        g_alpha, gv, gev = aggregate_backward(grad_out, alpha_used, v, edge_value, ctx.csr, chunk,
+                                              (True, need_v, need_ev))  # g_alpha = dL/d alpha_used
         if keep is not None:
             g_alpha = g_alpha * keep / (1.0 - ctx.p_drop)
         # Softmax backward: gs = α (gα − Σ_j α gα).

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes
-from .functional import SCORES, _chunk_edges, score_backward
+from .functional import SCORES, _chunk_edges, aggregate_backward, score_backward
 from .padding import GraphLayout
 from .validation import check_edge_index, check_tensor_shape
 
@@ -128,26 +128,8 @@ class _EdgeAggregate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, go):
         alpha, v, edge_value = ctx.saved_tensors
-        row, col, chunk = ctx.csr.row, ctx.csr.col, ctx.chunk
-        need_a, need_v, need_ev = ctx.needs_input_grad[:3]
-        go = go.contiguous()
-        ga = torch.empty_like(alpha) if need_a else None
-        gv = torch.zeros_like(v) if need_v else None
-        gev = torch.empty_like(edge_value) if need_ev else None
-        for s in range(0, ctx.csr.num_edges, chunk):
-            r, c = row[s:s + chunk], col[s:s + chunk]
-            g = go[r]  # (chunk, H, C)
-            if need_a:
-                msg = v[c]
-                if edge_value is not None:
-                    msg = msg + edge_value[s:s + chunk]
-                ga[s:s + chunk] = (g * msg).sum(-1)
-            if need_v or need_ev:
-                gm = g * alpha[s:s + chunk, :, None]
-                if need_v:
-                    gv.index_add_(0, c, gm)
-                if need_ev:
-                    gev[s:s + chunk] = gm
+        ga, gv, gev = aggregate_backward(go.contiguous(), alpha, v, edge_value, ctx.csr, ctx.chunk,
+                                         tuple(ctx.needs_input_grad[:3]))
         return ga, gv, gev, None, None
 
 
