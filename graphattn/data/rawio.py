@@ -1,0 +1,130 @@
+"""Low-level raw-file reading shared by the dataset readers (social node and graph sets).
+
+Plain or gzip-compressed bytes and UTF-8 text, integer tokens at C speed, CSV rows and
+JSON with :class:`~graphattn.data.download.DataFileError` on malformed content, numpy
+set operations on int arrays (unique, unique pairs, undirected edge lists), zip member
+checks for :func:`~graphattn.data.download.find_file`, and dataset-name normalisation.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from .download import DataFileError, PathLike
+
+__all__ = ["read_bytes", "read_text", "parse_int_tokens", "csv_rows", "parse_json", "sorted_unique",
+           "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
+
+
+def read_bytes(path: PathLike) -> bytes:
+    """Whole file as bytes, transparently gunzipping ``*.gz`` (or gzip magic)."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (EOFError, OSError, gzip.BadGzipFile) as exc:
+            raise DataFileError(f"{path}: corrupt or truncated gzip file ({exc})") from exc
+    return raw
+
+
+def read_text(path: PathLike) -> str:
+    """Whole file (plain or gzip) as UTF-8 text, a leading byte-order mark dropped."""
+    try:
+        return read_bytes(path).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text ({exc})") from exc
+
+
+def parse_int_tokens(buf: bytes, what: str, sep: bytes = b" ") -> np.ndarray:
+    """All integers in ``buf`` (whitespace/``sep`` separated) as int64, C speed."""
+    if sep != b" ":
+        buf = buf.replace(sep, b" ")
+    if not buf.strip():
+        return np.zeros(0, dtype=np.int64)
+    try:
+        return np.fromstring(buf, dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode is supported)
+    except ValueError as exc:
+        raise DataFileError(f"{what}: non-integer token ({exc})") from exc
+
+
+def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
+    """``(header, rows)`` of CSV ``text``: blank rows dropped, header cells stripped."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    if not rows:
+        raise DataFileError(f"{what}: empty CSV file")
+    return [h.strip() for h in rows[0]], rows[1:]
+
+
+def parse_json(text: str, what: str):
+    """``json.loads(text)``, a :class:`DataFileError` naming ``what`` when it is invalid."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataFileError(f"{what}: invalid JSON (truncated?): {exc}") from exc
+
+
+def sorted_unique(a: np.ndarray, return_inverse: bool = False):
+    """``np.unique`` by sort + diff (numpy 2.4's hash-based ``np.unique`` is ~100x slower
+    on large int arrays here)."""
+    a = np.asarray(a)
+    s = np.sort(a, kind="stable")
+    u = s[np.concatenate([[True], s[1:] != s[:-1]])] if s.size else s
+    if return_inverse:
+        return u, np.searchsorted(u, a)
+    return u
+
+
+def unique_pairs(src: np.ndarray, dst: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The distinct ``(src, dst)`` pairs (node ids in 0..n-1), sorted by (src, dst).
+
+    Shapes: ``src``, ``dst`` (E,) -> two arrays (E',), E' <= E.
+    """
+    m = max(int(n), 1)
+    key = sorted_unique(np.asarray(src, dtype=np.int64) * m + np.asarray(dst, dtype=np.int64))
+    return key // m, key % m
+
+
+def undirected_edge_index(src: np.ndarray, dst: np.ndarray, num_nodes: int,
+                          remove_self_loops: bool = True) -> Tuple[np.ndarray, int]:
+    """Both directions, deduplicated, sorted by (src, dst); returns (edge_index, #self-loops).
+
+    Shapes: ``src``, ``dst`` (E,) -> ``edge_index`` (2, E') with E' <= 2E.
+    """
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    loops = src == dst
+    n_loops = int(np.count_nonzero(loops))
+    if remove_self_loops and n_loops:
+        src, dst = src[~loops], dst[~loops]
+    s, d = unique_pairs(np.concatenate([src, dst]), np.concatenate([dst, src]), num_nodes)
+    return np.stack([s, d]), n_loops
+
+
+def zip_check(members: Sequence[str]):
+    """A ``check(path)`` for :func:`~graphattn.data.download.find_file`: the file is a zip
+    archive holding every name in ``members``."""
+    def check(path: Path) -> None:
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = set(zf.namelist())
+        except zipfile.BadZipFile as exc:
+            raise DataFileError(f"{path}: not a zip file ({exc})") from exc
+        lost = [m for m in members if m not in names]
+        if lost:
+            raise DataFileError(f"{path}: zip lacks {lost}")
+    return check
+
+
+def canonical_name(name: str, aliases: Dict[str, str]) -> str:
+    """Lower-case ``name`` without spaces, mapped through ``aliases`` when listed there."""
+    key = name.lower().replace(" ", "")
+    return aliases.get(key, key)

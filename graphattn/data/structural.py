@@ -1,0 +1,152 @@
+"""Structural node features for graphs without (or with too few) node features.
+
+:func:`random_walk_pe` (random-walk return probabilities, fast on large sparse graphs),
+:func:`structural_node_features` (``[log(1 + deg), RWPE]`` of one graph) and
+:func:`add_structural_features` (degree one-hot / log-degree / RWPE on every graph of a
+graph-classification set). scipy is imported only for the exact 3-step return
+probabilities of large graphs.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+__all__ = ["random_walk_pe", "structural_node_features", "add_structural_features"]
+
+
+def _degree(edge_index: Tensor, num_nodes: int) -> Tensor:
+    return torch.bincount(edge_index[0], minlength=num_nodes).to(torch.float32)
+
+
+def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
+                   exact_max_nodes: int = 4000, num_probes: int = 64, seed: int = 0,
+                   triangle_budget: float = 5e7) -> Tensor:
+    """Random-walk return probabilities ``[P^k]_ii`` for k = 1..steps, shape (N, steps).
+
+    ``P = D^-1 A`` (isolated nodes stay at 0). This is the RWPE of Dwivedi et al. that PyG's
+    ``AddRandomWalkPE`` computes, but PyG squares sparse matrices (fill-in: 57 s on LastFM,
+    >20 GB on GitHub here), so:
+
+    * N <= ``exact_max_nodes``: exact, by K dense (small or dense graphs) or sparse x dense
+      products;
+    * larger graphs: k = 1, 2 exact (closed forms), k = 3 exact by weighted triangle counts
+      when ``sum(deg^2) <= triangle_budget`` (LastFM, Facebook, Twitch; not GitHub: 2.5e8),
+      the other k >= 3 an unbiased Monte-Carlo estimate
+      with ``num_probes`` Rademacher probes Z on ``S = D^-1/2 A D^-1/2`` (same diagonal as
+      ``P^k``): ``diag(S^2m) ~ mean((S^m Z)^2)`` (relative std ~ sqrt(2/num_probes)),
+      ``diag(S^2m+1) ~ mean(S^m Z * S^m+1 Z)``; cost ``steps/2 * nnz * num_probes``.
+    """
+    n = int(num_nodes)
+    if steps <= 0 or n == 0:
+        return torch.zeros(n, max(steps, 0))
+    row, col = edge_index[0].long(), edge_index[1].long()
+    deg = _degree(edge_index, n)
+    inv = torch.where(deg > 0, 1.0 / deg.clamp(min=1), torch.zeros_like(deg))
+    if n <= exact_max_nodes:
+        out = torch.empty(n, steps)
+        diag = torch.arange(n)
+        if n <= 64 or 16 * row.numel() >= n * n:  # dense matmul wins on dense graphs
+            p = torch.zeros(n, n)
+            p.index_put_((row, col), inv[row], accumulate=True)
+            cur = p
+            for k in range(steps):
+                if k:
+                    cur = cur @ p
+                out[:, k] = cur[diag, diag]
+        else:
+            p = torch.sparse_coo_tensor(torch.stack([row, col]), inv[row], (n, n),
+                                        check_invariants=False).coalesce()
+            cur = p.to_dense()
+            for k in range(steps):
+                if k:
+                    cur = torch.sparse.mm(p, cur)
+                out[:, k] = cur[diag, diag]
+        return out
+    out = torch.empty(n, steps)
+    loops = row == col
+    out[:, 0] = torch.zeros(n).index_add_(0, row[loops], inv[row[loops]])
+    isq = inv.sqrt()
+    s = torch.sparse_coo_tensor(torch.stack([row, col]), isq[row] * isq[col], (n, n),
+                                check_invariants=False).coalesce()
+    if steps > 1:  # sum_j P_ij P_ji = sum_j A_ij A_ji / (d_i d_j)
+        out[:, 1] = torch.zeros(n).index_add_(0, row, inv[row] * inv[col])
+    if steps > 2:
+        gen = torch.Generator().manual_seed(int(seed))
+        z = torch.randint(0, 2, (n, num_probes), generator=gen).float() * 2 - 1
+        ys = [z]
+        for _ in range(steps // 2 + 1):
+            ys.append(torch.sparse.mm(s, ys[-1]))
+        for k in range(3, steps + 1):
+            m = k // 2
+            est = (ys[m] * ys[m]).mean(1) if k % 2 == 0 else (ys[m] * ys[m + 1]).mean(1)
+            out[:, k - 1] = est.clamp(0.0, 1.0)
+        deg_np = deg.numpy().astype(np.float64)
+        if float((deg_np ** 2).sum()) <= triangle_budget:
+            out[:, 2] = _return_prob_3(row.numpy(), col.numpy(), deg_np, n)
+    return out
+
+
+def _return_prob_3(row: np.ndarray, col: np.ndarray, deg: np.ndarray, n: int) -> Tensor:
+    """Exact ``[P^3]_ii = 1/d_i sum_j A_ij/d_j (A D^-1 A)_ji`` (weighted triangles), scipy."""
+    import scipy.sparse as sp
+
+    inv = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0)
+    a = sp.csr_matrix((np.ones(row.size), (row, col)), shape=(n, n))
+    c = (a.multiply(inv[None, :]).tocsr() @ a).multiply(a).tocsr()  # only at edges
+    return torch.from_numpy(inv * (c @ inv)).float()
+
+
+def structural_node_features(edge_index: Tensor, num_nodes: int, rw_steps: int = 16,
+                             **rw_kwargs) -> Tensor:
+    """``[log(1 + degree), RWPE_1..RWPE_rw_steps]`` as float (N, 1 + rw_steps)."""
+    deg = _degree(edge_index, num_nodes)
+    feats = [torch.log1p(deg).unsqueeze(1)]
+    if rw_steps > 0:
+        feats.append(random_walk_pe(edge_index, num_nodes, rw_steps, **rw_kwargs))
+    return torch.cat(feats, dim=1)
+
+
+def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int] = 64,
+                            degree: str = "onehot", rw_steps: int = 8, replace: bool = False,
+                            exact_max_nodes: int = 1000) -> Sequence[Data]:
+    """Add degree / random-walk features to every graph, in place; returns ``data_list``.
+
+    * ``degree="onehot"``: one-hot of ``min(deg, max_degree)`` (``max_degree + 1`` columns,
+      the last one meaning "max_degree or more"; ``max_degree=None`` uses the largest degree
+      in ``data_list``, as GIN does) plus ``log(1 + deg)``; ``degree="log"``: only the log.
+    * ``rw_steps > 0``: random-walk return probabilities ``[P^k]_ii``, k = 1..rw_steps, exact
+      for graphs of up to ``exact_max_nodes`` nodes, a 64-probe Monte-Carlo estimate above
+      (see :func:`random_walk_pe`; ~10 % of REDDIT-BINARY's graphs).
+
+    Width: ``max_degree + 2 + rw_steps`` (74 by default), concatenated after the
+    existing ``x`` (one-hot tags of the molecular sets) unless ``replace``.
+    Sets ``data.feature_source = "structural"``. Measured here (2 CPU cores), ``rw_steps=8``:
+    IMDB-BINARY 0.3 s, COLLAB ~11 s, REDDIT-BINARY ~6 s; ``rw_steps=0``: COLLAB ~4 s.
+    """
+    if degree not in ("onehot", "log"):
+        raise ValueError(f"degree must be 'onehot' or 'log', not {degree!r}")
+    degs = [torch.bincount(d.edge_index[0], minlength=d.num_nodes) for d in data_list]
+    if degree == "onehot" and max_degree is None:
+        max_degree = int(max((int(g.max()) for g in degs if g.numel()), default=0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # many tiny ops: the intra-op pool only adds latency spikes
+    try:
+        for d, deg in zip(data_list, degs):
+            feats = []
+            if degree == "onehot":
+                feats.append(torch.nn.functional.one_hot(deg.clamp(max=max_degree),
+                                                         max_degree + 1).float())
+            feats.append(torch.log1p(deg.float()).unsqueeze(1))
+            if rw_steps > 0:
+                feats.append(random_walk_pe(d.edge_index, d.num_nodes, rw_steps,
+                                            exact_max_nodes=exact_max_nodes))
+            s = torch.cat(feats, 1)
+            d.x = s if (replace or d.x is None) else torch.cat([d.x, s], 1)
+            d.feature_source = "structural"
+    finally:
+        torch.set_num_threads(threads)
+    return data_list
