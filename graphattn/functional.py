@@ -244,8 +244,9 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             ``edge_index`` once and cached for that tensor.
         batch: optional ``(N,)`` sorted graph id per node. Only used to detect batches of
             fully-connected graphs, which then run through SDPA (``None`` = one graph).
-        impl: ``"auto"`` (SDPA for complete graphs, else the fused C++ kernel when it
-            applies, else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``.
+        impl: ``"auto"`` (SDPA for complete graphs without bias / edge features, else the
+            fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
+            else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``.
 
     Returns:
         ``out`` ``(N, H, C)``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
@@ -281,17 +282,11 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     p_drop = dropout if training else 0.0
 
     dtype = q.dtype
+    shared_kv = edge_value is not None and edge_value is edge_key  # one tensor, one gradient
     if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
         up = lambda t: None if t is None else t.float()  # noqa: E731
-        q, k, v, bias, edge_key, edge_value, att = map(up, (q, k, v, bias, edge_key, edge_value, att))
-    perm = csr.perm  # everything per-edge goes to CSR order
-    shared_kv = edge_value is not None and edge_value is edge_key
-    if bias is not None:
-        bias = bias[perm]
-    if edge_key is not None:
-        edge_key = edge_key[perm]
-    if edge_value is not None:
-        edge_value = edge_key if shared_kv else edge_value[perm]
+        q, k, v, bias, edge_key, att = map(up, (q, k, v, bias, edge_key, att))
+        edge_value = edge_key if shared_kv else up(edge_value)
 
     plain = score == "dot" and edge_key is None and edge_value is None and not return_attention_weights
     if impl in ("auto", "dense") and plain and bias is None:
@@ -301,21 +296,34 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     if impl == "dense":
         raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
                          "given batch), score='dot', no bias, edge features or returned weights")
-    fusable = (plain and p_drop == 0.0 and q.device.type == "cpu"
+    # The fused kernel takes bias / edge_key / edge_value and returns weights in the caller's
+    # edge order (it reads through csr.perm): no permuted per-edge copies on this path.
+    fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cpu"
                and q.dtype in (torch.float32, torch.float64) and v.size(-1) == C)
     if impl == "fused" and not fusable:
-        raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 without "
-                         "edge features, dropout or returned attention weights")
+        raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 with "
+                         "v of C channels and no (active) dropout")
     if impl != "chunked" and fusable:
         from . import kernels
 
         if kernels.fused_available():
-            out = kernels.fused_edge_attention(q.contiguous(), k.contiguous(), v.contiguous(), csr,
-                                               bias=bias, scale=1.0 / math.sqrt(C))
-            return out.to(dtype)
+            res = kernels.fused_edge_attention(
+                q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
+                edge_value=edge_value, return_attention_weights=return_attention_weights,
+                edge_order="input")
+            if return_attention_weights:
+                return res[0].to(dtype), res[1].to(dtype)
+            return res.to(dtype)
         if impl == "fused":
             raise RuntimeError("impl='fused' requested but the C++ kernel could not be built")
 
+    perm = csr.perm  # the chunked path works on CSR-ordered per-edge tensors
+    if bias is not None:
+        bias = bias[perm]
+    if edge_key is not None:
+        edge_key = edge_key[perm]
+    if edge_value is not None:
+        edge_value = edge_key if shared_kv else edge_value[perm]
     chunk = _chunk_edges(H, max(C, v.size(-1)), q.element_size())
     out, alpha = _ChunkedEdgeAttention.apply(
         q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, edge_value, att, csr,

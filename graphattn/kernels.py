@@ -1,12 +1,15 @@
 """Fused C++ CPU kernel for edge-restricted attention, built on first use and cached.
 
-``fused_edge_attention(q, k, v, csr, bias, scale)`` computes, for every target node i and
-head h, ``sum_e softmax_e(scale * q[i,h]·k[j,h] + bias[e,h]) * v[j,h]`` over the incoming
-edges ``e = (j -> i)`` of ``csr`` in a single OpenMP-parallel sweep per target row (per-head
-max subtracted, so huge logits stay finite), and its backward without any per-edge
-``(E, H, C)`` tensor: only ``out`` and the per-(node, head) log-sum-exp are saved; the
-backward recomputes the scores, computes grad q in a target-major pass and grad k / grad v
-in a source-major pass over ``csr.csc`` (race-free, no atomics).
+``fused_edge_attention(q, k, v, csr, bias, scale, edge_key=, edge_value=)`` computes, for every
+target node i and head h, ``sum_e softmax_e(scale * q[i,h]·(k[j,h] + ek[e,h]) + bias[e,h]) *
+(v[j,h] + ev[e,h])`` over the incoming edges ``e = (j -> i)`` of ``csr`` in a single
+OpenMP-parallel sweep per target row (per-head max subtracted, so huge logits stay finite),
+and its backward without any per-edge ``(E, H, C)`` tensor except the gradients of the edge
+key/value themselves: only the per-(node, head) log-sum-exp is saved; the backward
+recomputes the scores, computes grad q (and the per-edge gradients) in a target-major pass
+and grad k / grad v in a source-major pass over a compact int32 CSC copy (race-free, no
+atomics). Per-edge tensors may be given in the caller's edge order (``edge_order="input"``):
+the kernel reads them through ``csr.perm`` instead of permuting copies.
 
 The extension (``graphattn/csrc/edge_attention.cpp``) is compiled once with
 :func:`torch.utils.cpp_extension.load` (``-O3 -fopenmp``; no ``-march=native``, the hot loops
@@ -16,7 +19,9 @@ on the torch and Python versions and the source hash, and reused by later proces
 ninja (``cpp_extension`` requires it) the same source is compiled with one direct compiler
 call instead (``GRAPHATTN_NO_NINJA=1`` forces that route).
 :func:`fused_available` returns ``False`` (and warns once) when the build fails, e.g. with
-no C++ compiler; ``GRAPHATTN_NO_CPP=1`` forces ``False`` without trying.
+no C++ compiler; ``GRAPHATTN_NO_CPP=1`` forces ``False`` without trying. A ``lock`` file left
+in the build folder by a killed build is removed once it is older than
+:data:`STALE_LOCK_SECONDS` (10 min) instead of blocking every later process forever.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import platform
 import re
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -65,6 +71,36 @@ _NAME = "graphattn_edge_attention"
 _CFLAGS = ["-O3", "-fopenmp"]
 
 
+#: A ``lock`` file in the build folder older than this (seconds) is stale (a build takes seconds).
+STALE_LOCK_SECONDS = 600.0
+
+
+def _clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS,
+                      poll: float = 0.5) -> bool:
+    """Wait for a live build's ``lock`` to go away, but remove one older than ``max_age``.
+
+    ``torch.utils.cpp_extension.load`` serialises builds with a ``lock`` file in the build
+    folder and waits for as long as it exists; a process killed mid-build leaves it behind,
+    and every later process would hang. This waits at most until the lock is ``max_age``
+    seconds old, then deletes it (warning once) and returns ``True``.
+    """
+    lock = build_dir / "lock"
+    while True:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return False
+        if age > max_age:
+            try:
+                lock.unlink()
+            except FileNotFoundError:
+                pass
+            warnings.warn(f"graphattn: removed a stale build lock ({lock}, {age / 60:.0f} min old) "
+                          "left by an interrupted build", RuntimeWarning, stacklevel=3)
+            return True
+        time.sleep(min(poll, max_age - age + 0.01))
+
+
 def _load():
     from torch.utils import cpp_extension
 
@@ -72,6 +108,7 @@ def _load():
     build_dir.mkdir(parents=True, exist_ok=True)
     verbose = os.environ.get("GRAPHATTN_VERBOSE_BUILD", "") not in ("", "0")
     if cpp_extension.is_ninja_available() and not os.environ.get("GRAPHATTN_NO_NINJA"):
+        _clear_stale_lock(build_dir)
         cpp_extension.load(
             name=_NAME,
             sources=[str(_SRC)],
@@ -152,55 +189,100 @@ def fused_available() -> bool:
     return _EXT is not None
 
 
-_EMPTY_LONG = torch.empty(0, dtype=torch.long)
+_EMPTY = torch.empty(0)
+EDGE_ORDERS = ("csr", "input")
+
+
+def _csc_arrays(csr: EdgeCSR):
+    """Compact source-major copy of ``csr`` for the grad k / grad v pass, cached on ``csr``.
+
+    ``(cptr (N+1,) int64, cperm (E,), ctgt (E,))`` with int32 ``cperm``/``ctgt`` when N and E
+    fit (a third of the bytes of :attr:`EdgeCSR.csc`), built by a counting sort in C++.
+    """
+    cached = csr.__dict__.get("_fused_csc")
+    if cached is None:
+        cached = tuple(_EXT.build_csc(csr.rowptr, csr.col))
+        object.__setattr__(csr, "_fused_csc", cached)  # EdgeCSR is frozen; same as csr.csc
+    return cached
 
 
 class _FusedEdgeAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, csr, scale):
-        out, lse = _EXT.forward(q, k, v, bias, csr.rowptr, csr.col, scale)
-        ctx.save_for_backward(q, k, v, bias, out, lse)
-        ctx.csr = csr
-        ctx.scale = scale
-        return out
+    def forward(ctx, q, k, v, bias, edge_key, edge_value, csr, eid, scale, shared, need_weights):
+        ev = edge_key if shared else edge_value
+        out, lse, weights = _EXT.forward(q, k, v, bias, edge_key, ev, eid, csr.rowptr, csr.col,
+                                         scale, need_weights)
+        # `out` is not saved: backward gets dout . out from the recomputed weights.
+        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, lse)
+        ctx.csr, ctx.eid, ctx.scale, ctx.shared = csr, eid, scale, shared
+        ctx.mark_non_differentiable(weights)
+        return out, weights
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dout):
-        q, k, v, bias, out, lse = ctx.saved_tensors
-        need_q, need_k, need_v, need_b = ctx.needs_input_grad[:4]
-        if not (need_q or need_k or need_v or need_b):
-            return None, None, None, None, None, None
+    def backward(ctx, dout, _grad_weights):
+        q, k, v, bias, edge_key, edge_value, lse = ctx.saved_tensors
+        need_q, need_k, need_v, need_b, need_ek, need_ev = ctx.needs_input_grad[:6]
+        nothing = (None,) * 5
+        if not (need_q or need_k or need_v or need_b or need_ek or need_ev):
+            return (None,) * 6 + nothing
         csr: EdgeCSR = ctx.csr
         need_kv = bool(need_k or need_v)
-        if need_kv:
-            csc = csr.csc
-            cptr, cperm, ctgt = csc.rowptr, csc.perm, csc.col
-        else:
-            cptr = cperm = ctgt = _EMPTY_LONG
+        cptr, cperm, ctgt = _csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
         dout = dout.to(q.dtype).contiguous()
-        gq, gk, gv, gb = _EXT.backward(q, k, v, bias, csr.rowptr, csr.col, cptr, cperm, ctgt,
-                                       out, lse, dout, ctx.scale, bool(need_q), need_kv)
-        return (gq if need_q else None, gk if need_k else None, gv if need_v else None,
-                gb if need_b else None, None, None)
+        ev = edge_key if ctx.shared else edge_value
+        gq, gk, gv, gb, gek, gev = _EXT.backward(
+            q, k, v, bias, edge_key, ev, ctx.eid, csr.rowptr, csr.col, cptr, cperm, ctgt, lse,
+            dout, ctx.scale, bool(need_q), need_kv, bool(need_b), bool(need_ek), bool(need_ev),
+            ctx.shared)
+        pick = lambda need, g: g if need else None  # noqa: E731
+        return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
+                pick(need_ek, gek), pick(need_ev, gev)) + nothing
+
+
+def _edge_tensor(t: Optional[Tensor], shape, name: str, dtype) -> Optional[Tensor]:
+    if t is None:
+        return None
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be a CPU tensor")
+    return t.to(dtype).contiguous()
 
 
 def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
-                         bias: Optional[Tensor] = None, scale: Optional[float] = None) -> Tensor:
+                         bias: Optional[Tensor] = None, scale: Optional[float] = None, *,
+                         edge_key: Optional[Tensor] = None, edge_value: Optional[Tensor] = None,
+                         return_attention_weights: bool = False, edge_order: str = "csr"):
     """Edge-restricted multi-head attention with the fused C++ kernel.
+
+    ``s_e = scale · q_i·(k_j + edge_key_e) + bias_e``, ``out_i = Σ_e softmax_e(s) (v_j + edge_value_e)``
+    over the incoming edges ``e = (j -> i)`` of ``csr``.
 
     Args:
         q, k, v: ``(N, H, C)`` CPU float32/float64 tensors (same dtype).
         csr: :class:`~graphattn.csr.EdgeCSR` of the graph (targets = rows, sources = ``col``).
-        bias: optional ``(E, H)`` additive score bias **in CSR order** (``bias_orig[csr.perm]``).
+        bias: optional ``(E, H)`` additive score bias.
         scale: score scale, default ``1 / sqrt(C)``.
+        edge_key, edge_value: optional ``(E, H, C)`` per-edge additions to the key / value of
+            that edge; may be the same tensor (one gradient, the sum of both roles).
+        return_attention_weights: also return the softmax weights ``(E, H)``
+            (not differentiable).
+        edge_order: order of every per-edge tensor (inputs, returned weights and gradients):
+            ``"csr"`` (CSR positions, default) or ``"input"`` (the order of the ``edge_index``
+            ``csr`` was built from; the kernel reads through ``csr.perm``, so no permuted copy
+            is made).
 
-    Returns ``(N, H, C)``; a node with no incoming edge gets exactly 0. Differentiable w.r.t.
-    ``q``, ``k``, ``v`` and ``bias``. Call :func:`fused_available` first.
+    Returns ``out`` ``(N, H, C)`` (a node with no incoming edge gets exactly 0), or
+    ``(out, weights)``. Differentiable w.r.t. ``q, k, v, bias, edge_key, edge_value``; no
+    ``(E, H, C)`` tensor is allocated apart from the gradients of ``edge_key``/``edge_value``.
+    Call :func:`fused_available` first.
     """
     if not fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable"
                            + (f" ({_ERROR})" if _ERROR else ""))
+    if edge_order not in EDGE_ORDERS:
+        raise ValueError(f"edge_order must be one of {EDGE_ORDERS}, got {edge_order!r}")
     if q.dim() != 3 or k.shape != q.shape or v.shape != q.shape:
         raise ValueError(f"q, k, v must all be (N, H, C); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -213,11 +295,14 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     if csr.num_nodes != N or csr.rowptr.numel() != N + 1:
         raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
     E = csr.num_edges
-    if bias is not None:
-        if bias.shape != (E, H):
-            raise ValueError(f"bias must be (E, H) = ({E}, {H}); got {tuple(bias.shape)}")
-        bias = bias.to(q.dtype).contiguous()
+    shared = edge_key is not None and edge_value is edge_key
+    bias = _edge_tensor(bias, (E, H), "bias", q.dtype)
+    edge_key = _edge_tensor(edge_key, (E, H, C), "edge_key", q.dtype)
+    edge_value = None if shared else _edge_tensor(edge_value, (E, H, C), "edge_value", q.dtype)
     if scale is None:
         scale = 1.0 / math.sqrt(C) if C > 0 else 1.0
-    return _FusedEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, csr,
-                                     float(scale))
+    eid = csr.perm.contiguous() if edge_order == "input" else None
+    out, weights = _FusedEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias,
+                                             edge_key, edge_value, csr, eid, float(scale), shared,
+                                             bool(return_attention_weights))
+    return (out, weights) if return_attention_weights else out

@@ -76,19 +76,25 @@ def test_gradcheck_all_options():
     for impl in IMPLS:
         assert torch.autograd.gradcheck(lambda q, k, v, b: edge_attention(q, k, v, ei, bias=b, impl=impl),
                                         (q, k, v, b))
-    assert torch.autograd.gradcheck(
-        lambda q, k, v, b, e: edge_attention(q, k, v, ei, bias=b, edge_key=e, edge_value=e, impl="chunked"),
-        (q, k, v, b, ekv))
+    ev = mk(E, H, C)
+    for impl in IMPLS:  # shared edge key/value, and separate ones
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, b, e: edge_attention(q, k, v, ei, bias=b, edge_key=e, edge_value=e, impl=impl),
+            (q, k, v, b, ekv))
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, e1, e2: edge_attention(q, k, v, ei, edge_key=e1, edge_value=e2, impl=impl),
+            (q, k, v, ekv, ev))
     assert torch.autograd.gradcheck(
         lambda q, k, b, e, a: edge_attention(q, k, k, ei, bias=b, edge_key=e, score="additive", att=a),
         (q, k, b, ekv, att))
 
 
-def test_attention_weights_are_a_distribution_per_target():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_attention_weights_are_a_distribution_per_target(impl):
     g = torch.Generator().manual_seed(3)
     ei = random_graph(30, 100, isolated=5, generator=g)
     q, k, v = (torch.randn(30, 4, 8, generator=g) for _ in range(3))
-    out, alpha = edge_attention(q, k, v, ei, return_attention_weights=True)
+    out, alpha = edge_attention(q, k, v, ei, return_attention_weights=True, impl=impl)
     assert alpha.shape == (ei.size(1), 4) and torch.all(alpha >= 0) and torch.all(alpha <= 1)
     sums = torch.zeros(30, 4).index_add_(0, ei[1], alpha)
     has_in = torch.bincount(ei[1], minlength=30) > 0
@@ -101,13 +107,14 @@ def test_attention_weights_are_a_distribution_per_target():
     assert torch.allclose(alpha, num / den[ei[1]], atol=1e-6)
 
 
-def test_edge_features_enter_only_their_edge():
+@pytest.mark.parametrize("impl", IMPLS)
+def test_edge_features_enter_only_their_edge(impl):
     g = torch.Generator().manual_seed(4)
     N, H, C = 10, 2, 4
     ei = random_graph(N, 30, duplicates=False, generator=g)
     q, k, v = (torch.randn(N, H, C, dtype=torch.float64, generator=g) for _ in range(3))
     ekv = torch.randn(ei.size(1), H, C, dtype=torch.float64, generator=g)
-    out = edge_attention(q, k, v, ei, edge_key=ekv, edge_value=ekv)
+    out = edge_attention(q, k, v, ei, edge_key=ekv, edge_value=ekv, impl=impl)
     kk, vv = k[ei[0]] + ekv, v[ei[0]] + ekv  # naive per-edge reference
     s = (q[ei[1]] * kk).sum(-1) / math.sqrt(C)
     m = torch.full((N, H), -torch.inf, dtype=s.dtype).scatter_reduce(0, ei[1][:, None].expand(-1, H), s, "amax")
@@ -115,6 +122,20 @@ def test_edge_features_enter_only_their_edge():
     a = p / torch.zeros(N, H, dtype=s.dtype).index_add_(0, ei[1], p)[ei[1]]
     ref = torch.zeros(N, H, C, dtype=s.dtype).index_add_(0, ei[1], a[..., None] * vv)
     assert torch.allclose(out, ref, atol=1e-10)
+
+
+def test_shared_edge_features_in_low_precision():
+    g = torch.Generator().manual_seed(12)
+    ei = random_graph(25, 90, isolated=2, generator=g)
+    q, k, v = (torch.randn(25, 2, 8, generator=g) for _ in range(3))
+    ekv = torch.randn(ei.size(1), 2, 8, generator=g)
+    ref = edge_attention(q, k, v, ei, edge_key=ekv, edge_value=ekv, impl="chunked")
+    for dt in (torch.bfloat16, torch.float16):
+        e = ekv.to(dt).requires_grad_()
+        low = edge_attention(q.to(dt), k.to(dt), v.to(dt), ei, edge_key=e, edge_value=e)
+        assert low.dtype == dt and torch.allclose(low.float(), ref, atol=5e-2)
+        low.float().sum().backward()
+        assert e.grad.dtype == dt and torch.isfinite(e.grad.float()).all()
 
 
 def test_additive_score_matches_naive():
@@ -183,6 +204,10 @@ def test_bad_arguments_raise_clear_errors():
         edge_attention(q, q, q, ei, bias=torch.randn(3, 2))
     with pytest.raises(ValueError, match="needs att"):
         edge_attention(q, q, q, ei, score="additive")
+    with pytest.raises(ValueError, match="impl='fused' supports only"):
+        edge_attention(q, q, q, ei, score="additive", att=torch.randn(2, 3), impl="fused")
+    with pytest.raises(ValueError, match="impl='fused' supports only"):
+        edge_attention(q, q, q, ei, dropout=0.5, impl="fused")
 
 
 def test_csr_is_cached_per_tensor_and_invalidated_by_inplace_edits():

@@ -246,3 +246,193 @@ def test_build_without_ninja(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "OK (4, 2, 3) True True" in res.stdout, res.stdout + res.stderr
     assert list(tmp_path.glob("*/graphattn_edge_attention_direct.so"))
+
+
+# ------------------------------------------------------------------ edge key / value (issue #6)
+def dense_edge_reference(q, k, v, edge_index, bias=None, edge_key=None, edge_value=None):
+    """Through :func:`dense_attention`, with one key per *edge*: key_e = k_j + ek_e, value_e =
+    v_j + ev_e, visible only to its target (exact for duplicate edges too). Also returns the
+    weights (E, H), read off by attending to one-hot values."""
+    from graphattn.functional import dense_attention
+
+    N, H, C = q.shape
+    src, dst = edge_index
+    E = src.numel()
+    keys = k[src] + (edge_key if edge_key is not None else 0)  # (E, H, C)
+    vals = v[src] + (edge_value if edge_value is not None else 0)  # (E, H, C)
+    onehot = (dst[None, :] == torch.arange(N)[:, None]).to(q.dtype)  # (N, E)
+    mask = onehot.bool()[None]  # (1, N, E)
+    dbias = None if bias is None else (bias.t()[:, None, :] * onehot[None])[None]  # (1, H, N, E)
+    to_b = lambda t: t.permute(1, 0, 2)[None]  # noqa: E731  (X, H, C) -> (1, H, X, C)
+    out = dense_attention(to_b(q), to_b(keys), to_b(vals), mask, dbias)[0].permute(1, 0, 2)
+    eye = torch.eye(E, dtype=q.dtype).expand(1, H, E, E)
+    alpha = dense_attention(to_b(q), to_b(keys), eye, mask, dbias)[0]  # (H, N, E)
+    weights = alpha[:, dst, torch.arange(E)].t() if E else q.new_zeros(0, H)  # (E, H)
+    return out, weights.detach()
+
+
+EDGE_MODES = ["key", "value", "both", "shared"]
+EDGE_KINDS = ["random", "isolated", "self_loops", "duplicates", "hub", "zero_edges", "one_node",
+              "one_node_self_loop", "zero_nodes"]
+
+
+def _edge_inputs(mode, N, E, H, C, gen, with_bias):
+    q, k, v, bias = _inputs(N, E, H, C, gen, with_bias=with_bias)
+    mk = lambda: torch.randn(E, H, C, generator=gen, dtype=torch.float64).requires_grad_()  # noqa: E731
+    ek = mk() if mode in ("key", "both", "shared") else None
+    ev = {"value": mk, "both": mk, "shared": lambda: ek}.get(mode, lambda: None)()
+    return q, k, v, bias, ek, ev
+
+
+@pytest.mark.parametrize("mode", EDGE_MODES)
+@pytest.mark.parametrize("kind", EDGE_KINDS)
+def test_edge_features_match_dense_reference(kind, mode):
+    gen = torch.Generator().manual_seed(17 * EDGE_KINDS.index(kind) + EDGE_MODES.index(mode))
+    ei, N = make_graph(kind, gen)
+    csr = to_csr(ei, N, cache=False)
+    E = csr.num_edges
+    H, C = 1 + EDGE_KINDS.index(kind) % 3, [2, 5, 8][EDGE_MODES.index(mode) % 3]
+    for with_bias in (False, True):
+        q, k, v, bias, ek, ev = _edge_inputs(mode, N, E, H, C, gen, with_bias)
+        leaves = [t for t in (q, k, v, bias, ek, ev if mode != "shared" else None) if t is not None]
+        dout = torch.randn(N, H, C, generator=gen, dtype=torch.float64)
+        out, w = kernels.fused_edge_attention(q, k, v, csr, bias=bias, edge_key=ek, edge_value=ev,
+                                              return_attention_weights=True, edge_order="input")
+        ref, ref_w = dense_edge_reference(q, k, v, ei, bias, ek, ev)
+        torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-10)
+        torch.testing.assert_close(w, ref_w, rtol=1e-9, atol=1e-10)
+        assert not w.requires_grad and w.shape == (E, H)
+        g_f = torch.autograd.grad(out, leaves, dout, allow_unused=True)
+        g_r = (torch.autograd.grad(ref, leaves, dout, allow_unused=True) if ref.requires_grad
+               else [None] * len(leaves))  # no edges: the reference is constant zeros
+        for i, (a, b) in enumerate(zip(g_f, g_r)):
+            a = torch.zeros_like(leaves[i]) if a is None else a
+            b = torch.zeros_like(leaves[i]) if b is None else b
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=f"grad {i} ({kind}, {mode})")
+        isolated = csr.degree() == 0
+        assert (out[isolated] == 0).all()
+
+
+def test_edge_features_csr_order_equals_input_order():
+    gen = torch.Generator().manual_seed(8)
+    ei, N = make_graph("duplicates", gen)
+    csr = to_csr(ei, N, cache=False)
+    q, k, v, bias, ek, ev = _edge_inputs("both", N, csr.num_edges, 2, 4, gen, True)
+    a, wa = kernels.fused_edge_attention(q, k, v, csr, bias=bias, edge_key=ek, edge_value=ev,
+                                         return_attention_weights=True, edge_order="input")
+    p = csr.perm
+    b, wb = kernels.fused_edge_attention(q, k, v, csr, bias=bias[p], edge_key=ek[p], edge_value=ev[p],
+                                         return_attention_weights=True)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+    torch.testing.assert_close(wa[p], wb, rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match="edge_order"):
+        kernels.fused_edge_attention(q, k, v, csr, edge_order="sorted")
+    with pytest.raises(ValueError, match="edge_key must have shape"):
+        kernels.fused_edge_attention(q, k, v, csr, edge_key=ek[:1])
+
+
+@pytest.mark.parametrize("mode", ["both", "shared"])
+def test_edge_features_gradcheck(mode):
+    gen = torch.Generator().manual_seed(9)
+    ei = torch.tensor([[0, 1, 2, 2, 3, 0, 1, 1], [1, 0, 1, 1, 0, 3, 1, 1]])
+    N = 5  # nodes 2 and 4 receive nothing; duplicates and a self-loop
+    csr = to_csr(ei, N, cache=False)
+    q, k, v, bias, ek, ev = _edge_inputs(mode, N, csr.num_edges, 2, 3, gen, True)
+    if mode == "shared":
+        fn = lambda q, k, v, b, e: kernels.fused_edge_attention(  # noqa: E731
+            q, k, v, csr, bias=b, edge_key=e, edge_value=e, edge_order="input")
+        args = (q, k, v, bias, ek)
+    else:
+        fn = lambda q, k, v, b, e1, e2: kernels.fused_edge_attention(  # noqa: E731
+            q, k, v, csr, bias=b, edge_key=e1, edge_value=e2, edge_order="input")
+        args = (q, k, v, bias, ek, ev)
+    assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-6)
+
+
+def test_edge_features_multithreaded_deterministic():
+    """Large enough for the OpenMP path (and the int32 CSC); float32 close to float64."""
+    gen = torch.Generator().manual_seed(10)
+    N, E, H, C = 3000, 40000, 2, 16
+    ei = torch.randint(0, N, (2, E), generator=gen)
+    csr = to_csr(ei, N, cache=False)
+    q, k, v, bias, ek, _ = _edge_inputs("key", N, E, H, C, gen, True)
+    dout = torch.randn(N, H, C, generator=gen, dtype=torch.float64)
+    run = lambda *t: torch.autograd.grad(  # noqa: E731
+        kernels.fused_edge_attention(*t[:3], csr, bias=t[3], edge_key=t[4], edge_value=t[4],
+                                     edge_order="input"), t, dout.to(t[0].dtype))
+    g1, g2 = run(q, k, v, bias, ek), run(q, k, v, bias, ek)
+    assert all(torch.equal(a, b) for a, b in zip(g1, g2))  # no atomics, no races
+    f32 = [t.detach().float().requires_grad_() for t in (q, k, v, bias, ek)]
+    for a, b in zip(run(*f32), g1):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
+    cptr, cperm, ctgt = kernels._csc_arrays(csr)
+    assert cperm.dtype == torch.int32 and ctgt.dtype == torch.int32
+    csc = csr.csc  # the int64 CSC of graphattn.csr, for comparison
+    assert torch.equal(cptr, csc.rowptr) and torch.equal(cperm.long(), csc.perm)
+    assert torch.equal(ctgt.long(), csc.col)
+
+
+def test_graph_self_attention_with_edge_dim_uses_fused_kernel(monkeypatch):
+    import graphattn.functional as GF
+    from graphattn import GraphSelfAttention
+
+    calls = []
+    real = kernels.fused_edge_attention
+    monkeypatch.setattr(kernels, "fused_edge_attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    gen = torch.Generator().manual_seed(11)
+    N, E, D = 40, 160, 6
+    ei = torch.randint(0, N, (2, E), generator=gen)
+    x, ea = torch.randn(N, 16, generator=gen), torch.randn(E, D, generator=gen)
+    ab = torch.randn(E, 4, generator=gen)
+    torch.manual_seed(0)
+    layer = GraphSelfAttention(16, 8, heads=4, edge_dim=D)
+    torch.manual_seed(0)
+    ref_layer = GraphSelfAttention(16, 8, heads=4, edge_dim=D, impl="chunked")
+    out, (_, alpha) = layer(x, ei, ea, return_attention_weights=True, attn_bias=ab)
+    assert len(calls) == 1 and calls[0]["edge_key"] is not None and calls[0]["bias"] is not None
+    ref, (_, ref_alpha) = ref_layer(x, ei, ea, return_attention_weights=True, attn_bias=ab)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alpha, ref_alpha, rtol=1e-5, atol=1e-6)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for (name, p), p_ref in zip(layer.named_parameters(), ref_layer.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+    # active dropout is the one thing that still takes the chunked path
+    monkeypatch.setattr(GF._ChunkedEdgeAttention, "apply", lambda *a: pytest.fail("chunked used"))
+    GraphSelfAttention(16, 8, heads=4, edge_dim=D, dropout=0.5).eval()(x, ei, ea)
+    assert len(calls) == 2
+
+
+# ------------------------------------------------------------------ stale build lock
+def test_stale_lock_is_removed_fresh_lock_is_waited_for(tmp_path):
+    assert kernels._clear_stale_lock(tmp_path) is False  # no lock: nothing to do
+    lock = tmp_path / "lock"
+    lock.touch()
+    old = os.path.getmtime(lock) - 3600
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="stale build lock"):
+        assert kernels._clear_stale_lock(tmp_path) is True
+    assert not lock.exists()
+    lock.touch()  # a live build's lock: waited for until it is older than max_age
+    with pytest.warns(RuntimeWarning, match="stale build lock"):
+        assert kernels._clear_stale_lock(tmp_path, max_age=0.3, poll=0.05) is True
+    assert not lock.exists()
+
+
+def test_load_does_not_hang_on_a_stale_lock(tmp_path):
+    import shutil
+
+    src = kernels.build_directory()
+    if not (src / "build.ninja").exists():
+        pytest.skip("kernel was not built through ninja / cpp_extension.load")
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)  # the cached build (mtimes kept): ninja has nothing to redo
+    (dst / "lock").touch()
+    os.utime(dst / "lock", (0, 0))  # left behind by a build killed long ago
+    res = _python("""
+        from graphattn import kernels
+        print("AVAILABLE", kernels.fused_available(), kernels._ERROR)
+    """, GRAPHATTN_BUILD_DIR=str(tmp_path), GRAPHATTN_NO_CPP="0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "AVAILABLE True" in res.stdout and "stale build lock" in res.stderr, res.stdout + res.stderr
+    assert not (dst / "lock").exists()

@@ -1,19 +1,30 @@
 // Fused edge-restricted attention for CPU (forward + backward), OpenMP over target rows.
 //
-//   out[i,h] = sum_{e in rowptr[i]:rowptr[i+1]} softmax_e(s_e) * v[col[e],h]
-//   s_e      = scale * q[i,h] . k[col[e],h] + bias[e,h]
+//   out[i,h] = sum_{e in rowptr[i]:rowptr[i+1]} softmax_e(s_e) * (v[col[e],h] + ev[e,h])
+//   s_e      = scale * q[i,h] . (k[col[e],h] + ek[e,h]) + bias[e,h]
+//
+// bias (E,H), edge key ek (E,H,C) and edge value ev (E,H,C) are optional; ev may be the very
+// tensor ek. Per-edge tensors are read (and their gradients written) at eid[e] for CSR
+// position e (eid = the CSR permutation: the caller's edge order, so no permuted copy is
+// ever made), or at e itself when eid is absent.
 //
 // Forward: one sweep over each target row's incoming edges. Scores of the row are kept in a
 // small per-thread buffer (deg x H), the per-head max is subtracted before exp (so scores of
 // 1e4 stay finite), and the value rows are accumulated straight into `out`. Saved for
-// backward: out (N,H,C) and the log-sum-exp (N,H). No (E,H,C) tensor anywhere.
+// backward: the log-sum-exp (N,H) only. Optionally writes the weights (E,H).
 //
 // Backward (race-free, no atomics):
-//   pass 1, target-major: recompute p_e = exp(s_e - lse_i), dp_e = dout_i . v_j,
-//           ds_e = p_e (dp_e - D_i) with D_i = dout_i . out_i; grad_q_i = scale sum ds_e k_j;
-//           writes p and ds side by side as (E,2H) in CSR order (ds is also grad_bias).
-//   pass 2, source-major (CSC order, perm -> CSR position): grad_k_j = scale sum ds_e q_i,
-//           grad_v_j = sum p_e dout_i.
+//   pass 1, target-major: recompute p_e = exp(s_e - lse_i) and dp_e = dout_i . (v_j + ev_e)
+//           into a per-thread row buffer, D_i = sum_e p_e dp_e (= dout_i . out_i, so `out`
+//           need not be saved), then ds_e = p_e (dp_e - D_i) and
+//           grad_q_i = scale sum ds_e (k_j + ek_e), grad_bias_e = ds_e,
+//           grad_ek_e = scale ds_e q_i, grad_ev_e = p_e dout_i (their sum when shared).
+//   pass 2, source-major over a CSC copy (int32 when it fits; perm -> CSR position):
+//           grad_k_j = scale sum ds_e q_i, grad_v_j = sum p_e dout_i.
+//           Without edge features p_e and ds_e are recomputed from q_i, k_j, v_j, dout_i and
+//           (lse_i, D_i) saved by pass 1 as (N,2H): no per-edge buffer at all. With edge
+//           features pass 1 stores (p, ds) as (E,2H) in CSR order instead of re-gathering
+//           the (H,C) edge rows.
 //
 // Rows with no incoming edge (or whose every score is -inf) give out = 0, never NaN; their
 // lse is stored as +inf so that exp(s - lse) = 0 in backward.
@@ -65,10 +76,26 @@ inline T dot(const T* __restrict__ a, const T* __restrict__ b, int64_t C) {
   return s;
 }
 
+// a . (b + b2); b2 may be null
 template <typename T>
-inline void axpy(T* __restrict__ y, T a, const T* __restrict__ x, int64_t C) {
+inline T dot2(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ b2, int64_t C) {
+  if (!b2) return dot(a, b, C);
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < C; ++c) s += a[c] * (b[c] + b2[c]);
+  return s;
+}
+
+// y += a * (x + x2); x2 may be null
+template <typename T>
+inline void axpy2(T* __restrict__ y, T a, const T* __restrict__ x, const T* __restrict__ x2, int64_t C) {
+  if (!x2) {
 #pragma omp simd
-  for (int64_t c = 0; c < C; ++c) y[c] += a * x[c];
+    for (int64_t c = 0; c < C; ++c) y[c] += a * x[c];
+    return;
+  }
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) y[c] += a * (x[c] + x2[c]);
 }
 
 template <typename T>
@@ -83,13 +110,23 @@ inline int num_threads_for(int64_t work) {
   return std::max(1, at::get_num_threads());
 }
 
+// Optional per-edge inputs, looked up at eid[e] for CSR position e.
+template <typename T>
+struct EdgeIn {
+  const T* bias;        // (E, H)
+  const T* ek;          // (E, H, C)
+  const T* ev;          // (E, H, C), may equal ek
+  const int64_t* eid;   // (E,) CSR position -> edge id; null = identity
+  inline int64_t id(int64_t e) const { return eid ? eid[e] : e; }
+};
+
 // ----------------------------------------------------------------------------- forward
 template <typename T>
 GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                              const T* __restrict__ v, const T* __restrict__ bias,
+                              const T* __restrict__ v, EdgeIn<T> ed,
                               const int64_t* __restrict__ rowptr, const int64_t* __restrict__ col,
                               int64_t N, int64_t H, int64_t C, T scale, T* __restrict__ out,
-                              T* __restrict__ lse, int nthreads) {
+                              T* __restrict__ lse, T* __restrict__ w, int nthreads) {
   const int64_t HC = H * C, E = rowptr[N];
   const T inf = std::numeric_limits<T>::infinity();
 #pragma omp parallel num_threads(nthreads)
@@ -109,34 +146,36 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
       T* __restrict__ s = sbuf.data();
       const T* __restrict__ qi = q + i * HC;
       for (int64_t h = 0; h < H; ++h) mx[h] = -inf;
-      // scores and per-head max
-      for (int64_t e = beg; e < end; ++e) {
+      for (int64_t e = beg; e < end; ++e) {  // scores and per-head max
         if (kPrefetch > 0 && e + kPrefetch < E) prefetch_row(k + col[e + kPrefetch] * HC, HC);
+        const int64_t ee = ed.id(e);
         const T* __restrict__ kj = k + col[e] * HC;
+        const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
         T* __restrict__ se = s + (e - beg) * H;
         for (int64_t h = 0; h < H; ++h) {
-          T x = scale * dot(qi + h * C, kj + h * C, C);
-          if (bias) x += bias[e * H + h];
+          T x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
+          if (ed.bias) x += ed.bias[ee * H + h];
           se[h] = x;
           mx[h] = x > mx[h] ? x : mx[h];
         }
       }
       for (int64_t h = 0; h < H; ++h) sum[h] = T(0);
-      // weights and value accumulation
-      for (int64_t e = beg; e < end; ++e) {
+      for (int64_t e = beg; e < end; ++e) {  // weights and value accumulation
         if (kPrefetch > 0 && e + kPrefetch < E) prefetch_row(v + col[e + kPrefetch] * HC, HC);
         const T* __restrict__ vj = v + col[e] * HC;
+        const T* __restrict__ eve = ed.ev ? ed.ev + ed.id(e) * HC : nullptr;
         const T* __restrict__ se = s + (e - beg) * H;
         for (int64_t h = 0; h < H; ++h) {
           if (mx[h] == -inf) continue;  // every score of this head is -inf (masked)
           const T p = std::exp(se[h] - mx[h]);
           sum[h] += p;
-          axpy(o + h * C, p, vj + h * C, C);
+          axpy2(o + h * C, p, vj + h * C, eve ? eve + h * C : nullptr, C);
         }
       }
       for (int64_t h = 0; h < H; ++h) {
         T* __restrict__ oh = o + h * C;
-        if (sum[h] > T(0) && mx[h] != -inf) {
+        const bool ok = sum[h] > T(0) && mx[h] != -inf;
+        if (ok) {
           const T inv = T(1) / sum[h];
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) oh[c] *= inv;
@@ -145,71 +184,123 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
           for (int64_t c = 0; c < C; ++c) oh[c] = T(0);
           lse[i * H + h] = inf;
         }
+        if (w) {
+          for (int64_t e = beg; e < end; ++e)
+            w[ed.id(e) * H + h] = ok ? std::exp(s[(e - beg) * H + h] - mx[h]) / sum[h] : T(0);
+        }
       }
     }
   }
 }
 
 // ---------------------------------------------------------------- backward, target-major
+// Outputs (each may be null): gq (N,H,C); gb (E,H), gek / gev (E,H,C) at edge ids (gek gets
+// the sum when `shared`); PDS (E,2H) = (p, ds) in CSR order; LD (N,2H) = (lse, D).
 template <typename T>
 GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict__ k,
-                                    const T* __restrict__ v, const T* __restrict__ bias,
+                                    const T* __restrict__ v, EdgeIn<T> ed,
                                     const int64_t* __restrict__ rowptr,
-                                    const int64_t* __restrict__ col, const T* __restrict__ out,
-                                    const T* __restrict__ lse, const T* __restrict__ dout,
-                                    int64_t N, int64_t H, int64_t C, T scale,
-                                    T* __restrict__ gq, T* __restrict__ PDS, int nthreads) {
+                                    const int64_t* __restrict__ col, const T* __restrict__ lse,
+                                    const T* __restrict__ dout, int64_t N, int64_t H, int64_t C,
+                                    T scale, T* __restrict__ gq, T* __restrict__ gb,
+                                    T* __restrict__ gek, T* __restrict__ gev, bool shared,
+                                    T* __restrict__ PDS, T* __restrict__ LD, int nthreads) {
   const int64_t HC = H * C, E = rowptr[N];
+  const bool per_edge = gq || gb || gek || gev || PDS;
 #pragma omp parallel num_threads(nthreads)
   {
-    std::vector<T> D(H);
+    std::vector<T> buf, D(H);
 #pragma omp for schedule(dynamic, 32)
     for (int64_t i = 0; i < N; ++i) {
-      const int64_t beg = rowptr[i], end = rowptr[i + 1];
+      const int64_t beg = rowptr[i], end = rowptr[i + 1], deg = end - beg;
       T* __restrict__ g = gq ? gq + i * HC : nullptr;
       if (g)
         for (int64_t c = 0; c < HC; ++c) g[c] = T(0);
-      if (end <= beg) continue;
-      const T* __restrict__ qi = q + i * HC;
-      const T* __restrict__ doi = dout + i * HC;
-      const T* __restrict__ oi = out + i * HC;
       const T* __restrict__ li = lse + i * H;
-      for (int64_t h = 0; h < H; ++h) D[h] = dot(doi + h * C, oi + h * C, C);
-      for (int64_t e = beg; e < end; ++e) {
-        if (kPrefetch > 0 && e + kPrefetch < E) {
-          prefetch_row(k + col[e + kPrefetch] * HC, HC);
-          prefetch_row(v + col[e + kPrefetch] * HC, HC);
+      for (int64_t h = 0; h < H; ++h) D[h] = T(0);
+      if (deg > 0) {
+        if (static_cast<int64_t>(buf.size()) < deg * 2 * H) buf.resize(deg * 2 * H);
+        const T* __restrict__ qi = q + i * HC;
+        const T* __restrict__ doi = dout + i * HC;
+        for (int64_t e = beg; e < end; ++e) {  // p, dp and D
+          if (kPrefetch > 0 && e + kPrefetch < E) {
+            prefetch_row(k + col[e + kPrefetch] * HC, HC);
+            prefetch_row(v + col[e + kPrefetch] * HC, HC);
+          }
+          const int64_t ee = ed.id(e);
+          const T* __restrict__ kj = k + col[e] * HC;
+          const T* __restrict__ vj = v + col[e] * HC;
+          const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
+          const T* __restrict__ eve = ed.ev ? ed.ev + ee * HC : nullptr;
+          T* __restrict__ be = buf.data() + (e - beg) * 2 * H;
+          for (int64_t h = 0; h < H; ++h) {
+            T x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
+            if (ed.bias) x += ed.bias[ee * H + h];
+            const T p = std::exp(x - li[h]);
+            const T dp = dot2(doi + h * C, vj + h * C, eve ? eve + h * C : nullptr, C);
+            be[h] = p;
+            be[H + h] = dp;
+            D[h] += p * dp;
+          }
         }
-        const T* __restrict__ kj = k + col[e] * HC;
-        const T* __restrict__ vj = v + col[e] * HC;
-        for (int64_t h = 0; h < H; ++h) {
-          T x = scale * dot(qi + h * C, kj + h * C, C);
-          if (bias) x += bias[e * H + h];
-          const T p = std::exp(x - li[h]);
-          const T dp = dot(doi + h * C, vj + h * C, C);
-          const T ds = p * (dp - D[h]);
-          PDS[e * 2 * H + h] = p;
-          PDS[e * 2 * H + H + h] = ds;
-          if (g) axpy(g + h * C, ds, kj + h * C, C);
-        }
-      }
-      if (g) {
+        for (int64_t e = beg; per_edge && e < end; ++e) {  // ds and everything that needs it
+          const int64_t ee = ed.id(e);
+          const T* __restrict__ kj = k + col[e] * HC;
+          const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
+          const T* __restrict__ be = buf.data() + (e - beg) * 2 * H;
+          for (int64_t h = 0; h < H; ++h) {
+            const T p = be[h], ds = p * (be[H + h] - D[h]);
+            if (g) axpy2(g + h * C, ds, kj + h * C, eke ? eke + h * C : nullptr, C);
+            if (gb) gb[ee * H + h] = ds;
+            const T* __restrict__ qh = qi + h * C;
+            const T* __restrict__ dh = doi + h * C;
+            if (gek) {
+              T* __restrict__ y = gek + ee * HC + h * C;
+              const T a = scale * ds;
+              if (shared) {
 #pragma omp simd
-        for (int64_t c = 0; c < HC; ++c) g[c] *= scale;
+                for (int64_t c = 0; c < C; ++c) y[c] = a * qh[c] + p * dh[c];
+              } else {
+#pragma omp simd
+                for (int64_t c = 0; c < C; ++c) y[c] = a * qh[c];
+              }
+            }
+            if (gev) {
+              T* __restrict__ y = gev + ee * HC + h * C;
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) y[c] = p * dh[c];
+            }
+            if (PDS) {
+              PDS[e * 2 * H + h] = p;
+              PDS[e * 2 * H + H + h] = ds;
+            }
+          }
+        }
+        if (g) {
+#pragma omp simd
+          for (int64_t c = 0; c < HC; ++c) g[c] *= scale;
+        }
       }
+      if (LD)
+        for (int64_t h = 0; h < H; ++h) {
+          LD[i * 2 * H + h] = li[h];
+          LD[i * 2 * H + H + h] = D[h];
+        }
     }
   }
 }
 
 // ---------------------------------------------------------------- backward, source-major
-template <typename T>
-GA_CLONES void backward_cols_kernel(const T* __restrict__ q, const T* __restrict__ dout,
-                                    const int64_t* __restrict__ cptr,
-                                    const int64_t* __restrict__ cperm,
-                                    const int64_t* __restrict__ ctgt, const T* __restrict__ PDS,
-                                    int64_t N, int64_t H, int64_t C,
-                                    T scale, T* __restrict__ gk, T* __restrict__ gv,
-                                    int nthreads) {
+// Reads (p, ds) from PDS when given; otherwise recomputes them from LD = (lse, D) (only
+// valid without edge key/value, which the caller guarantees).
+template <typename T, typename I>
+GA_CLONES void backward_cols_kernel(const T* __restrict__ q, const T* __restrict__ k,
+                                    const T* __restrict__ v, EdgeIn<T> ed,
+                                    const T* __restrict__ dout, const int64_t* __restrict__ cptr,
+                                    const I* __restrict__ cperm, const I* __restrict__ ctgt,
+                                    const T* __restrict__ PDS, const T* __restrict__ LD,
+                                    int64_t N, int64_t H, int64_t C, T scale,
+                                    T* __restrict__ gk, T* __restrict__ gv, int nthreads) {
   const int64_t HC = H * C, E = cptr[N];
 #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 32)
   for (int64_t j = 0; j < N; ++j) {
@@ -220,19 +311,36 @@ GA_CLONES void backward_cols_kernel(const T* __restrict__ q, const T* __restrict
       a[c] = T(0);
       b[c] = T(0);
     }
+    const T* __restrict__ kj = k + j * HC;
+    const T* __restrict__ vj = v + j * HC;
     for (int64_t t = beg; t < end; ++t) {
       if (kPrefetch > 0 && t + kPrefetch < E) {
-        prefetch_row(q + ctgt[t + kPrefetch] * HC, HC);
-        prefetch_row(dout + ctgt[t + kPrefetch] * HC, HC);
-        prefetch_row(PDS + cperm[t + kPrefetch] * 2 * H, 2 * H);
+        const int64_t tp = ctgt[t + kPrefetch];
+        prefetch_row(q + tp * HC, HC);
+        prefetch_row(dout + tp * HC, HC);
+        if (PDS)
+          prefetch_row(PDS + static_cast<int64_t>(cperm[t + kPrefetch]) * 2 * H, 2 * H);
+        else
+          prefetch_row(LD + tp * 2 * H, 2 * H);
       }
-      const int64_t pos = cperm[t];
-      const T* __restrict__ qi = q + ctgt[t] * HC;
-      const T* __restrict__ doi = dout + ctgt[t] * HC;
-      const T* __restrict__ pe = PDS + pos * 2 * H;
+      const int64_t pos = cperm[t], i = ctgt[t];
+      const T* __restrict__ qi = q + i * HC;
+      const T* __restrict__ doi = dout + i * HC;
+      const T* __restrict__ li = LD ? LD + i * 2 * H : nullptr;
+      const int64_t ee = (!PDS && ed.bias) ? ed.id(pos) : 0;
       for (int64_t h = 0; h < H; ++h) {
-        axpy(a + h * C, pe[H + h], qi + h * C, C);
-        axpy(b + h * C, pe[h], doi + h * C, C);
+        T p, ds;
+        if (PDS) {
+          p = PDS[pos * 2 * H + h];
+          ds = PDS[pos * 2 * H + H + h];
+        } else {
+          T x = scale * dot(qi + h * C, kj + h * C, C);
+          if (ed.bias) x += ed.bias[ee * H + h];
+          p = std::exp(x - li[h]);
+          ds = p * (dot(doi + h * C, vj + h * C, C) - li[H + h]);
+        }
+        axpy2(a + h * C, ds, qi + h * C, static_cast<const T*>(nullptr), C);
+        axpy2(b + h * C, p, doi + h * C, static_cast<const T*>(nullptr), C);
       }
     }
 #pragma omp simd
@@ -245,97 +353,174 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& rowptr, const at::Tensor& col) {
   TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(),
               "fused edge attention: CPU tensors expected");
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "q, k, v must be (N, H, C)");
-  TORCH_CHECK(q.sizes() == k.sizes() && q.sizes() == v.sizes(), "q, k, v shapes differ");
+  TORCH_CHECK(q.dim() == 3 && q.sizes() == k.sizes() && q.sizes() == v.sizes(),
+              "q, k, v must all be (N, H, C)");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
               "q, k, v dtypes differ");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(),
               "q, k, v must be contiguous");
-  TORCH_CHECK(rowptr.scalar_type() == at::kLong && col.scalar_type() == at::kLong,
-              "rowptr/col must be int64");
-  TORCH_CHECK(rowptr.is_contiguous() && col.is_contiguous(), "rowptr/col must be contiguous");
+  TORCH_CHECK(rowptr.scalar_type() == at::kLong && col.scalar_type() == at::kLong &&
+                  rowptr.is_contiguous() && col.is_contiguous(),
+              "rowptr/col must be contiguous int64");
   TORCH_CHECK(rowptr.numel() == q.size(0) + 1, "rowptr must have N + 1 entries");
   const int64_t* rp = rowptr.data_ptr<int64_t>();
   TORCH_CHECK(rp[0] == 0 && rp[q.size(0)] == col.numel(), "rowptr does not match col");
 }
 
-std::tuple<at::Tensor, at::Tensor> forward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                   c10::optional<at::Tensor> bias, at::Tensor rowptr,
-                                   at::Tensor col, double scale) {
+template <typename T>
+const T* opt_ptr(const c10::optional<at::Tensor>& t, const at::Tensor& q, at::IntArrayRef shape,
+                 const char* name) {
+  if (!t.has_value()) return nullptr;
+  TORCH_CHECK(t->sizes() == shape, name, " has the wrong shape");
+  TORCH_CHECK(t->scalar_type() == q.scalar_type() && t->is_contiguous(), name,
+              " must be contiguous with the dtype of q");
+  return t->data_ptr<T>();
+}
+
+template <typename T>
+EdgeIn<T> edge_inputs(const at::Tensor& q, int64_t E, const c10::optional<at::Tensor>& bias,
+                      const c10::optional<at::Tensor>& ek, const c10::optional<at::Tensor>& ev,
+                      const c10::optional<at::Tensor>& eid) {
+  const int64_t H = q.size(1), C = q.size(2);
+  const int64_t* ids = nullptr;
+  if (eid.has_value()) {
+    TORCH_CHECK(eid->numel() == E && eid->scalar_type() == at::kLong && eid->is_contiguous(),
+                "eid must be a contiguous int64 (E,) permutation");
+    ids = eid->data_ptr<int64_t>();
+  }
+  return {opt_ptr<T>(bias, q, {E, H}, "bias"), opt_ptr<T>(ek, q, {E, H, C}, "edge_key"),
+          opt_ptr<T>(ev, q, {E, H, C}, "edge_value"), ids};
+}
+
+// ------------------------------------------------------------------------------ ops
+std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
+    at::Tensor q, at::Tensor k, at::Tensor v, c10::optional<at::Tensor> bias,
+    c10::optional<at::Tensor> ek, c10::optional<at::Tensor> ev, c10::optional<at::Tensor> eid,
+    at::Tensor rowptr, at::Tensor col, double scale, bool need_weights) {
   check_inputs(q, k, v, rowptr, col);
   const int64_t N = q.size(0), H = q.size(1), C = q.size(2), E = col.numel();
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->sizes() == at::IntArrayRef({E, H}), "bias must be (E, H)");
-    TORCH_CHECK(bias->scalar_type() == q.scalar_type() && bias->is_contiguous(),
-                "bias must be contiguous with the dtype of q");
-  }
   auto out = at::empty_like(q);
   auto lse = at::empty({N, H}, q.options());
+  auto w = at::empty({need_weights ? E : 0, H}, q.options());
   const int nt = num_threads_for(E * H * C);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_forward", [&] {
     forward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
-                             v.data_ptr<scalar_t>(),
-                             bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr,
+                             v.data_ptr<scalar_t>(), edge_inputs<scalar_t>(q, E, bias, ek, ev, eid),
                              rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), N, H, C,
                              static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
-                             lse.data_ptr<scalar_t>(), nt);
+                             lse.data_ptr<scalar_t>(),
+                             need_weights ? w.data_ptr<scalar_t>() : nullptr, nt);
   });
-  return {out, lse};
+  return {out, lse, w};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(at::Tensor q, at::Tensor k, at::Tensor v,
-                                    c10::optional<at::Tensor> bias, at::Tensor rowptr,
-                                    at::Tensor col, at::Tensor cptr, at::Tensor cperm,
-                                    at::Tensor ctgt, at::Tensor out, at::Tensor lse,
-                                    at::Tensor dout, double scale, bool need_q,
-                                    bool need_kv) {
+// Returns (gq, gk, gv, grad_bias, grad_ek, grad_ev); those not requested are empty. With
+// `shared` (ev is ek), grad_ek is the sum of both roles and grad_ev is empty.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> backward(
+    at::Tensor q, at::Tensor k, at::Tensor v, c10::optional<at::Tensor> bias,
+    c10::optional<at::Tensor> ek, c10::optional<at::Tensor> ev, c10::optional<at::Tensor> eid,
+    at::Tensor rowptr, at::Tensor col, at::Tensor cptr, at::Tensor cperm, at::Tensor ctgt,
+    at::Tensor lse, at::Tensor dout, double scale, bool need_q, bool need_kv, bool need_bias,
+    bool need_ek, bool need_ev, bool shared) {
   check_inputs(q, k, v, rowptr, col);
-  TORCH_CHECK(out.sizes() == q.sizes() && dout.sizes() == q.sizes(), "out/dout shape");
-  TORCH_CHECK(out.is_contiguous() && dout.is_contiguous() && lse.is_contiguous(),
-              "out/dout/lse must be contiguous");
-  TORCH_CHECK(dout.scalar_type() == q.scalar_type(), "dout dtype");
+  TORCH_CHECK(dout.sizes() == q.sizes() && dout.is_contiguous() && lse.is_contiguous() &&
+                  dout.scalar_type() == q.scalar_type() && lse.scalar_type() == q.scalar_type(),
+              "dout must be a contiguous (N, H, C) tensor with the dtype of q");
   const int64_t N = q.size(0), H = q.size(1), C = q.size(2), E = col.numel();
-  auto gq = need_q ? at::empty_like(q) : at::empty({0}, q.options());
-  // p and ds of each edge side by side, (E, 2H): one cache line per edge in the CSC pass
-  auto PDS = at::empty({E, 2 * H}, q.options());
-  at::Tensor gk = at::empty({0}, q.options()), gv = at::empty({0}, q.options());
+  TORCH_CHECK(lse.numel() == N * H, "lse must be (N, H)");
+  TORCH_CHECK(!shared || (ek.has_value() && ev.has_value()), "shared needs edge_key");
+  auto empty = [&] { return at::empty({0}, q.options()); };
+  const bool feats = ek.has_value() || ev.has_value();
+  auto gq = need_q ? at::empty_like(q) : empty();
+  auto gb = need_bias && bias.has_value() ? at::empty({E, H}, q.options()) : empty();
+  auto gek = need_ek && ek.has_value() ? at::empty({E, H, C}, q.options()) : empty();
+  auto gev = need_ev && ev.has_value() && !shared ? at::empty({E, H, C}, q.options()) : empty();
+  auto PDS = need_kv && feats ? at::empty({E, 2 * H}, q.options()) : empty();
+  auto LD = need_kv && !feats ? at::empty({N, 2 * H}, q.options()) : empty();
+  at::Tensor gk = empty(), gv = empty();
   const int nt = num_threads_for(E * H * C);
+  auto ptr = [](at::Tensor& t, auto tag) -> decltype(tag) {
+    return t.numel() ? t.data_ptr<std::remove_pointer_t<decltype(tag)>>() : nullptr;
+  };
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_backward", [&] {
-    backward_rows_kernel<scalar_t>(
-        q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-        bias.has_value() ? bias->data_ptr<scalar_t>() : nullptr, rowptr.data_ptr<int64_t>(),
-        col.data_ptr<int64_t>(), out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-        dout.data_ptr<scalar_t>(), N, H, C, static_cast<scalar_t>(scale),
-        need_q ? gq.data_ptr<scalar_t>() : nullptr, PDS.data_ptr<scalar_t>(), nt);
-  });
-  if (need_kv) {
-    TORCH_CHECK(cptr.numel() == N + 1 && cperm.numel() == E && ctgt.numel() == E,
-                "CSC arrays have wrong sizes");
-    TORCH_CHECK(cptr.scalar_type() == at::kLong && cperm.scalar_type() == at::kLong &&
-                    ctgt.scalar_type() == at::kLong,
-                "CSC arrays must be int64");
-    TORCH_CHECK(cptr.is_contiguous() && cperm.is_contiguous() && ctgt.is_contiguous(),
-                "CSC arrays must be contiguous");
+    using T = scalar_t;
+    const EdgeIn<T> ed = edge_inputs<T>(q, E, bias, ek, ev, eid);
+    backward_rows_kernel<T>(q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), ed,
+                            rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), lse.data_ptr<T>(),
+                            dout.data_ptr<T>(), N, H, C, static_cast<T>(scale), ptr(gq, (T*)0),
+                            ptr(gb, (T*)0), ptr(gek, (T*)0), ptr(gev, (T*)0), shared,
+                            ptr(PDS, (T*)0), ptr(LD, (T*)0), nt);
+    if (!need_kv) return;
+    TORCH_CHECK(cptr.numel() == N + 1 && cperm.numel() == E && ctgt.numel() == E &&
+                    cptr.scalar_type() == at::kLong && cperm.scalar_type() == ctgt.scalar_type() &&
+                    cptr.is_contiguous() && cperm.is_contiguous() && ctgt.is_contiguous(),
+                "CSC arrays have wrong sizes, dtypes or layout");
     gk = at::empty_like(q);
     gv = at::empty_like(q);
-    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_backward_kv", [&] {
-      backward_cols_kernel<scalar_t>(q.data_ptr<scalar_t>(), dout.data_ptr<scalar_t>(),
-                                     cptr.data_ptr<int64_t>(), cperm.data_ptr<int64_t>(),
-                                     ctgt.data_ptr<int64_t>(), PDS.data_ptr<scalar_t>(), N, H, C,
-                                     static_cast<scalar_t>(scale), gk.data_ptr<scalar_t>(),
-                                     gv.data_ptr<scalar_t>(), nt);
-    });
+    auto run = [&](auto itag) {
+      using I = std::remove_pointer_t<decltype(itag)>;
+      backward_cols_kernel<T, I>(q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), ed,
+                                 dout.data_ptr<T>(), cptr.data_ptr<int64_t>(), cperm.data_ptr<I>(),
+                                 ctgt.data_ptr<I>(), ptr(PDS, (T*)0), ptr(LD, (T*)0), N, H, C,
+                                 static_cast<T>(scale), gk.data_ptr<T>(), gv.data_ptr<T>(), nt);
+    };
+    if (cperm.scalar_type() == at::kInt)
+      run((int32_t*)nullptr);
+    else
+      run((int64_t*)nullptr);
+  });
+  return {gq, gk, gv, gb, gek, gev};
+}
+
+// Source-major copy of a CSR: (cptr (N+1) int64, cperm (E) CSR position, ctgt (E) target),
+// by a stable counting sort (no argsort temporaries); int32 indices when E and N fit.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> build_csc(at::Tensor rowptr, at::Tensor col) {
+  TORCH_CHECK(rowptr.scalar_type() == at::kLong && col.scalar_type() == at::kLong &&
+                  rowptr.is_contiguous() && col.is_contiguous() && rowptr.numel() >= 1,
+              "rowptr/col must be contiguous int64");
+  const int64_t N = rowptr.numel() - 1, E = col.numel();
+  const int64_t* rp = rowptr.data_ptr<int64_t>();
+  const int64_t* cl = col.data_ptr<int64_t>();
+  TORCH_CHECK(rp[0] == 0 && rp[N] == E, "rowptr does not match col");
+  const bool small = std::max(N, E) <= std::numeric_limits<int32_t>::max();
+  const auto itype = small ? at::kInt : at::kLong;
+  auto cptr = at::empty({N + 1}, rowptr.options());
+  auto cperm = at::empty({E}, rowptr.options().dtype(itype));
+  auto ctgt = at::empty({E}, rowptr.options().dtype(itype));
+  int64_t* cp = cptr.data_ptr<int64_t>();
+  std::fill(cp, cp + N + 1, int64_t(0));
+  for (int64_t e = 0; e < E; ++e) {
+    TORCH_CHECK(cl[e] >= 0 && cl[e] < N, "col out of range");
+    ++cp[cl[e] + 1];
   }
-  return {gq, gk, gv, PDS.narrow(1, H, H)};  // grad_bias = ds, (E, H) view in CSR order
+  for (int64_t j = 0; j < N; ++j) cp[j + 1] += cp[j];
+  std::vector<int64_t> fill(cp, cp + N);
+  auto run = [&](auto* perm, auto* tgt) {
+    using I = std::remove_pointer_t<decltype(perm)>;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t e = rp[i]; e < rp[i + 1]; ++e) {
+        const int64_t t = fill[cl[e]]++;
+        perm[t] = static_cast<I>(e);
+        tgt[t] = static_cast<I>(i);
+      }
+  };
+  if (small)
+    run(cperm.data_ptr<int32_t>(), ctgt.data_ptr<int32_t>());
+  else
+    run(cperm.data_ptr<int64_t>(), ctgt.data_ptr<int64_t>());
+  return {cptr, cperm, ctgt};
 }
 
 }  // namespace
 
-// torch.ops.graphattn_ea.forward(q, k, v, bias, rowptr, col, scale) -> (out, lse)
-// torch.ops.graphattn_ea.backward(q, k, v, bias, rowptr, col, cptr, cperm, ctgt, out, lse,
-//                                 dout, scale, need_q, need_kv) -> (gq, gk, gv, grad_bias)
-// (gq / gk / gv are empty tensors when not requested.)
+// torch.ops.graphattn_ea.forward(q, k, v, bias, ek, ev, eid, rowptr, col, scale, need_weights)
+//     -> (out, lse, weights)
+// torch.ops.graphattn_ea.backward(q, k, v, bias, ek, ev, eid, rowptr, col, cptr, cperm, ctgt,
+//     lse, dout, scale, need_q, need_kv, need_bias, need_ek, need_ev, shared)
+//     -> (gq, gk, gv, grad_bias, grad_ek, grad_ev)          (empty when not requested)
+// torch.ops.graphattn_ea.build_csc(rowptr, col) -> (cptr, cperm, ctgt)
 TORCH_LIBRARY(graphattn_ea, m) {
   m.def("forward", &forward);
   m.def("backward", &backward);
+  m.def("build_csc", &build_csc);
 }
