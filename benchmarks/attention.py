@@ -15,75 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _device as D  # noqa: E402
 import _harness as H  # noqa: E402  (stdlib only: the driver never imports torch)
 
-IN_CHANNELS, OUT_CHANNELS, HEADS, DTYPE_BYTES = 128, 32, 4, 4
-REF_TC, REF_GAT = "TransformerConv", "GATConv"
-
-# Cases: name -> spec. "group" decides when a case runs (default / --large / --quick).
-CASES = {
-    "random-10k": {"kind": "random", "N": 10_000, "E": 200_000, "group": "default"},
-    "random-100k": {"kind": "random", "N": 100_000, "E": 2_000_000, "group": "default"},
-    "random-200k": {"kind": "random", "N": 200_000, "E": 5_000_000, "group": "large"},
-    "molecules-128": {"kind": "molecules", "graphs": 128, "group": "default"},
-    "random-2k": {"kind": "random", "N": 2_000, "E": 40_000, "group": "quick"},
-    "molecules-16": {"kind": "molecules", "graphs": 16, "group": "quick"},
-}
-# Rows: layer name -> how to build it (see build_layer). Extend here (e.g. compile, bf16).
-ROWS = {
-    "ours (auto)": {"layer": "ours", "impl": "auto"},
-    "ours (chunked)": {"layer": "ours", "impl": "chunked"},
-    REF_TC: {"layer": "TransformerConv"},
-    REF_GAT: {"layer": "GATConv"},
-}
-# Rough peak-RSS model for the memory cap, bytes per edge in units of one (H*C) float row:
-# PyG keeps ~5 (TransformerConv) / ~3.3 (GATConv) per-edge (E, H, C) tensors alive (fitted
-# to N=100k/E=2M: 6.4 / 4.5 GB). A case that outgrows the estimate is killed at the cap.
-_EDGE_ROWS = {"TransformerConv": 5.5, "GATConv": 3.5, "ours": 0.0}
+from _attention_report import (CASES, DTYPE_BYTES, HEADS, IN_CHANNELS, OUT_CHANNELS,  # noqa: E402
+                               ROWS, add_ratios, case_label, case_size, estimated_peak_bytes,
+                               floor_row, render)
+from _inputs import molecule_like_edges  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- inputs
-def molecule_like_edges(graphs: int, seed: int):
-    """Disjoint union of random molecule-sized graphs: 18-32 nodes (mean 25), a random
-    spanning tree plus 3 ring closures (~27 bonds), both directions (~54 directed edges)."""
-    rng = random.Random(seed)
-    src, dst, offset = [], [], 0
-    for _ in range(graphs):
-        n = rng.randint(18, 32)
-        bonds = {(rng.randrange(i), i) for i in range(1, n)}  # random tree
-        while len(bonds) < n - 1 + 3:
-            a, b = sorted(rng.sample(range(n), 2))
-            bonds.add((a, b))
-        for a, b in bonds:
-            src += [a + offset, b + offset]
-            dst += [b + offset, a + offset]
-        offset += n
-    return offset, src, dst
-
-
-def case_size(case: dict):
-    if case["kind"] == "random":
-        return case["N"], case["E"]
-    n, src, _ = molecule_like_edges(case["graphs"], seed=0)
-    return n, len(src)
-
-
-def case_label(name: str, case: dict) -> str:
-    n, e = case_size(case)
-    short = lambda v: f"{v / 1e6:g}M" if v >= 1e6 else (f"{v / 1e3:.3g}k" if v >= 1e3 else str(v))  # noqa: E731
-    if case["kind"] == "molecules":
-        return f"{case['graphs']} molecules (N={short(n)}, E={short(e)})"
-    return f"random N={short(n)}, E={short(e)}"
-
-
 def build_inputs(case: dict, seed: int):
     import torch
 
@@ -98,26 +45,28 @@ def build_inputs(case: dict, seed: int):
     return x, edge_index
 
 
-def build_layer(row: dict):
-    """The layer and a short description of the backend that will actually run."""
+def build_layer(row: dict, device: str = "cpu"):
+    """The layer, and for ours a note on why the fused kernel will not run ("" if it may)."""
     if row["layer"] == "ours":
         import graphattn
 
         layer = graphattn.GraphSelfAttention(IN_CHANNELS, OUT_CHANNELS, heads=HEADS, impl=row["impl"])
-        backend = "chunked PyTorch"
-        if row["impl"] == "auto":
+        why = ""
+        if row["impl"] == "auto" and device != "cpu":
+            why = "the fused kernel is CPU-only"
+        elif row["impl"] == "auto":
             try:
                 from graphattn import kernels
 
                 if kernels.fused_available():  # builds/loads the C++ kernel before the baseline
-                    backend = "fused C++"
+                    why = ""
                 elif kernels._disabled():
-                    backend = "chunked (GRAPHATTN_NO_CPP set)"
+                    why = "GRAPHATTN_NO_CPP set"
                 else:
-                    backend = f"chunked (C++ build failed: {kernels._ERROR})"
+                    why = f"C++ build failed: {kernels._ERROR}"
             except ImportError:
-                backend = "chunked (no graphattn.kernels)"
-        return layer, backend
+                why = "no graphattn.kernels"
+        return layer, why
     import torch_geometric
     from torch_geometric import typing as pyg_typing
     from torch_geometric.nn import GATConv, TransformerConv
@@ -137,24 +86,33 @@ def layer_worker(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
+    device = D.resolve_device(spec["device"])
     x, edge_index = build_inputs(spec["case"], spec["seed"])
-    x.requires_grad_(True)
-    layer, backend = build_layer(ROWS[spec["row"]])
-    meter = H.PeakRSS()
+    layer, note = build_layer(ROWS[spec["row"]], spec["device"])
+    x, edge_index, layer = x.to(device).requires_grad_(True), edge_index.to(device), layer.to(device)
+    meter = D.PeakMemory(device)
     meter.start()  # baseline: imports + inputs + parameters
+    ran = []
 
     def step():
         layer.zero_grad(set_to_none=True)
         x.grad = None
+        D.synchronize(device)
         t0 = time.perf_counter()
         out = layer(x, edge_index)
+        D.synchronize(device)
         t1 = time.perf_counter()
         out.sum().backward()
+        D.synchronize(device)
         t2 = time.perf_counter()
+        if not ran:  # what actually ran, read off the autograd graph (after the timer)
+            ran.append(" + ".join(D.attention_backends(out)))
         return {"fwd": t1 - t0, "total": t2 - t0}
 
     times = H.time_repeats(step, spec["warmup"], spec["repeats"], spec["min_time"])
     total, fwd = H.summarize(times["total"]), H.summarize(times["fwd"])
+    backend = note if ROWS[spec["row"]]["layer"] != "ours" else (
+        (ran[0] or "?") + (f" ({note})" if note else "") + (f" on {device.type}" if device.type != "cpu" else ""))
     return {"backend": backend, "time_s": total["median"], "time_q1_s": total["q1"],
             "time_q3_s": total["q3"], "time_min_s": total["min"], "fwd_s": fwd["median"],
             "repeats": total["n"], "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -176,73 +134,6 @@ def bandwidth_worker(spec: dict) -> dict:
     return res
 
 
-# ----------------------------------------------------------------------------- report
-def floor_row(name: str, case: dict, bw: dict, results: list) -> dict:
-    """Bytes one layer must move, and the time they take at the measured bandwidths."""
-    N, E = case_size(case)
-    row_b = HEADS * OUT_CHANNELS * DTYPE_BYTES
-    fwd_bytes = (3 * E + N) * row_b   # q_i, k_j, v_j per edge + one output row per node
-    bwd_bytes = (4 * E + 3 * N) * row_b  # q_i, k_j, v_j, dout_i per edge + dq, dk, dv per node
-    gather = bw.get("gather_GBps", {}).get(name, math.nan) * 1e9
-    copy = bw.get("copy_GBps", math.nan) * 1e9
-    ours = [r for r in results if r["case_name"] == name and r["layer"] == "ours" and "time_s" in r]
-    best = min(ours, key=lambda r: r["time_s"], default=None)
-    rec = {"case_name": name, "N": N, "E": E, "fwd_bytes": fwd_bytes, "bwd_bytes": bwd_bytes,
-           "fwd_floor_copy_s": fwd_bytes / copy, "fwd_floor_gather_s": fwd_bytes / gather,
-           "total_floor_gather_s": (fwd_bytes + bwd_bytes) / gather}
-    if best is not None:
-        rec.update(best_ours=best["row"], ours_fwd_s=best["fwd_s"], ours_time_s=best["time_s"],
-                   gap_fwd=best["fwd_s"] / rec["fwd_floor_gather_s"],
-                   gap_total=best["time_s"] / rec["total_floor_gather_s"])
-    return rec
-
-
-def add_ratios(results: list) -> None:
-    by_case = {}
-    for r in results:
-        by_case.setdefault(r["case_name"], {})[r["row"]] = r
-    for r in results:
-        for ref, key in ((REF_TC, "tc"), (REF_GAT, "gat")):
-            ref_r = by_case[r["case_name"]].get(ref, {})
-            ok = "time_s" in r and "time_s" in ref_r
-            r[f"speedup_vs_{key}"] = ref_r["time_s"] / r["time_s"] if ok else None
-            ok = ok and ref_r["peak_delta_mb"] > 0
-            r[f"mem_vs_{key}"] = r["peak_delta_mb"] / ref_r["peak_delta_mb"] if ok else None
-
-
-def render(results: list, floors: list, bw: dict) -> str:
-    x = lambda v: "n/a" if v is None else f"{v:.2f}×"  # noqa: E731
-    rows = []
-    for r in results:
-        if "time_s" not in r:
-            rows.append([r["label_case"], r["row"], r.get("backend", "—"), "—", "—", "—", "—",
-                         "—", "—", "—", "—"])
-            continue
-        spread = (r["time_q3_s"] - r["time_q1_s"]) / r["time_s"] * 100
-        rows.append([r["label_case"], r["row"], r["backend"], H.fmt(r["time_s"]), f"{spread:.0f}%",
-                     H.fmt(r["fwd_s"]), f"{r['peak_delta_mb']:.0f}", x(r["speedup_vs_tc"]),
-                     H.fmt(r["mem_vs_tc"]), x(r["speedup_vs_gat"]), H.fmt(r["mem_vs_gat"])])
-    head = ["case", "layer", "backend", "fwd+bwd (s)", "IQR/med", "fwd (s)", "peak ΔRSS (MB)",
-            "speed-up vs TC", "mem / TC", "speed-up vs GAT", "mem / GAT"]
-    text = [H.markdown_table(head, rows, right=[False] * 3 + [True] * 8)]
-    notes = [f"- {r['label_case']} / {r['row']}: {r['error']}" for r in results if "error" in r]
-    if notes:
-        text += ["", "Not measured:"] + notes
-    frows = [[f["label_case"], f"{f['fwd_bytes'] / 1e9:.3g}", f"{bw['gather_GBps'][f['case_name']]:.3g}",
-              H.fmt(f["fwd_floor_copy_s"]), H.fmt(f["fwd_floor_gather_s"]), H.fmt(f.get("ours_fwd_s")),
-              x(f.get("gap_fwd")), H.fmt(f["total_floor_gather_s"]), H.fmt(f.get("ours_time_s")),
-              x(f.get("gap_total"))] for f in floors] if bw.get("gather_GBps") else []
-    if frows:
-        text += ["", f"Bandwidth floor (copy {bw['copy_GBps']:.1f} GB/s read+write; random gather of "
-                 f"{bw['row_bytes']}-byte rows per case below). Fwd bytes = (3E + N)·H·C·4; "
-                 "bwd bytes ≈ (4E + 3N)·H·C·4; 'ours' = the faster of our rows.", "",
-                 H.markdown_table(["case", "fwd GB", "gather GB/s", "fwd floor @copy (s)",
-                                   "fwd floor @gather (s)", "ours fwd (s)", "gap",
-                                   "fwd+bwd floor @gather (s)", "ours fwd+bwd (s)", "gap"],
-                                  frows, right=[False] + [True] * 9)]
-    return "\n".join(text)
-
-
 # ----------------------------------------------------------------------------- driver
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -255,6 +146,8 @@ def parse_args(argv=None):
     p.add_argument("--min-time", type=float, default=None,
                    help="keep repeating until this many timed seconds (default 2, quick 0)")
     p.add_argument("--threads", type=int, default=2, help="torch / OpenMP threads per case")
+    p.add_argument("--device", default="cpu", choices=D.DEVICES,
+                   help="cuda: synchronized timers, peak CUDA memory; 'ours (auto)' (fused, CPU-only) skipped")
     p.add_argument("--tuned-malloc", action="store_true",
                    help="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1e11 for every row")
     p.add_argument("--mem-cap-gb", type=float, default=20.0,
@@ -287,6 +180,11 @@ def main(argv=None) -> int:
         groups = {"quick"} if args.quick else ({"default", "large"} if args.large else {"default"})
         names = [n for n, c in CASES.items() if c["group"] in groups]
     row_names = args.rows or list(ROWS)
+    cuda = args.device == "cuda"
+    if cuda and "ours (auto)" in row_names:  # auto = the chunked path there: 'ours (chunked)'
+        row_names = [r for r in row_names if r != "ours (auto)"]
+        print("note: 'ours (auto)' skipped on CUDA: the fused C++ kernel is CPU-only, so auto runs "
+              "the chunked path, the 'ours (chunked)' row")
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)
     env = H.worker_env(args.threads, args.tuned_malloc)
@@ -297,7 +195,7 @@ def main(argv=None) -> int:
     malloc = H.malloc_description(env)
     load_start = os.getloadavg()
     print(f"# graph attention benchmark: 1 layer ({IN_CHANNELS} -> {HEADS} heads x {OUT_CHANNELS}), "
-          f"forward + backward of out.sum() w.r.t. parameters and x, float32")
+          f"forward + backward of out.sum() w.r.t. parameters and x, float32, {args.device}")
     print(f"threads: {args.threads} | allocator: {malloc} | memory cap per case: {cap / 2**30:.1f} GB | "
           f"repeats: >= {repeats} (and >= {min_time:g} s) after {args.warmup} warm-up | "
           f"load average: {', '.join(f'{v:.1f}' for v in load_start)}", flush=True)
@@ -305,17 +203,18 @@ def main(argv=None) -> int:
     jobs, skipped = [{"kind": "bandwidth", "label": "bandwidth", "threads": args.threads,
                       "copy_bytes": (32 if args.quick else 256) * 2**20,
                       "cases": {n: CASES[n] for n in names}}], []
+    if cuda:  # the floors model CPU memory traffic: not measured on the GPU
+        jobs = []
     for name in names:
         case = CASES[name]
-        N, E = case_size(case)
         for row in row_names:
             job = {"kind": "layer", "case_name": name, "case": case, "row": row,
                    "layer": ROWS[row]["layer"], "label_case": case_label(name, case),
                    "label": f"{name} {row}", "threads": args.threads, "seed": args.seed,
-                   "warmup": args.warmup, "repeats": repeats, "min_time": min_time}
-            est = (E * _EDGE_ROWS[job["layer"]] * HEADS * OUT_CHANNELS * DTYPE_BYTES
-                   + E * 96 + N * (IN_CHANNELS + 12 * HEADS * OUT_CHANNELS) * DTYPE_BYTES + 600 * 2**20)
-            if est > cap:
+                   "warmup": args.warmup, "repeats": repeats, "min_time": min_time,
+                   "device": args.device}
+            est = estimated_peak_bytes(case, job["layer"])  # host RSS model: CPU only
+            if est > cap and not cuda:
                 skipped.append({**job, "error": f"skipped: estimated peak {est / 2**30:.1f} GB > "
                                                 f"cap {cap / 2**30:.1f} GB"})
             else:
@@ -323,7 +222,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     done = H.run_cases(jobs, str(Path(__file__).resolve()), env, timeout=args.timeout,
                        mem_cap=cap, parallel=args.jobs, desc="attention benchmark")
-    bw, results = done[0], done[1:] + skipped
+    bw, results = ({"error": "not measured on CUDA"}, done + skipped) if cuda else (done[0], done[1:] + skipped)
     order = {(n, r): i for i, (n, r) in enumerate((n, r) for n in names for r in row_names)}
     results.sort(key=lambda r: order[(r["case_name"], r["row"])])
     add_ratios(results)
@@ -332,20 +231,22 @@ def main(argv=None) -> int:
         for name in names:
             f = floor_row(name, CASES[name], bw, results)
             floors.append({**f, "label_case": case_label(name, CASES[name])})
-    else:
+    elif not cuda:
         print(f"bandwidth measurement failed: {bw['error']}")
     print()
-    print(render(results, floors, bw))
-    meta = {"argv": sys.argv[1:], "machine": H.machine_info(), "threads": args.threads,
+    print(render(results, floors, bw, D.memory_label(args.device)))
+    meta = {"argv": sys.argv[1:], "machine": H.machine_info(), "threads": args.threads, "device": args.device,
             "allocator": malloc, "mem_cap_gb": cap / 2**30, "repeats": repeats, "warmup": args.warmup,
             "min_time_s": min_time, "dims": {"in_channels": IN_CHANNELS, "heads": HEADS,
                                              "out_channels": OUT_CHANNELS, "dtype": "float32"},
             "torch": next((r["torch"] for r in results if "torch" in r), None),
             "wall_s": time.perf_counter() - t0, "loadavg_start": load_start,
             "loadavg_end": os.getloadavg(),
-            "memory_method": "peak_delta_mb = ru_maxrss at the end - RSS after setup (imports, "
-                             "inputs, parameters), with the RSS high-water mark reset at the end of "
-                             "setup; one fresh subprocess per case",
+            "memory_method": ("peak_delta_mb = torch.cuda.max_memory_allocated - memory_allocated "
+                              "after setup (peak stats reset there)" if cuda else
+                              "peak_delta_mb = ru_maxrss at the end - RSS after setup (imports, "
+                              "inputs, parameters), with the RSS high-water mark reset at the end of "
+                              "setup; one fresh subprocess per case"),
             "time_method": "median wall time of forward + out.sum().backward() over the repeats"}
     strip = ("case", "kind", "label", "min_time", "warmup")
     flat = [{k: v for k, v in r.items() if k not in strip} for r in results]

@@ -52,3 +52,83 @@ def test_results_are_finite_and_written(quick_run):
     assert floor["fwd_bytes"] == (3 * 40_000 + 2_000) * 4 * 32 * 4
     assert math.isfinite(floor["fwd_floor_gather_s"]) and floor["fwd_floor_gather_s"] > 0
     assert out.with_suffix(".csv").read_text().startswith("case_name,")
+
+
+# ----------------------------------------------------------------------------- crossover.py
+@pytest.fixture(scope="module")
+def crossover_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "crossover.json"
+    # No C++ build in a smoke test: the fused row is then skipped, with a note.
+    env = {**os.environ, "GRAPHATTN_NO_CPP": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "crossover.py"), "--quick",
+                           "--threads", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_crossover_table_and_statement(crossover_run):
+    stdout, payload = crossover_run
+    assert "impl='fused' skipped" in stdout
+    rows = [line for line in stdout.splitlines() if line.startswith("| ") and "spread" not in line]
+    assert len(rows) == 4 * 2  # 4 spreads x sizes 4, 8
+    for spread in ("equal", "±50%", "1..2n", "log-normal"):
+        assert sum(r.startswith(f"| {spread} ") for r in rows) == 2, stdout
+        assert f"- {spread}: " in stdout  # one crossover sentence per spread
+    results = payload["results"]
+    assert payload["meta"]["impls"] == ["dense", "chunked"]
+    for r in results:
+        assert r["dense_ms"] > 0 and r["chunked_ms"] > 0
+        assert r["chunked_max_abs_diff"] < 1e-4  # both impls computed the same attention
+        assert r["auto"] == "dense"  # complete graphs: auto takes the SDPA path here
+        assert r["best"] in ("dense", "chunked") and r["padding_waste"] >= 1.0
+    equal = [r for r in results if r["spread"] == "equal"]
+    assert all(r["padding_waste"] == 1.0 and r["E"] == 8 * r["mean_n"] ** 2 for r in equal)
+
+
+def test_graph_sizes_spreads():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _inputs import complete_graph_batch, graph_sizes, padding_waste
+
+    assert graph_sizes(16, 5, "equal") == [16] * 5
+    wide = graph_sizes(16, 2000, "1..2n", seed=1)
+    assert min(wide) >= 1 and max(wide) <= 31 and abs(sum(wide) / 2000 - 16) < 1
+    assert 2.5 < padding_waste(wide) < 3.5  # ~3x: 31^2 / E[n^2] with n ~ U[1, 31]
+    with pytest.raises(ValueError, match="spread must be one of"):
+        graph_sizes(16, 5, "wide")
+    ei, batch = complete_graph_batch([2, 3])
+    assert ei.shape == (2, 4 + 9) and batch.tolist() == [0, 0, 1, 1, 1]
+    assert set(map(tuple, ei.t().tolist())) == ({(i, j) for i in range(2) for j in range(2)}
+                                                | {(i, j) for i in range(2, 5) for j in range(2, 5)})
+
+
+# ----------------------------------------------------------------------------- tox21_epoch.py
+def test_tox21_epoch_smoke(tmp_path):
+    pytest.importorskip("torch_geometric")
+    pytest.importorskip("rdkit")
+    from graphattn.testing import shared_data_dir
+
+    root = shared_data_dir()
+    if root is None or not (root / "tox21").is_dir():
+        pytest.skip("Tox21 not found (set GRAPHATTN_DATA to the shared data folder)")
+    out = tmp_path / "tox21.json"
+    env = {**os.environ, "GRAPHATTN_NO_CPP": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tox21_epoch.py"), "--limit", "150",
+                           "--repeats", "1", "--warmup", "0", "--threads", "1", "--jobs", "2",
+                           "--data-root", str(root), "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert any(line.startswith("| ours ") for line in table), proc.stdout
+    assert any(line.startswith("| TransformerConv ") for line in table), proc.stdout
+    assert "x TransformerConv:" in proc.stdout  # the verdict line
+    res = {r["model"]: r for r in json.loads(out.read_text())["results"]}
+    ours, tc = res["ours"], res["TransformerConv"]
+    assert "error" not in ours and "error" not in tc, (ours, tc)
+    assert ours["backend"].startswith("chunked") and tc["backend"].startswith("PyG")
+    assert ours["num_parameters"] == tc["num_parameters"]  # equal-size models
+    assert tc["max_abs_diff_vs_ours"] < 1e-4  # and the same function
+    assert ours["molecules"] == tc["molecules"] == 120  # scaffold train split: 80% of 150
+    assert ours["edges"] == tc["edges"] > 0 and ours["batches"] == 1
+    assert ours["epoch_s"] > 0 and ours["peak_delta_mb"] >= 0
+    assert tc["speedup_vs_tc"] == pytest.approx(1.0) and ours["speedup_vs_tc"] > 0
