@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .csr import EdgeCSR, to_csr
-from .dense import complete_graph_sizes, sdpa_attention
+from .dense import complete_graph_sizes, prefer_dense, sdpa_attention
 from .validation import check_edge_index, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
@@ -209,6 +209,12 @@ class _ChunkedEdgeAttention(torch.autograd.Function):
         return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None
 
 
+def _fused_ready() -> bool:
+    from . import kernels
+
+    return kernels.fused_available()
+
+
 def _chunk_edges(num_heads: int, channels: int, itemsize: int) -> int:
     return max(256, CHUNK_BYTES // max(1, num_heads * channels * itemsize))
 
@@ -289,17 +295,20 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         edge_value = edge_key if shared_kv else up(edge_value)
 
     plain = score == "dot" and edge_key is None and edge_value is None and not return_attention_weights
-    if impl in ("auto", "dense") and plain and bias is None:
-        sizes = complete_graph_sizes(csr, batch)
-        if sizes is not None:
-            return sdpa_attention(q, k, v, sizes, dropout=p_drop).to(dtype)
-    if impl == "dense":
-        raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
-                         "given batch), score='dot', no bias, edge features or returned weights")
     # The fused kernel takes bias / edge_key / edge_value and returns weights in the caller's
     # edge order (it reads through csr.perm): no permuted per-edge copies on this path.
     fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cpu"
                and q.dtype in (torch.float32, torch.float64) and v.size(-1) == C)
+    if impl in ("auto", "dense") and plain and bias is None:
+        sizes = complete_graph_sizes(csr, batch)
+        # Complete graphs go to SDPA unless padding them would waste more than the fused
+        # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py).
+        if sizes is not None and (impl == "dense" or not fusable or prefer_dense(sizes)
+                                  or not _fused_ready()):
+            return sdpa_attention(q, k, v, sizes, dropout=p_drop).to(dtype)
+    if impl == "dense":
+        raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
+                         "given batch), score='dot', no bias, edge features or returned weights")
     if impl == "fused" and not fusable:
         raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 with "
                          "v of C channels and no (active) dropout")
