@@ -6,6 +6,7 @@ from typing import Any, Dict, Optional, Union
 from torch import Tensor, nn
 
 from .attention import GraphSelfAttention
+from .dropout import Dropout
 from .variants import make_global_attention
 
 __all__ = ["GraphTransformerBlock", "NORMS"]
@@ -71,8 +72,8 @@ class GraphTransformerBlock(nn.Module):
             raise ValueError("global_attn_kwargs needs global_attn given as a string")
         self.global_attn = global_attn
         self.ffn = nn.Sequential(nn.Linear(channels, ffn_ratio * channels), nn.GELU(),
-                                 nn.Dropout(dropout), nn.Linear(ffn_ratio * channels, channels))
-        self.drop = nn.Dropout(dropout)
+                                 Dropout(dropout), nn.Linear(ffn_ratio * channels, channels))
+        self.drop = Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
