@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
 from .block import GraphTransformerBlock, make_norm
+from .dropout import Dropout
 from .global_tokens import GlobalTokens
 
 __all__ = ["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier",
@@ -177,7 +178,7 @@ class NodeClassifier(nn.Module):
         self.num_classes = num_classes
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        self.head = nn.Sequential(Dropout(dropout), nn.Linear(hidden_channels, num_classes))
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None, **pe_kwargs) -> Tensor:
@@ -208,7 +209,7 @@ class GraphClassifier(nn.Module):
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
         self.head = nn.Sequential(nn.Linear(hidden_channels, hidden_channels), nn.GELU(),
-                                  nn.Dropout(dropout), nn.Linear(hidden_channels, num_tasks))
+                                  Dropout(dropout), nn.Linear(hidden_channels, num_tasks))
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
