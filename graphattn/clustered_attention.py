@@ -15,6 +15,16 @@ centroids (``"kmeans"``: spherical k-means per graph on the normalized queries a
 ``iters`` Lloyd steps from centroids spread over node order). Clusters come from all heads'
 channels together (one edge set for all heads) and carry no gradient.
 
+Shared queries and keys (Reformer's shared-QK attention, the default of
+:class:`ClusteredAttention`): ``k_j = q_j / |q_j|``. With separate projections ``W_q x`` and
+``W_k x`` of node states that share a large common component (usual after embeddings and
+LayerNorm), the queries point around one direction and the keys around another, and k-means
+(or LSH) puts them in *disjoint* clusters: on the copy task of ``benchmarks/variants.py`` at
+initialisation (mean cosine 0.50 between queries, 0.58 between keys, -0.06 between a query
+and a key), 0 of 4096 queries shared a cluster with any key but their own, so the layer
+attended only to itself and never learned. Sharing them puts every node's key in its own
+query's cluster.
+
 Cost: building the pattern is ``O(N·K·D)`` (LSH) or ``O(iters·N·K·D)`` (k-means) plus a sort
 of the ``E`` edges; attention is ``O(E·H·C)`` with ``E = Σ_groups |queries|·|keys|``, about
 ``N²/K`` per graph for balanced clusters (``N²`` in the worst case: one cluster gets all;
@@ -160,6 +170,8 @@ class ClusteredAttention(nn.Module):
         q, k, v = W_q x, W_k x, W_v x;   P = cluster_graph(q, k, batch)
         out = W_o · edge_attention(q, k, v, P)
 
+    with ``k = q / |q|`` (per head) when ``shared_qk`` (default; see the module docstring).
+
     Args:
         channels (int): feature size in and out (divisible by ``heads``).
         heads (int, default 1): H.
@@ -171,6 +183,8 @@ class ClusteredAttention(nn.Module):
         dropout (float, default 0.0): dropout on the attention weights.
         bias (bool, default True): biases of the projections.
         seed (int, default 0): seed of the fixed LSH projection (a buffer).
+        shared_qk (bool, default True): keys are the unit-norm queries (Reformer), so queries
+            and keys fall in the same clusters; False: separate ``W_k`` (often disjoint clusters).
 
     Cost: ``O(E·H·C)`` with ``E ≈ Σ_b n_b²/K`` for balanced clusters (``E ≤ N·block_size``
     with ``block_size``), plus the clustering.
@@ -181,7 +195,7 @@ class ClusteredAttention(nn.Module):
 
     def __init__(self, channels: int, heads: int = 1, num_clusters: int = 4, method: str = "kmeans",
                  iters: int = 3, block_size: Optional[int] = None, dropout: float = 0.0,
-                 bias: bool = True, seed: int = 0):
+                 bias: bool = True, seed: int = 0, shared_qk: bool = True):
         super().__init__()
         if method not in CLUSTER_METHODS:
             raise ValueError(f"method must be one of {CLUSTER_METHODS}, got {method!r}")
@@ -193,7 +207,8 @@ class ClusteredAttention(nn.Module):
         if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
             raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
         self.iters, self.block_size, self.dropout, self.seed = iters, block_size, dropout, seed
-        self.lin_qkv = nn.Linear(channels, 3 * channels, bias=bias)
+        self.shared_qk = bool(shared_qk)
+        self.lin_qkv = nn.Linear(channels, (2 if self.shared_qk else 3) * channels, bias=bias)  # q[, k], v
         self.lin_out = nn.Linear(channels, channels, bias=bias)
         self.register_buffer("rotations", torch.empty(channels, -(-num_clusters // 2)))
         self.reset_parameters()
@@ -207,7 +222,11 @@ class ClusteredAttention(nn.Module):
                 return_pattern: bool = False):
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
-        q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
+        if self.shared_qk:
+            q, v = self.lin_qkv(x).view(N, 2, H, -1).unbind(1)  # 2 x (N, H, C)
+            k = F.normalize(q, dim=-1)  # (N, H, C) unit keys (Reformer)
+        else:
+            q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
         pattern = cluster_graph(q.detach().reshape(N, -1), k.detach().reshape(N, -1), batch,
                                 self.num_clusters, self.method, self.iters, self.rotations, num_graphs,
                                 block_size=self.block_size)
@@ -218,4 +237,4 @@ class ClusteredAttention(nn.Module):
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
-                f"num_clusters={self.num_clusters}, method={self.method!r})")
+                f"num_clusters={self.num_clusters}, method={self.method!r}, shared_qk={self.shared_qk})")

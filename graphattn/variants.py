@@ -27,7 +27,9 @@ Which to pick (see ``benchmarks/variants.py`` for the measured trade-off): spars
 (window + global positions/tokens) are exact and cheapest when the task is local plus a few
 hubs; ``"linear"`` is the default global branch for large graphs (O(N), any size);
 ``"reduced"`` (``mode="pool"``) when the global signal is smooth in node order;
-``"clustered"`` when long-range interactions are content-based (similar tokens);
+``"clustered"`` when long-range interactions are content-based (similar tokens) — it cannot
+broadcast one node to all (a key reaches at most ``block_size`` queries per layer), and it
+shares queries and keys by default (separate ones can fall into disjoint clusters);
 ``"synthesizer"`` only for fixed-size inputs whose attention is mostly positional.
 """
 from __future__ import annotations

@@ -270,14 +270,33 @@ def test_kmeans_separates_two_directions():
 
 @pytest.mark.parametrize("method", ["kmeans", "lsh"])
 def test_clustered_attention_exact_with_one_cluster_and_isolated(method):
-    m = ClusteredAttention(16, heads=2, num_clusters=1, method=method).double()
+    m = ClusteredAttention(16, heads=2, num_clusters=1, method=method, shared_qk=False).double()
     x, batch = torch.randn(12, 16, dtype=torch.float64), _batch([5, 7])
     q, k, v = m.lin_qkv(x).view(12, 3, 2, 8).unbind(1)
     assert torch.allclose(m(x, batch), m.lin_out(_full_reference(q, k, v, batch).reshape(12, 16)))
+    m = ClusteredAttention(16, heads=2, num_clusters=1, method=method).double()  # shared QK: k = q / |q|
+    q, v = m.lin_qkv(x).view(12, 2, 2, 8).unbind(1)
+    ref = _full_reference(q, torch.nn.functional.normalize(q, dim=-1), v, batch)
+    assert torch.allclose(m(x, batch), m.lin_out(ref.reshape(12, 16)))
     m4 = ClusteredAttention(16, heads=2, num_clusters=4, method=method)
     x = torch.randn(30, 16)
     both, pattern = m4(x, _batch([12, 18]), return_pattern=True)
     assert torch.allclose(both[:12], m4(x[:12]), atol=1e-6) and pattern.size(1) < 30 * 30 / 2 + 30
+
+
+def test_clustered_attention_shared_qk_keeps_queries_with_their_keys():
+    """Node states with a large common component: separate W_q / W_k send all queries and all
+    keys to disjoint clusters (every node attends only to itself); shared QK never does."""
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        x = 2 * torch.randn(1, 32, generator=g) + torch.randn(256, 32, generator=g)  # (256, 32)
+        seen = {}
+        for shared in (True, False):
+            torch.manual_seed(seed)
+            m = ClusteredAttention(32, heads=2, num_clusters=4, shared_qk=shared)
+            _, (src, dst) = m(x, return_pattern=True)
+            seen[shared] = float((torch.bincount(dst[src != dst], minlength=256) > 0).float().mean())
+        assert seen[True] == 1.0 and seen[False] < 0.1, seen
 
 
 # ----------------------------------------------------------------------------- synthesizer
