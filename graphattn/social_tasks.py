@@ -71,13 +71,24 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                             "molecules: gine | gat")
     g.add_argument("--mini-batch", action="store_true",
                    help="node classification on partition mini-batches (graphs too large for full batch)")
+    g.add_argument("--attn-dropout", type=float, default=None, help="node sets: dropout on attention weights")
+    g.add_argument("--input-dropout", type=float, default=None,
+                   help="node sets: dropout on the input features (default: --dropout)")
+    g.add_argument("--propagation", type=int, default=None,
+                   help="node sets: K steps of APPNP propagation of our logits (0 = none)")
+    g.add_argument("--propagation-alpha", type=float, default=None, help="node sets: APPNP teleport a")
+    g.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: each node also attends to itself")
+    g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: training labels as input columns (UniMP), for every model alike")
 
 
 # ----------------------------------------------------------------------------- train
 def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     hp = dict(defaults)
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
-                 "patience", "weight_decay"):
+                 "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
+                 "propagation_alpha", "self_loops", "label_input"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
@@ -130,8 +141,12 @@ def _prepare_node(args, spec: Dict[str, Any]):
     hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
     if args.baseline != "none":
         hp["pe_dim"] = 0
-    if hp.get("pe_dim"):
-        spec["pe_dim"] = hp["pe_dim"]
+    if args.mini_batch and hp.get("label_input"):
+        if getattr(args, "label_input", None):
+            raise ValueError("--label-input needs full-batch training (not --mini-batch)")
+        hp["label_input"] = False  # the partition loader has no masked label input
+    if hp.get("pe_dim") or hp.get("label_input"):
+        spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
         data = sn.load_node_data(spec)
     return spec, data, hp
 

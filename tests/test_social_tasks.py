@@ -225,3 +225,37 @@ def test_examples_run(tmp_path, capsys):
     assert set(table[0]["results"]) == {"ours", "gcn", "gat", "transformer"}
     assert all(len(v) == 2 for v in table[0]["results"].values())
     assert "| karate | seeds 0,1 |" in capsys.readouterr().out
+
+
+def test_label_input_never_shows_val_or_test_labels():
+    from graphattn.social_node import load_node_data, masked_label_input
+
+    spec = {"name": "karate", "split": [0.6, 0.2], "split_seed": 0}
+    plain, data = load_node_data(spec), load_node_data({**spec, "label_input": True})
+    K = len(data.class_names)
+    assert data.num_features == plain.num_features + K and "+train labels" in data.feature_source
+    lab = data.x[:, -K:]
+    assert torch.equal(lab[data.train_mask].argmax(1), data.y[data.train_mask])
+    assert lab[data.train_mask].sum(1).eq(1).all() and lab[~data.train_mask].eq(0).all()
+    torch.manual_seed(0)
+    x, loss_mask = masked_label_input(data.x, data)
+    shown = x[:, -K:].sum(1) > 0
+    assert not (shown & loss_mask).any() and (shown | loss_mask).eq(data.train_mask).all()
+    assert 0 < int(shown.sum()) < int(data.train_mask.sum())  # about half of the training nodes
+    assert torch.equal(x[:, :-K], data.x[:, :-K])  # the features themselves are untouched
+
+
+def test_label_input_propagation_self_loops_round_trip(tmp_path, capsys):
+    out = tmp_path / "lab"
+    _run("train", "karate", "--epochs", 30, "--label-input", "--propagation", 4, "--self-loops",
+         "--out", out, "--no-progress")
+    assert "self-loops, APPNP propagation K=4" in capsys.readouterr().out
+    meta = load_checkpoint(out / "best.pt")["meta"]
+    assert meta["data"]["label_input"] and meta["model"]["label_input"]
+    kw = meta["model"]["kwargs"]
+    assert kw["propagation"] == 4 and kw["self_loops"] and kw["in_channels"] == 34 + 17 + 2
+    metrics = json.loads((out / "metrics.json").read_text())
+    _run("evaluate", "--checkpoint", out / "best.pt")
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
+    assert res["test"] == pytest.approx(metrics["test"]["accuracy"])  # same inputs rebuilt from the spec
+    assert main(["train", "karate", "--label-input", "--mini-batch", "--epochs", "1"]) == 2
