@@ -54,8 +54,8 @@ _PER_DATASET = {
     # homophilous sets with 60 % labelled nodes: training labels as input (every model), and our
     # predictions propagated; LastFM/GitHub have only structural features
     "facebook": dict(label_input=True, self_loops=True, propagation=10),
-    "lastfm_asia": dict(epochs=300, label_input=True, self_loops=True, propagation=10),
-    "github": dict(label_input=True, self_loops=True, propagation=10),
+    "lastfm_asia": dict(epochs=300, label_input=True, self_loops=True, propagation=10, input_dropout=0.0),
+    "github": dict(label_input=True, self_loops=True, propagation=10, input_dropout=0.0),
     # Twitch: weak homophily (propagation hurts), features noisy: more dropout and weight decay
     **{f"twitch-{k}": dict(dropout=0.5, weight_decay=5e-4, label_input=True, self_loops=True)
        for k in ("de", "engb", "es", "fr", "ptbr", "ru", "tw")},
