@@ -259,3 +259,23 @@ def test_label_input_propagation_self_loops_round_trip(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
     assert res["test"] == pytest.approx(metrics["test"]["accuracy"])  # same inputs rebuilt from the spec
     assert main(["train", "karate", "--label-input", "--mini-batch", "--epochs", "1"]) == 2
+
+
+def test_baseline_grid_is_chosen_on_validation(capsys):
+    mod = _example("social_baselines")
+    grid = mod.parse_grid("lr=0.01,0.02;dropout=0.1,0.5")
+    assert len(grid) == 4 and {"lr": 0.02, "dropout": 0.5} in grid and mod.parse_grid(None) == [{}]
+    with pytest.raises(ValueError, match="bad axis"):
+        mod.parse_grid("epochs=3")
+    n = torch.get_num_threads()
+    try:
+        mod.main(["--datasets", "karate", "--epochs", "3", "--seeds", "0", "--models", "ours,gcn",
+                  "--grid", "lr=0.001,0.05", "--grid-models", "gcn"])
+    finally:
+        torch.set_num_threads(n)
+    out = capsys.readouterr().out
+    vals = {lr: float(line.rsplit("val ", 1)[1]) for lr in ("0.001", "0.05")
+            for line in out.splitlines() if f"gcn {{'lr': {lr}}}: val" in line}
+    assert len(vals) == 2 and "ours {'lr'" not in out  # ours runs once, at its defaults
+    chosen = next(line for line in out.splitlines() if line.startswith("karate seed 0         gcn:"))
+    assert f"'lr': {max(vals, key=lambda k: (vals[k], k == '0.001'))}" in chosen  # first best on ties
