@@ -46,6 +46,8 @@ from .csr import EdgeCSR
 __all__ = ["fused_available", "fused_edge_attention", "build_directory"]
 
 _SRC = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
+#: Every source of the extension (the attention kernel and the seeded dropout, one library).
+_SOURCES = (_SRC, _SRC.with_name("dropout.cpp"))
 _LOCK = threading.Lock()
 _EXT = None
 _TRIED = False
@@ -61,7 +63,7 @@ def build_directory() -> Path:
     """Folder the extension is built in (and cached across processes)."""
     base = os.environ.get("GRAPHATTN_BUILD_DIR")
     root = Path(base).expanduser() if base else Path.home() / ".cache" / "graphattn" / "torch_extensions"
-    digest = hashlib.sha256(_SRC.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
     tag = (f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-"
            f"{platform.machine()}-{digest}")
     return root / re.sub(r"[^A-Za-z0-9_.+-]", "_", tag)
@@ -111,7 +113,7 @@ def _load():
         _clear_stale_lock(build_dir)
         cpp_extension.load(
             name=_NAME,
-            sources=[str(_SRC)],
+            sources=[str(p) for p in _SOURCES],
             extra_cflags=_CFLAGS,
             extra_ldflags=["-fopenmp"],
             build_directory=str(build_dir),
@@ -147,7 +149,7 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
     errors = []
     try:
         for std in ("-std=c++20", "-std=c++17"):
-            cmd = [cxx, str(_SRC), "-fPIC", std, *_CFLAGS, *abi, *includes, *ldflags, "-o", tmp]
+            cmd = [cxx, *map(str, _SOURCES), "-fPIC", std, *_CFLAGS, *abi, *includes, *ldflags, "-o", tmp]
             if verbose:
                 print(" ".join(cmd), file=sys.stderr)
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -155,7 +157,7 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
                 os.replace(tmp, lib)
                 return str(lib)
             errors.append(proc.stderr.strip()[-2000:])
-        raise RuntimeError(f"compiling {_SRC.name} failed:\n" + "\n".join(errors))
+        raise RuntimeError(f"compiling {', '.join(p.name for p in _SOURCES)} failed:\n" + "\n".join(errors))
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
