@@ -65,7 +65,10 @@ def tc_attention(ours):
             if not ours.root_weight:  # PyG 2.8 builds lin_skip even then (unused): drop it
                 self.conv.lin_skip = None
 
-        def forward(self, x, edge_index, edge_attr=None, return_attention_weights=False, *, batch=None):
+        def forward(self, x, edge_index, edge_attr=None, return_attention_weights=False, *, batch=None,
+                    edge_attr_index=None):
+            if edge_attr_index is not None:  # PyG takes one feature row per edge
+                edge_attr = edge_attr.index_select(0, edge_attr_index)
             return self.conv(x, edge_index, edge_attr)
 
     if ours.score != "dot" or ours.normalization != "softmax":

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from .csr import to_csr
 from .functional import EDGE_IMPLS, SCORES, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
-from .validation import check_edge_index, check_features, check_tensor_shape
+from .validation import check_edge_index, check_features, check_row_index, check_tensor_shape
 
 __all__ = ["GraphSelfAttention"]
 
@@ -104,11 +104,14 @@ class GraphSelfAttention(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 return_attention_weights: bool = False, *, attn_bias: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None,
+                batch: Optional[Tensor] = None, edge_attr_index: Optional[Tensor] = None,
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         """Args: ``x`` (N, F), ``edge_index`` (2, E), ``edge_attr`` (E, D) when ``edge_dim``
         is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
-        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA."""
+        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA,
+        ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a ``(U, D)`` table of
+        distinct rows (e.g. bond types) and edge e uses row ``edge_attr_index[e]``; the edge
+        projection runs on the U rows, not on E (same result as ``edge_attr[edge_attr_index]``)."""
         check_features(x, self.in_channels, "x")
         N, H, C = x.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
@@ -120,11 +123,18 @@ class GraphSelfAttention(nn.Module):
                 raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
             if edge_attr.dim() == 1:
                 edge_attr = edge_attr[:, None]
-            check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
-            edge_kv = self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
+            if edge_attr_index is None:
+                check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
+                edge_kv = self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
+            else:
+                check_tensor_shape(edge_attr, (edge_attr.size(0), self.edge_dim), "edge_attr")
+                check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+                edge_kv = self.lin_edge(edge_attr).view(-1, H, C).index_select(0, edge_attr_index)
         elif edge_attr is not None:
             raise ValueError("edge_attr was given but the layer has no edge_dim; "
                              "build it with edge_dim=D to use edge features")
+        elif edge_attr_index is not None:
+            raise ValueError("edge_attr_index was given but the layer has no edge_dim")
         # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
         # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
         n_proj = 3 if self.score == "dot" else 2

@@ -82,9 +82,13 @@ class GraphTransformerBlock(nn.Module):
                 m.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, return_attention_weights: bool = False):
+                batch: Optional[Tensor] = None, return_attention_weights: bool = False, *,
+                edge_attr_index: Optional[Tensor] = None):
+        """``edge_attr_index`` ``(E,)``: ``edge_attr`` is a ``(U, D)`` table of distinct rows,
+        see :class:`GraphSelfAttention`."""
         xn = self.norm1(x)
-        res = self.attn(xn, edge_index, edge_attr, return_attention_weights, batch=batch)
+        extra = {} if edge_attr_index is None else {"edge_attr_index": edge_attr_index}
+        res = self.attn(xn, edge_index, edge_attr, return_attention_weights, batch=batch, **extra)
         att, weights = res if return_attention_weights else (res, None)
         h = x + self.drop(att)
         if self.global_attn is not None:

@@ -23,6 +23,7 @@ class TokenGraph(NamedTuple):
     batch: Tensor
     num_nodes: int
     num_graphs: int
+    edge_attr_index: Optional[Tensor] = None  # (E',) when edge_attr is a table of rows
 
 
 class GlobalTokens(nn.Module):
@@ -40,6 +41,10 @@ class GlobalTokens(nn.Module):
         num_tokens (int, default 1): G, tokens per graph.
         edge_dim (int, optional): size D of edge features; token edges then get one of two
             learned vectors (node->token, token->node/token).
+
+    ``edge_attr_index`` (optional, ``(E,)``): ``edge_attr`` is a table ``(U, D)`` of distinct
+    rows and edge e uses row ``edge_attr_index[e]``; the output then keeps that form: the
+    table gains the two token rows and :attr:`TokenGraph.edge_attr_index` covers every edge.
 
     Shapes:
         - input: x ``(N, C)``, edge_index ``(2, E)``, batch ``(N,)`` (None = one graph),
@@ -63,7 +68,8 @@ class GlobalTokens(nn.Module):
             nn.init.normal_(self.edge_emb, std=0.02)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                edge_attr: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> TokenGraph:
+                edge_attr: Optional[Tensor] = None, num_graphs: Optional[int] = None, *,
+                edge_attr_index: Optional[Tensor] = None) -> TokenGraph:
         N, G, dev = x.size(0), self.num_tokens, x.device
         if x.dim() != 2 or x.size(1) != self.channels:
             raise ValueError(f"x must have shape (N, {self.channels}), got {tuple(x.shape)}")
@@ -95,8 +101,14 @@ class GlobalTokens(nn.Module):
                 raise ValueError(f"edge_attr is required: GlobalTokens was built with edge_dim={self.edge_dim}")
             kinds = torch.cat([torch.zeros(N * G, dtype=torch.long, device=dev),
                                torch.ones(N * G + B * G * G, dtype=torch.long, device=dev)])
-            edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
-        return TokenGraph(x, edge_index, edge_attr, batch, N, B)
+            if edge_attr_index is not None:  # table form: two more rows, index per edge
+                edge_attr_index = torch.cat([edge_attr_index.to(dev), kinds + edge_attr.size(0)])
+                edge_attr = torch.cat([edge_attr, self.edge_emb.to(edge_attr.dtype)], dim=0)
+            else:
+                edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
+        elif edge_attr_index is not None:
+            raise ValueError("edge_attr_index needs a GlobalTokens built with edge_dim")
+        return TokenGraph(x, edge_index, edge_attr, batch, N, B, edge_attr_index)
 
     def split(self, x: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
         """Inverse step: ``(N + B*G, C)`` -> node states ``(N, C)`` and tokens ``(B, G, C)``."""

@@ -53,16 +53,41 @@ class FeatureEncoder(nn.Module):
             if not x.is_floating_point():
                 raise TypeError(f"float features expected, got {x.dtype}: pass vocab_sizes for categorical input")
             return self.lin(x)
+        self._check_codes(x)
+        out = self.embeddings[0](x[:, 0])
+        for c in range(1, self.in_channels):
+            out = out + self.embeddings[c](x[:, c])
+        return out
+
+    def _check_codes(self, x: Tensor) -> None:
         if x.is_floating_point():
             raise TypeError(f"categorical features must be integers, got {x.dtype}")
         if x.numel() and (bool((x < 0).any()) or bool((x > self._max).any())):
             col = int(((x < 0) | (x > self._max)).any(0).nonzero()[0])
             raise ValueError(f"categorical feature column {col} has values outside "
                              f"[0, {self.vocab_sizes[col]}): min {int(x[:, col].min())}, max {int(x[:, col].max())}")
-        out = self.embeddings[0](x[:, 0])
-        for c in range(1, self.in_channels):
-            out = out + self.embeddings[c](x[:, c])
-        return out
+
+    def unique_rows(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """Distinct rows of categorical ``x`` ``(E, F)``: ``(codes (U, F), index (E,))`` with
+        ``x == codes[index]``. ``self(codes)[index]`` equals ``self(x)`` and anything linear
+        applied after the encoder can run on U rows instead of E (molecules have ~10 distinct
+        bond-feature rows per batch of thousands of bonds)."""
+        if self.vocab_sizes is None:
+            raise ValueError("unique_rows needs categorical features (vocab_sizes)")
+        if x.dim() == 1:
+            x = x[:, None]
+        if x.dim() != 2 or x.size(-1) != self.in_channels:
+            raise ValueError(f"features must have {self.in_channels} columns, got shape {tuple(x.shape)}")
+        self._check_codes(x)
+        radix = [1]
+        for v in self.vocab_sizes[:-1]:
+            radix.append(radix[-1] * max(int(v), 1))
+        if radix[-1] * max(int(self.vocab_sizes[-1]), 1) >= 2 ** 62:  # keys would overflow int64
+            return torch.unique(x, dim=0, return_inverse=True)
+        keys = x.long() @ torch.tensor(radix, device=x.device)  # (E,): one mixed-radix key per row
+        ukeys, index = torch.unique(keys, return_inverse=True)
+        codes = torch.stack([(ukeys // r) % max(int(v), 1) for r, v in zip(radix, self.vocab_sizes)], 1)
+        return codes.to(x.dtype), index
 
 
 class GraphTransformer(nn.Module):
@@ -147,18 +172,28 @@ class GraphTransformer(nn.Module):
                 h = h + self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch)
             else:
                 h = h + self.pe_encoder(pe)
+        edge_attr_index = None
         if self.edge_encoder is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
-            edge_attr = self.edge_encoder(edge_attr)
+            if self.edge_encoder.vocab_sizes is not None:
+                # Categorical edges: encode each distinct row once; every layer then projects
+                # U rows (not E) and gathers them per edge (same values, ~25 % fewer FLOPs on
+                # molecules, where the per-edge projection was a quarter of each layer's GEMMs).
+                codes, edge_attr_index = self.edge_encoder.unique_rows(edge_attr)
+                edge_attr = self.edge_encoder(codes)  # (U, C)
+            else:
+                edge_attr = self.edge_encoder(edge_attr)  # (E, C)
         elif edge_attr is not None:
             edge_attr = None  # the model does not use edge features (build it with edge_dim=D)
         N = h.size(0)
         if self.tokens is not None:
-            tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs)
+            tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index)
             h, edge_index, edge_attr, batch = tg.x, tg.edge_index, tg.edge_attr, tg.batch
+            edge_attr_index = tg.edge_attr_index
+        extra = {} if edge_attr_index is None else {"edge_attr_index": edge_attr_index}
         for block in self.blocks:
-            h = block(h, edge_index, edge_attr, batch)
+            h = block(h, edge_index, edge_attr, batch, **extra)
         h = self.norm_out(h)
         if self.tokens is not None:
             return self.tokens.split(h, N)

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["check_edge_index", "check_features", "check_tensor_shape"]
+__all__ = ["check_edge_index", "check_features", "check_row_index", "check_tensor_shape"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -43,6 +43,19 @@ def check_tensor_shape(t: Tensor, shape: Sequence[Optional[int]], name: str) -> 
     if not ok:
         want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
         raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+
+
+def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> None:
+    """``index`` must be an integer ``(length,)`` tensor of row ids in ``[0, num_rows)``."""
+    if not isinstance(index, Tensor) or index.dtype not in _INT_DTYPES:
+        raise TypeError(f"{name} must be an integer tensor of shape ({length},), got "
+                        f"{index.dtype if isinstance(index, Tensor) else type(index).__name__}")
+    check_tensor_shape(index, (length,), name)
+    if index.numel():
+        lo, hi = (int(v) for v in torch.aminmax(index))
+        if lo < 0 or hi >= num_rows:
+            raise ValueError(f"{name} has row ids in [{lo}, {hi}] but the table has {num_rows} rows "
+                             f"(valid ids are 0..{num_rows - 1})")
 
 
 def check_features(x: Tensor, in_channels: int, name: str = "x") -> None:
