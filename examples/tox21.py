@@ -42,6 +42,8 @@ def parse_args(argv=None):
     p.add_argument("--pe-dim", type=int, default=d["pe_dim"], help="Laplacian PE size K (0 = none)")
     p.add_argument("--pe-kind", default=d["pe_kind"], choices=["laplacian", "linear"])
     p.add_argument("--readout", default=d["readout"], choices=["mean", "sum", "max", "token"])
+    p.add_argument("--local-mpnn", default=d["local_mpnn"], choices=["gine", "gin"],
+                   help="GraphGPS-style message-passing branch next to the attention (default: none)")
     p.add_argument("--pos-weight", action="store_true", help="weight positives per task")
     p.add_argument("--limit", type=int, default=None, help="first N molecules only (smoke runs)")
     p.add_argument("--threads", type=int, default=None,

@@ -9,9 +9,10 @@ from .attention import GraphSelfAttention
 from .dropout import Dropout
 from .variants import make_global_attention
 
-__all__ = ["GraphTransformerBlock", "NORMS"]
+__all__ = ["GraphTransformerBlock", "NORMS", "LOCAL_MPNNS"]
 
 NORMS = ("layer", "batch", "none")
+LOCAL_MPNNS = ("gine", "gin")
 
 
 def make_norm(norm: str, channels: int) -> nn.Module:
@@ -29,6 +30,7 @@ class GraphTransformerBlock(nn.Module):
     graph version as in Dwivedi & Bresson 2020)::
 
         h = x + Dropout(Attn(Norm1(x), edge_index, edge_attr)) [+ Dropout(Global(Norm1(x), batch))]
+              [+ Dropout(Local(Norm1(x), edge_index, edge_attr))]
         out = h + Dropout(FFN(Norm2(h))),   FFN = Linear(C, r*C) -> GELU -> Dropout -> Linear(r*C, C)
 
     Args:
@@ -47,6 +49,10 @@ class GraphTransformerBlock(nn.Module):
             ``"synthesizer"`` (see :func:`graphattn.variants.make_global_attention`), or a
             module with ``forward(x, batch) -> (N, C)``.
         global_attn_kwargs (dict, optional): options of that module (e.g. ``feature_map="favor"``).
+        local_mpnn (str, optional): a message-passing branch added next to the attention, as in
+            GraphGPS (Rampášek et al. 2022): ``"gine"`` (PyG ``GINEConv``, edge features enter
+            the messages; needs ``edge_dim``) or ``"gin"`` (``GINConv``), each with a 2-layer
+            MLP of width C. Sum aggregation counts neighbours, which softmax attention cannot.
 
     Shapes:
         x ``(N, C)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)`` -> ``(N, C)``.
@@ -56,10 +62,14 @@ class GraphTransformerBlock(nn.Module):
                  edge_dim: Optional[int] = None, norm: str = "layer", ffn_ratio: int = 2,
                  score: str = "dot", normalization: str = "softmax",
                  global_attn: Union[None, str, nn.Module] = None,
-                 global_attn_kwargs: Optional[Dict[str, Any]] = None):
+                 global_attn_kwargs: Optional[Dict[str, Any]] = None, local_mpnn: Optional[str] = None):
         super().__init__()
         if channels % heads != 0:
             raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
+        if local_mpnn is not None and local_mpnn not in LOCAL_MPNNS:
+            raise ValueError(f"local_mpnn must be None or one of {LOCAL_MPNNS}, got {local_mpnn!r}")
+        if local_mpnn == "gine" and edge_dim is None:
+            raise ValueError("local_mpnn='gine' needs edge features (edge_dim); use 'gin' without them")
         self.channels, self.heads, self.dropout, self.norm = channels, heads, dropout, norm
         self.norm1, self.norm2 = make_norm(norm, channels), make_norm(norm, channels)
         self.attn = GraphSelfAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
@@ -71,21 +81,29 @@ class GraphTransformerBlock(nn.Module):
         elif global_attn_kwargs:
             raise ValueError("global_attn_kwargs needs global_attn given as a string")
         self.global_attn = global_attn
+        self.local_mpnn, self.local = local_mpnn, None
+        if local_mpnn is not None:
+            from torch_geometric.nn import GINConv, GINEConv
+
+            mlp = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
+            self.local = (GINEConv(mlp, train_eps=True, edge_dim=None if edge_dim == channels else edge_dim)
+                          if local_mpnn == "gine" else GINConv(mlp, train_eps=True))
         self.ffn = nn.Sequential(nn.Linear(channels, ffn_ratio * channels), nn.GELU(),
                                  Dropout(dropout), nn.Linear(ffn_ratio * channels, channels))
         self.drop = Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in (self.norm1, self.norm2, self.attn, self.global_attn, self.ffn[0], self.ffn[3]):
+        for m in (self.norm1, self.norm2, self.attn, self.global_attn, self.local, self.ffn[0], self.ffn[3]):
             if hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, return_attention_weights: bool = False, *,
-                edge_attr_index: Optional[Tensor] = None):
+                edge_attr_index: Optional[Tensor] = None, local_edges: Optional[int] = None):
         """``edge_attr_index`` ``(E,)``: ``edge_attr`` is a ``(U, D)`` table of distinct rows,
-        see :class:`GraphSelfAttention`."""
+        see :class:`GraphSelfAttention`. ``local_edges``: the local MPNN uses only the first
+        ``local_edges`` edges (the graph's own, not the global-token edges; default all)."""
         xn = self.norm1(x)
         extra = {} if edge_attr_index is None else {"edge_attr_index": edge_attr_index}
         res = self.attn(xn, edge_index, edge_attr, return_attention_weights, batch=batch, **extra)
@@ -93,8 +111,21 @@ class GraphTransformerBlock(nn.Module):
         h = x + self.drop(att)
         if self.global_attn is not None:
             h = h + self.drop(self.global_attn(xn, batch))
+        if self.local is not None:
+            h = h + self.drop(self._local(xn, edge_index, edge_attr, edge_attr_index, local_edges))
         out = h + self.drop(self.ffn(self.norm2(h)))
         return (out, weights) if return_attention_weights else out
+
+    def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor],
+               edge_attr_index: Optional[Tensor], local_edges: Optional[int]) -> Tensor:
+        E = edge_index.size(1) if local_edges is None else int(local_edges)
+        if self.local_mpnn == "gin":
+            return self.local(x, edge_index[:, :E])
+        if edge_attr_index is not None:  # table form: PyG's GINEConv takes one row per edge
+            edge_attr = edge_attr.index_select(0, edge_attr_index[:E])
+        else:
+            edge_attr = edge_attr[:E]
+        return self.local(x, edge_index[:, :E], edge_attr)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, norm={self.norm!r})"

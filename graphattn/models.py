@@ -104,8 +104,9 @@ class GraphTransformer(nn.Module):
         num_layers (int): number of :class:`GraphTransformerBlock`.
         heads (int, default 4), dropout (float, default 0.0), norm ("layer"|"batch"|"none"),
         score ("dot"|"additive"), normalization ("softmax"|"relu"|"sigmoid"), global_attn
-        (None|"linear"|"reduced"|"clustered"|"synthesizer") and global_attn_kwargs: passed to
-        every block, see :class:`GraphTransformerBlock`.
+        (None|"linear"|"reduced"|"clustered"|"synthesizer"), global_attn_kwargs and local_mpnn
+        (None|"gine"|"gin", a GraphGPS-style message-passing branch on the graph's own edges):
+        passed to every block, see :class:`GraphTransformerBlock`.
         num_global_tokens (int, default 0): G learnable global tokens per graph.
         pe_dim (int, default 0): K, size of the positional encoding passed as ``pe``.
         pe_kind (str, default "laplacian"): ``"laplacian"`` (random eigenvector sign flips in
@@ -124,7 +125,7 @@ class GraphTransformer(nn.Module):
                  norm: str = "layer", score: str = "dot", normalization: str = "softmax",
                  global_attn: Optional[str] = None, global_attn_kwargs: Optional[dict] = None,
                  node_vocab_sizes: Optional[Sequence[int]] = None,
-                 edge_vocab_sizes: Optional[Sequence[int]] = None):
+                 edge_vocab_sizes: Optional[Sequence[int]] = None, local_mpnn: Optional[str] = None):
         super().__init__()
         if pe_kind not in PE_KINDS:
             raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
@@ -148,7 +149,8 @@ class GraphTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             GraphTransformerBlock(hidden_channels, heads, dropout, attn_dropout, inner_edge_dim, norm,
                                   score=score, normalization=normalization, global_attn=global_attn,
-                                  global_attn_kwargs=global_attn_kwargs) for _ in range(num_layers))
+                                  global_attn_kwargs=global_attn_kwargs, local_mpnn=local_mpnn)
+            for _ in range(num_layers))
         self.norm_out = make_norm(norm, hidden_channels)
 
     def reset_parameters(self) -> None:
@@ -186,12 +188,14 @@ class GraphTransformer(nn.Module):
                 edge_attr = self.edge_encoder(edge_attr)  # (E, C)
         elif edge_attr is not None:
             edge_attr = None  # the model does not use edge features (build it with edge_dim=D)
-        N = h.size(0)
+        N, E = h.size(0), edge_index.size(1)
         if self.tokens is not None:
             tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index)
             h, edge_index, edge_attr, batch = tg.x, tg.edge_index, tg.edge_attr, tg.batch
             edge_attr_index = tg.edge_attr_index
         extra = {} if edge_attr_index is None else {"edge_attr_index": edge_attr_index}
+        if self.tokens is not None and self.blocks and self.blocks[0].local is not None:
+            extra["local_edges"] = E  # message passing on the molecule's bonds, not token edges
         for block in self.blocks:
             h = block(h, edge_index, edge_attr, batch, **extra)
         h = self.norm_out(h)

@@ -27,7 +27,8 @@ BASELINES = ("none", "gine", "gat")
 #: seed 0 (60 epochs: val 0.786 with dropout 0.1, 0.790 with 0.25; 15 epochs stopped too early).
 #: The README results table uses exactly these.
 DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
-                heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean")
+                heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
+                local_mpnn=None)
 
 
 # ----------------------------------------------------------------------------- data
@@ -116,7 +117,8 @@ def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any]) -> Dict[str, A
     if baseline == "none":
         return {"class": "GraphClassifier",
                 "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
-                               pe_kind=hp["pe_kind"], readout=hp["readout"])}
+                               pe_kind=hp["pe_kind"], readout=hp["readout"],
+                               **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
     if baseline in ("gine", "gat"):
         return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
     raise ValueError(f"--baseline must be one of {BASELINES} for molecules, got {baseline!r}")

@@ -49,6 +49,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="scaffold (deterministic Bemis-Murcko, default), random or balanced_scaffold (seeded)")
     g.add_argument("--pos-weight", action="store_true",
                    help="weight positives by negatives/positives per task (training split)")
+    g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
+                   help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block")
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
@@ -58,7 +60,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 def _hparams(args) -> Dict[str, Any]:
     hp = dict(DEFAULTS)
     for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim"):
+                 "global_tokens", "pe_dim", "local_mpnn"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
     if getattr(args, "weight_decay", None) is not None:

@@ -1,0 +1,72 @@
+"""GraphGPS-style local message-passing branch next to the attention (local_mpnn)."""
+import pytest
+import torch
+from torch_geometric.nn import GINEConv
+
+from graphattn import GraphClassifier, GraphTransformerBlock
+from graphattn.molecule_pipeline import DEFAULTS, build_model, model_spec
+
+
+def test_block_adds_exactly_the_gine_branch():
+    torch.manual_seed(0)
+    x, ei, ea = torch.randn(12, 16), torch.randint(0, 12, (2, 40)), torch.randn(40, 16)
+    blk = GraphTransformerBlock(16, heads=2, edge_dim=16, local_mpnn="gine").eval()
+    ref = GraphTransformerBlock(16, heads=2, edge_dim=16).eval()
+    ref.load_state_dict({k: v for k, v in blk.state_dict().items() if not k.startswith("local.")})
+    assert isinstance(blk.local, GINEConv)
+    xn = blk.norm1(x)
+    h = x + blk.attn(xn, ei, ea) + blk.local(xn, ei, ea)
+    want = h + blk.ffn(blk.norm2(h))
+    assert torch.allclose(blk(x, ei, ea), want, atol=1e-6)
+    assert not torch.allclose(ref(x, ei, ea), want, atol=1e-3)  # the branch matters
+    # table form and local_edges: same as per-edge rows restricted to the first edges
+    table, idx = torch.randn(3, 16), torch.randint(0, 3, (40,))
+    a = blk(x, ei, table, edge_attr_index=idx, local_edges=25)
+    h = x + blk.attn(xn, ei, table[idx]) + blk.local(xn, ei[:, :25], table[idx[:25]])
+    assert torch.allclose(a, h + blk.ffn(blk.norm2(h)), atol=1e-6)
+
+
+def test_gin_branch_counts_neighbours_and_errors():
+    """Softmax attention averages: a star's centre cannot tell 3 leaves from 6 with equal
+    features. The sum-aggregating GIN branch can."""
+    torch.manual_seed(1)
+    blk = GraphTransformerBlock(8, heads=2, local_mpnn="gin").eval()
+    plain = GraphTransformerBlock(8, heads=2).eval()
+
+    v = torch.randn(8)
+
+    def centre(b, leaves):  # every node has the same (non-constant) feature vector
+        x = v.repeat(leaves + 1, 1)
+        ei = torch.stack([torch.arange(1, leaves + 1), torch.zeros(leaves, dtype=torch.long)])
+        return b(x, ei)[0]
+
+    assert torch.allclose(centre(plain, 3), centre(plain, 6), atol=1e-6)
+    assert not torch.allclose(centre(blk, 3), centre(blk, 6), atol=1e-3)
+    with pytest.raises(ValueError, match="local_mpnn must be None or one of"):
+        GraphTransformerBlock(8, heads=2, local_mpnn="gcn")
+    with pytest.raises(ValueError, match="needs edge features"):
+        GraphTransformerBlock(8, heads=2, local_mpnn="gine")
+
+
+def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
+    torch.manual_seed(2)
+    hp = {**DEFAULTS, "hidden": 16, "layers": 2, "pe_dim": 0, "local_mpnn": "gine"}
+    spec = model_spec("none", 3, hp)
+    assert spec["kwargs"]["local_mpnn"] == "gine"
+    model = build_model(spec).eval()
+    assert model.backbone.blocks[0].local is not None
+    x = torch.stack([torch.randint(0, 5, (20,))] + [torch.zeros(20, dtype=torch.long)] * 8, 1)
+    ei = torch.randint(0, 20, (2, 30))
+    ei = ei[:, (ei[0] // 10) == (ei[1] // 10)]  # two graphs of 10 nodes
+    ea = torch.zeros(ei.size(1), 4, dtype=torch.long)
+    batch = torch.arange(20) // 10
+    seen = []
+    hook = model.backbone.blocks[0].local.register_forward_pre_hook(lambda m, a: seen.append(a[1].size(1)))
+    out = model(x, ei, batch, ea, num_graphs=2)
+    hook.remove()
+    assert out.shape == (2, 3) and torch.isfinite(out).all() and seen == [ei.size(1)]
+    again = build_model(spec)
+    again.load_state_dict(model.state_dict())
+    assert torch.allclose(again.eval()(x, ei, batch, ea, num_graphs=2), out)
+    assert "local_mpnn" not in model_spec("none", 3, {**hp, "local_mpnn": None})["kwargs"]  # old specs unchanged
+    assert isinstance(GraphClassifier(9, 16, 2, local_mpnn="gin").backbone.blocks[1].local, torch.nn.Module)
