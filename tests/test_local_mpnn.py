@@ -70,3 +70,26 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     assert torch.allclose(again.eval()(x, ei, batch, ea, num_graphs=2), out)
     assert "local_mpnn" not in model_spec("none", 3, {**hp, "local_mpnn": None})["kwargs"]  # old specs unchanged
     assert isinstance(GraphClassifier(9, 16, 2, local_mpnn="gin").backbone.blocks[1].local, torch.nn.Module)
+
+
+def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from graphattn import cli
+    from graphattn.train import load_checkpoint
+
+    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "1", "--local-mpnn",
+                         "gine", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
+                         "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+        ck = tmp_path / "run" / "best.pt"
+        assert load_checkpoint(ck)["meta"]["model"]["kwargs"]["local_mpnn"] == "gine"
+        assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "c1ccccc1O"]) == 0
+        assert cli.main(["explain", "--checkpoint", str(ck), "--smiles", "c1ccccc1O",
+                         "--out", str(tmp_path / "m.png")]) == 0
+    finally:
+        torch.set_num_threads(n)
