@@ -6,8 +6,10 @@ table. Three kinds of case:
   accuracy run with held-out checkpoints every ``eval_every`` steps that stops at the first
   checkpoint with accuracy >= ``solve_acc`` (the step is reported as ``solved_step``).
 * ``graph_case``: full-batch node classification (Facebook, GitHub, a synthetic SBM).
-* ``large_graph_case``: mini-batch training steps on a graph too large for a full-batch step
-  (the 2 M-node SBM): throughput and peak memory only, no accuracy.
+* ``large_graph_case``: mini-batch (Cluster-GCN) training on a graph too large for a
+  full-batch step (the 2 M-node SBM): ``epochs`` epochs over all parts, then val / test
+  accuracy over every val / test node by mini-batch inference; throughput, epoch and
+  evaluation time, peak memory (``epochs`` = 0: a few timed steps, no accuracy).
 """
 from __future__ import annotations
 
@@ -219,42 +221,97 @@ def _large_sbm(s):
     return data, False
 
 
-def large_graph_case(s):
-    """``steps`` timed mini-batch training steps (after one warm-up) on random node parts of
-    about ``batch_nodes`` nodes (:class:`graphattn.large_graph.PartitionBatches`, Cluster-GCN
-    style induced subgraphs): training nodes/s, edges per batch, peak memory. No accuracy."""
+def _large_eval(model, batches, groups):
+    """Mini-batch inference over fixed groups of parts (every node predicted once): val and
+    test accuracy over all val / test nodes of the graph."""
     import torch
+
+    model.eval()
+    hit = {"val": 0, "test": 0, "nodes": 0}
+    with torch.no_grad():
+        for parts in groups:
+            b = batches.subgraph(parts)
+            pred = model(b.x.float(), b.edge_index).argmax(-1)
+            hit["nodes"] += b.num_nodes
+            for k in ("val", "test"):
+                m = b[f"{k}_mask"]
+                hit[k] += int((pred[m] == b.y[m]).sum())
+    model.train()
+    return hit
+
+
+def large_graph_case(s):
+    """Mini-batch training on a graph too large for a full-batch step (the 2 M-node SBM),
+    Cluster-GCN style (:class:`graphattn.large_graph.PartitionBatches`): the nodes are cut into
+    parts of ``batch_nodes / parts_per_batch`` nodes (``partition``: ``"bfs"`` regions, or
+    ``"random"``), and every step trains on the subgraph induced by ``parts_per_batch`` parts
+    drawn at random. ``epochs`` > 0: that many epochs over all parts, then val and test
+    accuracy over *all* val / test nodes by mini-batch inference over fixed groups of parts
+    (the test accuracy at the best-val epoch); ``epochs`` = 0: ``steps`` timed steps only.
+    Progress goes to ``log`` (a file) when given, else stderr."""
+    import torch
+    from tqdm import tqdm
 
     from graphattn import NodeClassifier
     from graphattn.large_graph import PartitionBatches, partition_nodes
 
     data, cached = _large_sbm(s)
     N, E = data.num_nodes, data.edge_index.size(1)
-    P = max(2, math.ceil(N / s["batch_nodes"]))
-    part = partition_nodes(data.edge_index, N, P, method="random", seed=s["seed"])
-    batches = PartitionBatches(data, part, 1, shuffle=True)
+    q, method, epochs = s.get("parts_per_batch", 1), s.get("partition", "random"), s.get("epochs_large", 0)
+    P = max(2 * q, math.ceil(q * N / s["batch_nodes"]))
+    t0 = time.perf_counter()
+    part = partition_nodes(data.edge_index, N, P, method=method, seed=s["seed"])
+    partition_s = time.perf_counter() - t0
+    batches = PartitionBatches(data, part, q, shuffle=True)
     data.edge_index = None  # the batches keep their own int32 copy of the edges
+    inside, _ = batches.coverage()
+    eval_groups = list(torch.arange(batches.num_parts).split(q))  # fixed: every node once
     torch.manual_seed(s["seed"])
     model = NodeClassifier(data.x.size(1), 64, int(data.y.max()) + 1, num_layers=2, heads=4, dropout=0.1,
                            **s["options"])
-    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=s.get("lr", 5e-3))
+    log = open(s["log"], "a") if s.get("log") else sys.stderr
     peak = H.PeakRSS()
     peak.start()
-    times, sizes = [], []
-    groups = iter(batches.groups())
-    for _ in range(s["steps"] + 1):
-        b = batches.subgraph(next(groups))
-        t0 = time.perf_counter()
-        loss = _train_step(model, opt, (b.x.float(), b.edge_index), {}, b.y[b.train_mask], b.train_mask)
-        times.append(time.perf_counter() - t0)
-        sizes.append((b.num_nodes, b.edge_index.size(1)))
-    step_s = H.summarize(times[1:])["median"]
-    mean_nodes = sum(n for n, _ in sizes[1:]) / len(sizes[1:])
-    res = {"nodes": N, "edges": E, "mode": "mini-batch", "parts": P, "batch_nodes": round(mean_nodes),
-           "batch_edges": sum(e for _, e in sizes) // len(sizes), "steps": s["steps"], "step_s": step_s,
-           "nodes_per_s": mean_nodes / step_s, "final_loss": loss, "graph_cached": cached}
-    res["epoch_s_est"] = N / res["nodes_per_s"]
+    times, sizes, epoch_s, eval_s, best, curve = [], [], [], [], (-1.0, 0.0, 0), []
+    n_val, n_test = int(data.val_mask.sum()), int(data.test_mask.sum())
+    for epoch in range(1, max(epochs, 1) + 1):
+        groups = batches.groups() if epochs else batches.groups()[:s["steps"] + 1]
+        t_ep = time.perf_counter()
+        for parts in tqdm(groups, desc=f"{s['variant']} epoch {epoch}/{max(epochs, 1)}", unit="batch",
+                          file=log, mininterval=5):
+            b = batches.subgraph(parts)
+            t1 = time.perf_counter()
+            loss = _train_step(model, opt, (b.x.float(), b.edge_index), {}, b.y[b.train_mask], b.train_mask)
+            times.append(time.perf_counter() - t1)
+            sizes.append((b.num_nodes, b.edge_index.size(1)))
+        epoch_s.append(time.perf_counter() - t_ep)
+        if epochs:
+            t1 = time.perf_counter()
+            hit = _large_eval(model, batches, tqdm(eval_groups, desc="  eval", unit="batch", file=log,
+                                                    mininterval=5))
+            eval_s.append(time.perf_counter() - t1)
+            curve.append([epoch, hit["val"] / n_val, hit["test"] / n_test])
+            if curve[-1][1] > best[0]:
+                best = (curve[-1][1], curve[-1][2], epoch)
+            print(f"{s['variant']}: epoch {epoch} val {curve[-1][1]:.4f} test {curve[-1][2]:.4f} "
+                  f"({epoch_s[-1]:.0f} s train, {eval_s[-1]:.0f} s eval)", file=log, flush=True)
+    step_s = H.summarize(times[1:] or times)["median"]
+    mean_nodes = sum(n for n, _ in sizes) / len(sizes)
+    res = {"nodes": N, "edges": E, "mode": "mini-batch", "partition": method, "parts": P,
+           "parts_per_batch": q, "edges_in_parts": inside / E, "partition_s": partition_s,
+           "batch_nodes": round(mean_nodes), "batch_edges": sum(e for _, e in sizes) // len(sizes),
+           "steps": len(times), "step_s": step_s, "nodes_per_s": mean_nodes / step_s, "final_loss": loss,
+           "graph_cached": cached, "epoch_s_est": N / (mean_nodes / step_s)}
+    if epochs:
+        ys = data.y[data.test_mask]
+        res.update(epochs=epochs, epoch_s=H.summarize(epoch_s)["median"], eval_s=H.summarize(eval_s)["median"],
+                   train_nodes_per_s=N * epochs / sum(epoch_s), val_accuracy=best[0], accuracy=best[1],
+                   best_epoch=best[2], curve=curve, val_nodes=n_val, test_nodes=n_test, eval_nodes=hit["nodes"],
+                   majority_acc=float(torch.bincount(ys).max()) / ys.numel(), lr=s.get("lr", 5e-3))
     if getattr(data, "generate_s", None):
         res["generate_s"] = data.generate_s
     res.update(peak.stop())
+    if log is not sys.stderr:
+        log.close()
     return res

@@ -101,23 +101,36 @@ def _large_table(g, rs, full):
     same_density = ref.get("nodes") and n.get("nodes") and \
         abs(ref["edges"] / ref["nodes"] - n["edges"] / n["nodes"]) < 0.1 * n["edges"] / n["nodes"]
     scale = n["nodes"] / ref["nodes"] if same_density else None
-    lines = [f"### {g}: {n.get('nodes', '?')} nodes, {n.get('edges', '?')} directed edges: mini-batch "
-             f"throughput and memory only (no accuracy)", "",
-             f"{n.get('steps', '?')} timed training steps (after 1 warm-up) on random parts of "
-             f"~{n.get('batch_nodes', '?')} nodes (~{n.get('batch_edges', '?')} induced edges per batch); "
-             f"epoch time = nodes / throughput. A full-batch step was not run: estimated as the peak "
-             f"memory of the same variant on the {ref.get('nodes', '?')}-node SBM (same edges per node) "
-             f"x {H.fmt(scale)}.", ""]
+    acc = next((r for r in rs if "accuracy" in r), None)
+    q = n.get("parts_per_batch", 1)
+    parts = (f"{n.get('parts', '?')} {n.get('partition', 'random')} parts, {q} per mini-batch of "
+             f"~{n.get('batch_nodes', '?')} nodes (~{n.get('batch_edges', '?')} induced edges, "
+             f"{H.fmt(n.get('edges_in_parts', 1 / max(n.get('parts', 1), 1)) * 100)}% of all edges inside a part)")
+    if acc is not None:
+        head = (f"### {g}: {n.get('nodes', '?')} nodes, {n.get('edges', '?')} directed edges: mini-batch, "
+                f"{acc['epochs']} epoch(s), accuracy over all {acc['val_nodes']} val / {acc['test_nodes']} "
+                f"test nodes (majority class {H.fmt(acc['majority_acc'])})")
+        how = (f"Cluster-GCN training: {parts}; Adam lr {acc.get('lr')}. Accuracy: mini-batch inference over "
+               f"fixed groups of the same parts (every node once), test at the best-val epoch. k nodes/s: "
+               f"batch nodes / median step; epoch s: measured, with batch extraction; eval s: one pass.")
+    else:
+        head = (f"### {g}: {n.get('nodes', '?')} nodes, {n.get('edges', '?')} directed edges: mini-batch "
+                f"throughput and memory only (no accuracy)")
+        how = (f"{n.get('steps', '?')} timed training steps (after 1 warm-up); {parts}; "
+               f"epoch time = nodes / throughput.")
+    lines = [head, "", how + f" A full-batch step was not run: estimated as the peak memory of the same "
+             f"variant on the {ref.get('nodes', '?')}-node SBM (same edges per node) x {H.fmt(scale)}.", ""]
     rows = []
     for r in rs:
         f = full.get(r["variant"], {})
         est = _mb(f) * scale / 1024 if scale and _mb(f) else None
-        rows.append([r["variant"], H.fmt(r["nodes_per_s"] / 1e3 if "nodes_per_s" in r else None),
-                     H.fmt(r.get("step_s")), H.fmt(r.get("epoch_s_est")), H.fmt(_mb(r)),
-                     H.fmt(est), "not measured", r.get("error", "")[:60]])
-    lines += [H.markdown_table(["variant", "k nodes/s (mini-batch)", "s/step", "est. s/epoch", "peak MB",
-                                "full batch est. GB", "accuracy", "note"], rows,
-                               [False, True, True, True, True, True, False, False]), ""]
+        rows.append([r["variant"], _pct(r.get("val_accuracy")), _pct(r.get("accuracy")),
+                     H.fmt(r["nodes_per_s"] / 1e3 if "nodes_per_s" in r else None), H.fmt(r.get("step_s")),
+                     H.fmt(r.get("epoch_s", r.get("epoch_s_est"))) + ("" if "epoch_s" in r else " (est.)"),
+                     H.fmt(r.get("eval_s")), H.fmt(_mb(r)), H.fmt(est), r.get("error", "")[:60]])
+    lines += [H.markdown_table(["variant", "val acc.", "test acc.", "k nodes/s (mini-batch)", "s/step",
+                                "s/epoch", "eval s", "peak MB", "full batch est. GB", "note"], rows,
+                               [False] + [True] * 8 + [False]), ""]
     return lines
 
 
@@ -144,7 +157,7 @@ def tables(seq, graph, a):
     return "\n".join(lines)
 
 
-def _scatter(ax, pts, color, xlabel, title, chance=None, ylabel="accuracy"):
+def _scatter(ax, pts, color, xlabel, title, chance=None, ylabel="accuracy", chance_label="chance"):
     mem = [m for *_, m in pts if m]
     top = max(mem) if mem else 1.0
     for i, (name, x, y, m) in enumerate(sorted(pts, key=lambda p: (round(p[2], 2), p[1]))):
@@ -154,7 +167,7 @@ def _scatter(ax, pts, color, xlabel, title, chance=None, ylabel="accuracy"):
     ax.set_xscale("log")
     if chance is not None:
         ax.axhline(chance, ls="--", lw=0.8, color="gray")
-        ax.annotate("chance", (0.01, chance), xycoords=("axes fraction", "data"), va="bottom",
+        ax.annotate(chance_label, (0.01, chance), xycoords=("axes fraction", "data"), va="bottom",
                     fontsize=7, color="gray")
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
@@ -212,6 +225,14 @@ def plot(seq, graph, a, path, names):
     for ax, g in zip(axes[1], graphs):
         rs = [r for r in graph if r["graph"] == g and "nodes_per_s" in r]
         n = rs[0] if rs else {}
+        if rs and rs[0]["kind"] == "large" and all("accuracy" in r for r in rs):
+            _scatter(ax, [(r["variant"], r["nodes_per_s"], r["accuracy"], _mb(r)) for r in rs], color,
+                     "training nodes / s (mini-batch)",
+                     f"{g} ({n['nodes']} nodes, {n['edges']} edges): test accuracy vs speed\n"
+                     f"mini-batches of ~{n.get('batch_nodes')} nodes, {n.get('epochs')} epoch(s) "
+                     "(marker area ~ peak memory)", chance=n.get("majority_acc"), ylabel="test accuracy",
+                     chance_label="majority class")
+            continue
         if rs and rs[0]["kind"] == "large":  # no accuracy: throughput bars, memory in the label
             ax.barh([r["variant"] for r in rs], [r["nodes_per_s"] for r in rs],
                     color=[color[r["variant"]] for r in rs])

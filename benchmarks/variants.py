@@ -20,10 +20,14 @@ a fresh process so peak memory is its own (worker code: ``_variants_cases.py``):
   mechanism; test accuracy at the best validation epoch, nodes/s of training, peak memory.
   (Linformer projections and the Synthesizer need fixed-size inputs: not run on graphs.)
 * **large graph** (``sbm-large``, default 2 M nodes / 20 M undirected edges): a full-batch
-  step does not fit the memory cap, so ``--large-steps`` mini-batch steps on random parts of
-  ``--large-batch-nodes`` nodes (``graphattn.large_graph.PartitionBatches``) measure
-  throughput and peak memory of ``--large-variants``; no accuracy. The graph is generated
-  once into ``--cache-dir``.
+  step does not fit the memory cap, so mini-batch training, Cluster-GCN style
+  (``graphattn.large_graph.PartitionBatches``): BFS-grown parts (``--large-partition``) of
+  ``--large-batch-nodes`` / ``--large-parts-per-batch`` nodes, ``--large-parts-per-batch``
+  random parts per step, ``--large-epochs`` epochs over all parts; then val and test accuracy
+  over all val / test nodes by mini-batch inference over fixed groups of parts (test at the
+  best-val epoch; majority class reported). ``--large-epochs 0``: ``--large-steps`` timed
+  steps only, no accuracy. The graph is generated once into ``--cache-dir``; the workers'
+  progress bars go to ``<out stem>.large.log``.
 
 Peak memory is the extra RSS of the worker over its inputs and model (``_harness.PeakRSS``).
 
@@ -107,8 +111,15 @@ def parse_args(argv=None):
     p.add_argument("--sbm-edges", type=int, default=1_000_000, help="undirected edges")
     p.add_argument("--large-nodes", type=int, default=2_000_000)
     p.add_argument("--large-edges", type=int, default=20_000_000, help="undirected edges")
-    p.add_argument("--large-batch-nodes", type=int, default=200_000)
-    p.add_argument("--large-steps", type=int, default=3, help="timed mini-batch steps (after 1 warm-up)")
+    p.add_argument("--large-batch-nodes", type=int, default=200_000, help="nodes per mini-batch")
+    p.add_argument("--large-steps", type=int, default=3,
+                   help="with --large-epochs 0: timed mini-batch steps (after 1 warm-up)")
+    p.add_argument("--large-epochs", type=int, default=1,
+                   help="training epochs over all parts, then accuracy (0: speed only)")
+    p.add_argument("--large-partition", choices=("bfs", "random"), default="bfs",
+                   help="bfs: connected regions; a batch keeps 2.3x the edges of random parts (2M SBM)")
+    p.add_argument("--large-parts-per-batch", type=int, default=2, help="parts per mini-batch (q)")
+    p.add_argument("--large-lr", type=float, default=5e-3)
     p.add_argument("--large-variants", nargs="*", choices=list(GRAPH_VARIANTS), default=[
         "edges (softmax)", "edges+global token", "edges+linear (elu)", "edges+pooled keys"])
     p.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "graphattn-variants"),
@@ -129,6 +140,7 @@ def parse_args(argv=None):
         a.lengths, a.tokens, a.steps, a.acc_length, a.acc_steps, a.eval_seqs = [32, 64], 128, 1, 32, 3, 8
         a.eval_every, a.graph_epochs, a.sbm_nodes, a.sbm_edges = 2, 2, 1000, 5000
         a.large_nodes, a.large_edges, a.large_batch_nodes, a.large_steps = 2000, 10_000, 500, 1
+        a.large_epochs = min(a.large_epochs, 2)
         a.graphs, a.cache_dir = a.graphs or ["sbm", "sbm-large"], None
     return a
 
@@ -174,6 +186,7 @@ def jobs_for(a):
                 if root is not None and (root / d).is_dir()]
         graphs = have or ["sbm"]
     graph = []
+    log = str(Path(a.out).with_suffix(".large.log")) if not a.quick else None
     for g in graphs:
         large = g == "sbm-large"
         for v in (a.large_variants if large else a.graph_variants):
@@ -183,6 +196,9 @@ def jobs_for(a):
                           "sbm_edges": size[1], "batch_nodes": a.large_batch_nodes, "steps": a.large_steps,
                           "cache_dir": a.cache_dir, "timeout": a.long_timeout if large else a.case_timeout,
                           "label": f"{g}: {v}"})
+            if large:
+                graph[-1].update(epochs_large=a.large_epochs, partition=a.large_partition,
+                                 parts_per_batch=a.large_parts_per_batch, lr=a.large_lr, log=log)
     return seq, graph
 
 
@@ -220,9 +236,12 @@ def main(argv=None):
         H.emit_result(run_worker(json.loads(a.worker)))
         return None
     t0 = time.perf_counter()
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     seq_jobs, graph_jobs = jobs_for(a)
     print(f"{len(seq_jobs)} sequence cases (lengths {a.lengths}), {len(graph_jobs)} graph cases; "
           f"{a.threads} thread(s) per case, {'in-process' if a.quick else 'one process per case'}", flush=True)
+    if any(j["kind"] == "large" for j in graph_jobs) and not a.quick:
+        print(f"large-graph progress: tail -f {Path(a.out).with_suffix('.large.log')}", flush=True)
     seq = run_all(seq_jobs, a)
     graph = run_all(graph_jobs, a)
     if a.merge:

@@ -423,5 +423,38 @@ def test_benchmark_quick_writes_png_and_tables(tmp_path):
     assert rows and all("error" not in r for r in rows), [r.get("error") for r in rows]
     assert all(math.isfinite(r.get("tokens_per_s", r.get("nodes_per_s"))) for r in rows)
     assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".csv").exists()
+    large = [r for r in payload["graph"] if r["kind"] == "large"]
+    assert large and all(r["mode"] == "mini-batch" and r["epochs"] == 1 for r in large)
+    for r in large:  # real accuracy over every val / test node of the graph, by mini-batch inference
+        assert r["eval_nodes"] == r["nodes"] and r["val_nodes"] + r["test_nodes"] < r["nodes"]
+        assert 0 <= r["majority_acc"] < 0.2 and r["accuracy"] > 1.5 * r["majority_acc"]
+        assert 0 < r["val_accuracy"] <= 1 and r["curve"][-1][1:] == [r["val_accuracy"], r["accuracy"]]
+        assert r["partition"] == "bfs" and r["edges_in_parts"] > 1 / r["parts"]  # BFS beats random parts
     md = out.with_suffix(".md").read_text()
+    assert "accuracy over all" in md and "(majority class" in md
     assert "| window+linear (elu)" in md and "| edges+clustered" in md and "| window+linear (elu)" in proc.stdout
+
+
+def test_variants_report_large_rows_with_and_without_accuracy(tmp_path):
+    """Speed-only sbm-large rows (``--large-epochs 0``, or merged older runs) still tabulate and
+    plot as bars; rows with accuracy get the val / test columns and an accuracy scatter."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _variants_report import plot, tables
+
+    base = {"kind": "large", "graph": "sbm-large", "nodes": 1000, "edges": 20000, "parts": 8,
+            "parts_per_batch": 2, "partition": "bfs", "batch_nodes": 250, "batch_edges": 900,
+            "edges_in_parts": 0.3, "steps": 3, "step_s": 0.1, "nodes_per_s": 2500.0, "epoch_s_est": 0.4,
+            "peak_delta_mb": 10.0}
+    acc = {"epochs": 1, "val_nodes": 200, "test_nodes": 200, "majority_acc": 0.1, "lr": 5e-3,
+           "epoch_s": 0.5, "eval_s": 0.2}
+    a = type("A", (), {"lengths": [], "variants": [], "threads": 1, "graph_epochs": 2})()
+    names = ["edges (softmax)", "edges+global token"]
+    for extra in ({}, acc):
+        rows = [{**base, **extra, "variant": v, **({"accuracy": 0.8 - i / 10, "val_accuracy": 0.8} if extra else {})}
+                for i, v in enumerate(names)]
+        text = tables([], rows, a)
+        line = next(x for x in text.splitlines() if x.startswith("| edges+global token"))
+        assert ("0.700" in line) == bool(extra) and ("(est.)" in line) != bool(extra)
+        assert ("no accuracy" in text) != bool(extra)
+        plot([], rows, a, tmp_path / "v.png", names)
+        assert (tmp_path / "v.png").stat().st_size > 5_000
