@@ -95,3 +95,20 @@ def test_gradcheck(route):
     mask_run = lambda t: (torch.manual_seed(3), dropout(t, 0.4))[1]  # noqa: E731
     assert torch.autograd.gradcheck(mask_run, (x,))
     assert torch.autograd.gradgradcheck(mask_run, (x,))
+
+
+@pytest.mark.skipif(not fused_available(), reason="C++ extension not built")
+def test_cpp_mask_does_not_depend_on_threads():
+    """Counter-based: each element's bits depend on (seed, position) only, so a tensor large
+    enough to be split across threads gets the same mask with 1 or 2 threads."""
+    x = torch.randn(3 * (1 << 21) + 5)
+    n = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            torch.manual_seed(7)
+            outs.append(dropout(x, 0.5))
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(outs[0], outs[1])

@@ -70,7 +70,9 @@ template <typename scalar_t>
 void masked_scale(const scalar_t* x, scalar_t* out, int64_t n, uint64_t seed, uint32_t t, double scale) {
   constexpr int64_t kBlock = 1 << 14;  // divides 2^32: a block never straddles two chunks
   const uint32_t s0 = static_cast<uint32_t>(seed), s1 = static_cast<uint32_t>(seed >> 32);
-  at::parallel_for(0, (n + kBlock - 1) / kBlock, 4, [&](int64_t b0, int64_t b1) {
+  // Threads only from 2^21 elements (128 blocks a thread): below that the op takes < 1 ms, and
+  // a parallel region on a busy machine can wait longer for a descheduled thread than it saves.
+  at::parallel_for(0, (n + kBlock - 1) / kBlock, 128, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t start = b * kBlock, len = std::min<int64_t>(kBlock, n - start);
       const uint32_t s1c = s1 ^ lowbias32(static_cast<uint32_t>(start >> 32) * 0x9E3779B9U);
