@@ -47,8 +47,8 @@ MODELS = ("ours", "gcn", "gat", "transformer")
 def hparams(args, defaults):
     hp = dict(defaults, heads=args.heads)
     for k in ("epochs", "lr", "hidden", "layers", "dropout", "weight_decay", "global_tokens", "patience",
-              "readout", "attn_dropout", "input_dropout", "propagation", "propagation_alpha", "self_loops",
-              "label_input"):
+              "readout", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
+              "propagation_learned", "gcn_weight", "self_loops", "label_input"):
         v = getattr(args, k, None)
         if v is not None:
             hp[k] = v
@@ -156,6 +156,9 @@ def main(argv=None):
     p.add_argument("--input-dropout", type=float, default=None, help="ours: dropout on the input features")
     p.add_argument("--propagation", type=int, default=None, help="ours: APPNP steps K on the logits")
     p.add_argument("--propagation-alpha", type=float, default=None)
+    p.add_argument("--propagation-learned", default=None, action=argparse.BooleanOptionalAction,
+                   help="ours: learned hop weights of the propagation (GPR-GNN)")
+    p.add_argument("--gcn-weight", type=float, default=None, help="ours: weight of a GCN branch (SGFormer)")
     p.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction)
     p.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: training labels as input columns (UniMP), for every model")

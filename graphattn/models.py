@@ -213,7 +213,14 @@ class NodeClassifier(nn.Module):
     Propagation spreads each node's prediction over its ``propagation``-hop neighbourhood
     with weights decaying as ``(1 - a)ᵏ`` and no extra parameters: on homophilous graphs
     (citation, page-page, country networks) it lets the few labelled nodes inform their
-    neighbourhoods far beyond the attention layers' receptive field.
+    neighbourhoods far beyond the attention layers' receptive field. With
+    ``propagation_learned`` the K steps become ``z = Σₖ γₖ Âᵏ z⁰`` with K + 1 learned hop
+    weights γ (GPR-GNN, Chien et al. 2021), initialised to the PPR weights
+    ``γₖ = a (1 - a)ᵏ``, ``γ_K = (1 - a)ᴷ`` (so it starts as exactly the APPNP output) and
+    free to move towards local, global or sign-alternating (heterophilous) filters.
+    With ``gcn_weight = w > 0`` a one-layer GCN branch runs next to the transformer and the
+    head reads ``h = (1 - w) GraphTransformer(x) + w ReLU(Â x W_g)`` (SGFormer, Wu et al.
+    2023: attention plus a GCN-normalised branch, w = 0.8 there).
 
     Args:
         in_channels (int), hidden_channels (int), num_classes (int), num_layers (int, default 2),
@@ -224,6 +231,10 @@ class NodeClassifier(nn.Module):
             are replaced by one per node), as in GAT.
         propagation (int, default 0): K steps of the propagation above (0 = none).
         propagation_alpha (float, default 0.1): teleport probability ``a`` in (0, 1].
+        propagation_learned (bool, default False): learn the hop weights γ (needs
+            ``propagation >= 1``); their state-dict entry is ``hop_weights`` ``(K + 1,)``.
+        gcn_weight (float, default 0.0): weight ``w`` in [0, 1) of the GCN branch (0 = none);
+            its weights are ``gcn.weight`` ``(hidden_channels, in_channels)`` and ``gcn.bias``.
         **backbone_kwargs: further :class:`GraphTransformer` options (``attn_dropout``,
             ``norm``, ``global_attn``, ``pe_kind``, ...).
 
@@ -233,7 +244,8 @@ class NodeClassifier(nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, num_classes: int, num_layers: int = 2,
                  heads: int = 4, num_global_tokens: int = 0, pe_dim: int = 0,
                  edge_dim: Optional[int] = None, dropout: float = 0.0, self_loops: bool = False,
-                 propagation: int = 0, propagation_alpha: float = 0.1, **backbone_kwargs):
+                 propagation: int = 0, propagation_alpha: float = 0.1, propagation_learned: bool = False,
+                 gcn_weight: float = 0.0, **backbone_kwargs):
         super().__init__()
         if not isinstance(propagation, int) or propagation < 0:
             raise ValueError(f"propagation must be an int >= 0, got {propagation!r}")
@@ -241,12 +253,31 @@ class NodeClassifier(nn.Module):
             raise ValueError(f"propagation_alpha must be in (0, 1], got {propagation_alpha}")
         if self_loops and edge_dim is not None:
             raise ValueError("self_loops=True is not supported with edge_dim (self-loops have no edge features)")
+        if propagation_learned and propagation == 0:
+            raise ValueError("propagation_learned=True needs propagation >= 1 (the number of hops K)")
+        if not 0.0 <= gcn_weight < 1.0:
+            raise ValueError(f"gcn_weight must be in [0, 1), got {gcn_weight}")
+        if gcn_weight > 0 and backbone_kwargs.get("node_vocab_sizes") is not None:
+            raise ValueError("gcn_weight > 0 needs float features (the GCN branch is linear in x)")
         self.num_classes = num_classes
         self.self_loops, self.propagation, self.propagation_alpha = bool(self_loops), propagation, propagation_alpha
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        self.propagation_learned = bool(propagation_learned)
+        self.hop_weights = nn.Parameter(torch.empty(propagation + 1)) if propagation_learned else None  # (K + 1,)
+        self.reset_hop_weights()
+        self.gcn_weight = float(gcn_weight)
+        self.gcn = nn.Linear(in_channels, hidden_channels) if gcn_weight > 0 else None
         self._graph_cache: Optional[tuple] = None  # (edge_index, N, edges with loops, Â weights)
+
+    def reset_hop_weights(self) -> None:
+        """Learned hop weights back to the PPR weights of ``propagation_alpha``."""
+        if self.hop_weights is not None:
+            a, K = self.propagation_alpha, self.propagation
+            with torch.no_grad():
+                self.hop_weights.copy_(a * (1 - a) ** torch.arange(K + 1, dtype=torch.float64))
+                self.hop_weights[K] = (1 - a) ** K
 
     def _graph(self, edge_index: Tensor, N: int) -> Tuple[Tensor, Tensor]:
         """``edge_index`` with one self-loop per node ``(2, E' + N)`` and its GCN weights
@@ -269,6 +300,12 @@ class NodeClassifier(nn.Module):
         ei, w = self._graph(edge_index, z.size(0))
         a, z0 = self.propagation_alpha, z
         w = w.to(z.dtype)[:, None]  # (E' + N, 1)
+        if self.hop_weights is not None:  # GPR: Σₖ γₖ Âᵏ z⁰
+            out = self.hop_weights[0] * z
+            for k in range(1, self.propagation + 1):
+                z = torch.zeros_like(z0).index_add_(0, ei[1], z[ei[0]] * w)  # Âᵏ z⁰, (N, K)
+                out = out + self.hop_weights[k] * z
+            return out
         for _ in range(self.propagation):
             z = (1 - a) * torch.zeros_like(z0).index_add_(0, ei[1], z[ei[0]] * w) + a * z0
         return z
@@ -278,6 +315,11 @@ class NodeClassifier(nn.Module):
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         attn_edges = self._graph(edge_index, x.size(0))[0] if self.self_loops else edge_index
         h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
+        if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C)
+            ei, w = self._graph(edge_index, x.size(0))
+            g = self.gcn(x)
+            g = torch.relu(torch.zeros_like(g).index_add_(0, ei[1], g[ei[0]] * w.to(g.dtype)[:, None]))
+            h = (1 - self.gcn_weight) * h + self.gcn_weight * g
         return self.propagate(self.head(h), edge_index)
 
 

@@ -77,6 +77,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--propagation", type=int, default=None,
                    help="node sets: K steps of APPNP propagation of our logits (0 = none)")
     g.add_argument("--propagation-alpha", type=float, default=None, help="node sets: APPNP teleport a")
+    g.add_argument("--propagation-learned", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: learn the K+1 hop weights of the propagation (GPR-GNN), "
+                        "initialised to APPNP's")
+    g.add_argument("--gcn-weight", type=float, default=None,
+                   help="node sets: weight w in [0, 1) of a GCN branch next to our attention (SGFormer)")
     g.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: each node also attends to itself")
     g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
@@ -88,7 +93,7 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     hp = dict(defaults)
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
-                 "propagation_alpha", "self_loops", "label_input"):
+                 "propagation_alpha", "propagation_learned", "gcn_weight", "self_loops", "label_input"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val

@@ -130,6 +130,56 @@ def test_node_classifier_propagation_matches_dense_appnp_and_widens_reach():
     assert torch.allclose(full_teleport(x, ei), plain(x, ei), atol=1e-6)
 
 
+def test_node_classifier_learned_propagation_starts_as_appnp_and_learns_hop_weights():
+    torch.manual_seed(0)
+    ei, _ = path_batch([7, 3])
+    x, N, K, a = torch.randn(10, 5), 10, 4, 0.2
+    appnp = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=K, propagation_alpha=a).eval()
+    gpr = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=K, propagation_alpha=a,
+                         propagation_learned=True).eval()
+    missing = gpr.load_state_dict(appnp.state_dict(), strict=False).missing_keys
+    assert missing == ["hop_weights"] and gpr.hop_weights.shape == (K + 1,)
+    assert torch.allclose(gpr.hop_weights.sum(), torch.tensor(1.0))  # PPR weights sum to one
+    assert torch.allclose(gpr(x, ei), appnp(x, ei), atol=1e-5)  # exactly APPNP at initialisation
+    # other weights give other filters: gamma = e_2 is two plain steps of A_hat, gamma = e_0 none at all
+    plain = NodeClassifier(5, 16, 3, num_layers=1, heads=2).eval()
+    plain.load_state_dict(appnp.state_dict())
+    z0 = plain(x, ei)
+    with torch.no_grad():
+        gpr.hop_weights.zero_()[2] = 1.0
+    assert torch.allclose(gpr(x, ei), _dense_appnp(z0, ei, N, K=2, a=0.0), atol=1e-5)
+    with torch.no_grad():
+        gpr.hop_weights.zero_()[0] = 1.0
+    assert torch.allclose(gpr(x, ei), z0, atol=1e-6)
+    gpr.reset_hop_weights()
+    assert torch.allclose(gpr(x, ei), appnp(x, ei), atol=1e-5)
+    # the hop weights are trained (APPNP's fixed weights have no parameter at all)
+    gpr.train()
+    gpr(x, ei).pow(2).sum().backward()
+    assert gpr.hop_weights.grad is not None and gpr.hop_weights.grad.abs().sum() > 0
+    assert sum(p.numel() for p in gpr.parameters()) == sum(p.numel() for p in appnp.parameters()) + K + 1
+
+
+def test_node_classifier_gcn_branch_is_the_gcn_formula_and_reaches_neighbours():
+    torch.manual_seed(0)
+    ei, _ = path_batch([5, 3])
+    x, N, w = torch.randn(8, 4), 8, 0.8
+    model = NodeClassifier(4, 6, 3, num_layers=0, heads=2, gcn_weight=w).eval()
+    A = torch.zeros(N, N)
+    A[ei[1], ei[0]] = 1.0
+    A.fill_diagonal_(1.0)
+    d = A.sum(1).rsqrt()
+    gcn = torch.relu((d[:, None] * A * d[None, :]) @ model.gcn(x))  # (N, C)
+    h, _ = model.backbone(x, ei)
+    assert torch.allclose(model(x, ei), model.head((1 - w) * h + w * gcn), atol=1e-5)
+    # without attention layers a node sees only itself; the GCN branch adds its neighbours
+    for m, expected in ((NodeClassifier(4, 6, 3, num_layers=0, heads=2), {1}), (model, {0, 1, 2})):
+        xg = x.clone().requires_grad_()
+        (m(xg, ei)[1] * torch.randn(3)).sum().backward()
+        assert set((xg.grad.abs().sum(-1) > 1e-7).nonzero().flatten().tolist()) == expected
+    assert {"gcn.weight", "gcn.bias"} <= set(model.state_dict())
+
+
 def test_node_classifier_self_loops_replace_existing_ones():
     torch.manual_seed(0)
     ei, _ = path_batch([6])
@@ -156,3 +206,10 @@ def test_node_classifier_option_errors():
         NodeClassifier(3, 8, 2, propagation=2, propagation_alpha=0.0)
     with pytest.raises(ValueError, match="self_loops=True is not supported with edge_dim"):
         NodeClassifier(3, 8, 2, edge_dim=2, self_loops=True)
+    with pytest.raises(ValueError, match="propagation_learned=True needs propagation >= 1"):
+        NodeClassifier(3, 8, 2, propagation_learned=True)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="gcn_weight must be in"):
+            NodeClassifier(3, 8, 2, gcn_weight=bad)
+    with pytest.raises(ValueError, match="gcn_weight > 0 needs float features"):
+        NodeClassifier(3, 8, 2, gcn_weight=0.5, node_vocab_sizes=[4, 4, 4])

@@ -261,6 +261,25 @@ def test_label_input_propagation_self_loops_round_trip(tmp_path, capsys):
     assert main(["train", "karate", "--label-input", "--mini-batch", "--epochs", "1"]) == 2
 
 
+def test_learned_propagation_and_gcn_branch_round_trip(tmp_path, capsys):
+    out = tmp_path / "gpr"
+    _run("train", "karate", "--epochs", 20, "--propagation", 3, "--propagation-learned", "--gcn-weight", 0.5,
+         "--out", out, "--no-progress")
+    assert "learned (GPR) propagation K=3 a=0.1, GCN branch w=0.5" in capsys.readouterr().out
+    ck = load_checkpoint(out / "best.pt")
+    kw = ck["meta"]["model"]["kwargs"]
+    assert kw["propagation_learned"] and kw["gcn_weight"] == 0.5 and ck["model"]["hop_weights"].shape == (4,)
+    assert ck["model"]["gcn.weight"].shape == (32, kw["in_channels"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    _run("evaluate", "--checkpoint", out / "best.pt")
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
+    assert res["test"] == pytest.approx(metrics["test"]["accuracy"])
+    # without the flag the spec has no such key, so checkpoints written before it load unchanged
+    _run("train", "karate", "--epochs", 1, "--propagation", 3, "--out", tmp_path / "appnp", "--no-progress")
+    kw = load_checkpoint(tmp_path / "appnp" / "best.pt")["meta"]["model"]["kwargs"]
+    assert "propagation_learned" not in kw and "gcn_weight" not in kw
+
+
 def test_baseline_grid_is_chosen_on_validation(capsys):
     mod = _example("social_baselines")
     grid = mod.parse_grid("lr=0.01,0.02;dropout=0.1,0.5")
