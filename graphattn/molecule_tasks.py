@@ -74,6 +74,11 @@ def _err(command: str, msg: str) -> int:
 
 
 # ----------------------------------------------------------------------------- train
+#: ``graphattn train`` options of the social tasks that have no meaning for molecules.
+_SOCIAL_ONLY = ("mini_batch", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
+                "propagation_learned", "gcn_weight", "self_loops", "label_input", "folds")
+
+
 def train(args) -> int:
     """``graphattn train``: prints one line per epoch and a final summary."""
     from .data.download import DataFileError
@@ -84,6 +89,10 @@ def train(args) -> int:
         return _err("train", f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
     if args.csv is None and args.dataset.lower() not in DATASETS:
         return _err("train", f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(DATASETS)}")
+    social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]
+    if social:  # parsed for the social tasks: refuse rather than silently ignore them
+        return _err("train", f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
+                             "option(s), not used for molecules")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     pe_dim = hp["pe_dim"] if baseline == "none" else 0

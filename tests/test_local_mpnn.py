@@ -93,3 +93,18 @@ def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, monkeypa
                          "--out", str(tmp_path / "m.png")]) == 0
     finally:
         torch.set_num_threads(n)
+
+
+def test_social_tasks_refuse_the_molecule_only_flag(capsys):
+    from graphattn import cli
+
+    assert cli.main(["train", "karate", "--local-mpnn", "gin", "--epochs", "1"]) == 2
+    assert "--local-mpnn is a molecule option" in capsys.readouterr().err
+
+
+def test_molecule_task_refuses_social_only_flags(capsys):
+    from graphattn import cli
+
+    assert cli.main(["train", "tox21", "--gcn-weight", "0.5", "--label-input", "--epochs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--gcn-weight, --label-input are social-network option(s)" in err
