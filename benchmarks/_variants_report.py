@@ -199,14 +199,16 @@ def _seq_panels(axes, seq, a, color):
     if a.lengths:
         ax.set_xticks(a.lengths, [str(L) for L in a.lengths])
         ax.minorticks_off()
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no sequence rows (e.g. a graphs-only run): no legend
+        ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     ax = axes[2]
     for v, r in train.items():
         if r.get("curve"):
             ax.plot(*zip(*([(0, 1 / r["vocab"])] + r["curve"])), label=v, color=color[v], lw=1.2)
     ax.set(xlabel="training step", ylabel="held-out accuracy", title="accuracy vs training steps (one seed)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
 
