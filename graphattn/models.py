@@ -84,7 +84,7 @@ class FeatureEncoder(nn.Module):
             radix.append(radix[-1] * max(int(v), 1))
         if radix[-1] * max(int(self.vocab_sizes[-1]), 1) >= 2 ** 62:  # keys would overflow int64
             return torch.unique(x, dim=0, return_inverse=True)
-        keys = x.long() @ torch.tensor(radix, device=x.device)  # (E,): one mixed-radix key per row
+        keys = (x.long() * torch.tensor(radix, device=x.device)).sum(1)  # (E,): mixed-radix key (no int matmul on CUDA)
         ukeys, index = torch.unique(keys, return_inverse=True)
         codes = torch.stack([(ukeys // r) % max(int(v), 1) for r, v in zip(radix, self.vocab_sizes)], 1)
         return codes.to(x.dtype), index
