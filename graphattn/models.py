@@ -293,21 +293,24 @@ class NodeClassifier(nn.Module):
         self._graph_cache = (edge_index, N, ei, w)
         return ei, w
 
+    def _smooth(self, z: Tensor, edge_index: Tensor) -> Tensor:
+        """``Â z`` for ``z`` ``(N, K)``: one GCN-normalised aggregation over the cached graph."""
+        ei, w = self._graph(edge_index, z.size(0))
+        return torch.zeros_like(z).index_add_(0, ei[1], z[ei[0]] * w.to(z.dtype)[:, None])
+
     def propagate(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``propagation`` APPNP steps of ``z`` ``(N, K)`` over the graph (identity when 0)."""
         if self.propagation == 0:
             return z
-        ei, w = self._graph(edge_index, z.size(0))
         a, z0 = self.propagation_alpha, z
-        w = w.to(z.dtype)[:, None]  # (E' + N, 1)
         if self.hop_weights is not None:  # GPR: Σₖ γₖ Âᵏ z⁰
             out = self.hop_weights[0] * z
             for k in range(1, self.propagation + 1):
-                z = torch.zeros_like(z0).index_add_(0, ei[1], z[ei[0]] * w)  # Âᵏ z⁰, (N, K)
+                z = self._smooth(z, edge_index)  # Âᵏ z⁰, (N, K)
                 out = out + self.hop_weights[k] * z
             return out
         for _ in range(self.propagation):
-            z = (1 - a) * torch.zeros_like(z0).index_add_(0, ei[1], z[ei[0]] * w) + a * z0
+            z = (1 - a) * self._smooth(z, edge_index) + a * z0
         return z
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
@@ -316,10 +319,7 @@ class NodeClassifier(nn.Module):
         attn_edges = self._graph(edge_index, x.size(0))[0] if self.self_loops else edge_index
         h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C)
-            ei, w = self._graph(edge_index, x.size(0))
-            g = self.gcn(x)
-            g = torch.relu(torch.zeros_like(g).index_add_(0, ei[1], g[ei[0]] * w.to(g.dtype)[:, None]))
-            h = (1 - self.gcn_weight) * h + self.gcn_weight * g
+            h = (1 - self.gcn_weight) * h + self.gcn_weight * torch.relu(self._smooth(self.gcn(x), edge_index))
         return self.propagate(self.head(h), edge_index)
 
 

@@ -108,3 +108,13 @@ def test_molecule_task_refuses_social_only_flags(capsys):
     assert cli.main(["train", "tox21", "--gcn-weight", "0.5", "--label-input", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert "--gcn-weight, --label-input are social-network option(s)" in err
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_degenerate_graphs_with_branch_and_bond_table_are_finite(n):
+    """No bonds (a one-atom or empty graph): empty bond table, token edges only."""
+    model = GraphClassifier(2, 16, 3, num_layers=2, heads=2, num_global_tokens=1, edge_dim=3,
+                            node_vocab_sizes=[4, 4], edge_vocab_sizes=[5, 3, 2], local_mpnn="gine").eval()
+    out = model(torch.zeros(n, 2, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
+                torch.zeros(n, dtype=torch.long), torch.zeros(0, 3, dtype=torch.long), num_graphs=1)
+    assert out.shape == (1, 3) and torch.isfinite(out).all()
