@@ -44,6 +44,8 @@ def parse_args(argv=None):
     p.add_argument("--readout", default=d["readout"], choices=["mean", "sum", "max", "token"])
     p.add_argument("--local-mpnn", default=d["local_mpnn"], choices=["gine", "gin"],
                    help="GraphGPS-style message-passing branch next to the attention (default: none)")
+    p.add_argument("--descriptors", action="store_true",
+                   help="every model also reads ~200 RDKit 2-D molecule descriptors in its head (chemprop-style)")
     p.add_argument("--pos-weight", action="store_true", help="weight positives per task")
     p.add_argument("--limit", type=int, default=None, help="first N molecules only (smoke runs)")
     p.add_argument("--threads", type=int, default=None,
@@ -105,8 +107,9 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     hp = {k: getattr(args, k) for k in mp.DEFAULTS}
+    descriptors = mp.descriptor_set(args.descriptors)
     ds = mp.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
-                         log=args.progress)
+                         log=args.progress, descriptors=descriptors)
     print(f"Tox21: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks | {vars(args)}")
     runs, t0 = [], time.time()
@@ -114,7 +117,8 @@ def main(argv=None) -> dict:
         for seed in args.seeds:
             idx = mp.split_indices(ds, split, seed)
             for model in args.models:
-                spec = mp.model_spec("none" if model == "ours" else args.baseline, len(ds.task_names), hp)
+                spec = mp.model_spec("none" if model == "ours" else args.baseline, len(ds.task_names), hp,
+                                     graph_feature_dim=len(descriptors or ()))
                 name = "ours" if model == "ours" else args.baseline
                 tag = f"[{split} {name} seed {seed}]"
                 res = mp.run_training(ds, idx, spec, hp, seed=seed, pos_weight=args.pos_weight,

@@ -11,7 +11,7 @@ from .block import GraphTransformerBlock, make_norm
 from .dropout import Dropout
 from .global_tokens import GlobalTokens
 
-__all__ = ["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier",
+__all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "READOUTS", "PE_KINDS"]
 
 READOUTS = ("mean", "sum", "max", "token")
@@ -88,6 +88,61 @@ class FeatureEncoder(nn.Module):
         ukeys, index = torch.unique(keys, return_inverse=True)
         codes = torch.stack([(ukeys // r) % max(int(v), 1) for r, v in zip(radix, self.vocab_sizes)], 1)
         return codes.to(x.dtype), index
+
+
+class GraphFeatureNorm(nn.Module):
+    """Standardises graph-level features (e.g. RDKit descriptors) with training-set statistics.
+
+    ``out = clamp((f - mean) / std, -clip, clip)``; ``mean`` and ``std`` are buffers (so they
+    travel in the state dict and checkpoints), set once from the training graphs with
+    :meth:`fit` before training (identity until then). Columns constant on the training set
+    get ``std = 1``; the clamp keeps molecules far outside the training distribution finite
+    and bounded. Non-finite inputs are an error.
+
+    Shapes: f ``(B, D)`` -> ``(B, D)``.
+    """
+
+    def __init__(self, dim: int, clip: float = 6.0):
+        super().__init__()
+        self.dim, self.clip = int(dim), float(clip)
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("std", torch.ones(dim))
+
+    @torch.no_grad()
+    def fit(self, features: Tensor) -> "GraphFeatureNorm":
+        """Set ``mean``/``std`` from training features ``(M, D)``."""
+        if features.dim() != 2 or features.size(1) != self.dim or features.size(0) == 0:
+            raise ValueError(f"fit needs graph features of shape (M >= 1, {self.dim}), got {tuple(features.shape)}")
+        f = features.to(self.mean.device, torch.float64)
+        std = f.std(0, unbiased=False) if f.size(0) > 1 else torch.zeros_like(f[0])
+        self.mean.copy_(f.mean(0))
+        self.std.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
+        return self
+
+    def forward(self, f: Tensor) -> Tensor:
+        if f.dim() != 2 or f.size(1) != self.dim:
+            raise ValueError(f"graph features must have shape (B, {self.dim}), got {tuple(f.shape)}")
+        if not torch.isfinite(f).all():
+            raise ValueError("graph features contain NaN or infinite values")
+        return ((f - self.mean) / self.std).clamp(-self.clip, self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, clip={self.clip}"
+
+
+def graph_feature_input(g: Tensor, norm: Optional[GraphFeatureNorm], features: Optional[Tensor]) -> Tensor:
+    """The head's input: pooled graph vectors ``g`` ``(B, C)``, with the normalised graph
+    features concatenated ``(B, C + D)`` when the model has them (``norm`` not None)."""
+    if norm is None:
+        if features is not None:
+            raise ValueError("graph_features given, but the model was built with graph_feature_dim=0")
+        return g
+    if features is None:
+        raise ValueError(f"this model needs graph_features of shape (B, {norm.dim}) (e.g. data.mol_desc "
+                         "from graphattn.data.descriptors.AddMolDescriptors)")
+    if features.size(0) != g.size(0):
+        raise ValueError(f"graph_features has {features.size(0)} rows but the batch has {g.size(0)} graphs")
+    return torch.cat([g, norm(features.to(g.dtype))], dim=-1)
 
 
 class GraphTransformer(nn.Module):
@@ -328,14 +383,19 @@ class GraphClassifier(nn.Module):
 
     ``readout``: ``"mean"``, ``"sum"``, ``"max"`` over nodes, or ``"token"`` (mean state of
     the graph's global tokens; needs ``num_global_tokens >= 1``).
+    ``graph_feature_dim = D > 0``: the forward takes ``graph_features`` ``(B, D)`` (e.g. RDKit
+    descriptors, :mod:`graphattn.data.descriptors`), standardised by :class:`GraphFeatureNorm`
+    (call ``model.graph_feature_norm.fit(train_features)`` before training) and concatenated
+    to the pooled vector before the head, as chemprop does.
 
-    Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)`` -> logits ``(B, num_tasks)``.
+    Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)``, graph_features ``(B, D)`` ->
+    logits ``(B, num_tasks)``.
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, num_tasks: int, num_layers: int = 4,
                  heads: int = 4, num_global_tokens: int = 0, pe_dim: int = 0,
                  edge_dim: Optional[int] = None, dropout: float = 0.0, readout: str = "mean",
-                 **backbone_kwargs):
+                 graph_feature_dim: int = 0, **backbone_kwargs):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
@@ -344,12 +404,16 @@ class GraphClassifier(nn.Module):
         self.num_tasks, self.readout = num_tasks, readout
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
-        self.head = nn.Sequential(nn.Linear(hidden_channels, hidden_channels), nn.GELU(),
+        if graph_feature_dim < 0:
+            raise ValueError(f"graph_feature_dim must be >= 0, got {graph_feature_dim}")
+        self.graph_feature_norm = GraphFeatureNorm(graph_feature_dim) if graph_feature_dim else None
+        self.head = nn.Sequential(nn.Linear(hidden_channels + graph_feature_dim, hidden_channels), nn.GELU(),
                                   Dropout(dropout), nn.Linear(hidden_channels, num_tasks))
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None, **pe_kwargs) -> Tensor:
+                num_graphs: Optional[int] = None, graph_features: Optional[Tensor] = None,
+                **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
@@ -361,4 +425,4 @@ class GraphClassifier(nn.Module):
         else:
             pool = {"mean": global_mean_pool, "sum": global_add_pool, "max": global_max_pool}[self.readout]
             g = pool(h, batch, size=num_graphs)  # (B, C)
-        return self.head(g)
+        return self.head(graph_feature_input(g, self.graph_feature_norm, graph_features))  # (B, T)

@@ -10,9 +10,9 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import GATConv, GINEConv, global_mean_pool
+from torch_geometric.nn import GATConv, GINConv, GINEConv, global_mean_pool
 
-from .models import FeatureEncoder
+from .models import FeatureEncoder, GraphFeatureNorm, graph_feature_input
 
 __all__ = ["MPNNBaseline", "BASELINE_CONVS"]
 
@@ -24,8 +24,8 @@ class MPNNBaseline(nn.Module):
 
     ``h⁰ = Enc(x)``, ``e = Enc(edge_attr)``; per layer ``hˡ = hˡ⁻¹ + Dropout(ReLU(BN(Conv(hˡ⁻¹, e))))``;
     then mean pooling and the head of :class:`~graphattn.GraphClassifier`
-    (Linear → GELU → Dropout → Linear). GINE's MLP is Linear(C, 2C) → ReLU → Linear(2C, C);
-    GAT uses ``heads`` heads of ``C // heads`` channels, concatenated, with edge features.
+    (Linear → GELU → Dropout → Linear). GINE's MLP is Linear(C, 2C) → ReLU → Linear(2C, C)
+    (plain GIN when there are no edge features); GAT uses ``heads`` heads of ``C // heads`` channels, concatenated, with edge features.
 
     Args:
         in_channels (int): node feature columns F.
@@ -35,6 +35,8 @@ class MPNNBaseline(nn.Module):
         conv (str, default "gine"): ``"gine"`` or ``"gat"``.
         edge_dim (int, optional): edge feature columns D.
         node_vocab_sizes / edge_vocab_sizes (optional): categorical inputs, see FeatureEncoder.
+        graph_feature_dim (int, default 0): graph-level features concatenated before the head,
+            as in :class:`~graphattn.GraphClassifier`.
 
     Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)``, edge_attr ``(E, D)`` -> ``(B, T)``.
     """
@@ -42,7 +44,7 @@ class MPNNBaseline(nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, num_tasks: int, num_layers: int = 4,
                  heads: int = 4, dropout: float = 0.0, conv: str = "gine", edge_dim: Optional[int] = None,
                  node_vocab_sizes: Optional[Sequence[int]] = None,
-                 edge_vocab_sizes: Optional[Sequence[int]] = None):
+                 edge_vocab_sizes: Optional[Sequence[int]] = None, graph_feature_dim: int = 0):
         super().__init__()
         if conv not in BASELINE_CONVS:
             raise ValueError(f"conv must be one of {BASELINE_CONVS}, got {conv!r}")
@@ -53,19 +55,23 @@ class MPNNBaseline(nn.Module):
         self.node_encoder = FeatureEncoder(in_channels, C, node_vocab_sizes)
         self.edge_encoder = FeatureEncoder(edge_dim, C, edge_vocab_sizes) if edge_dim is not None else None
         inner = C if edge_dim is not None else None
-        if conv == "gine":
+        if conv == "gine":  # without edge features GINE is GIN (GINEConv itself would fail on e=None)
+            mlp = lambda: nn.Sequential(nn.Linear(C, 2 * C), nn.ReLU(), nn.Linear(2 * C, C))  # noqa: E731
             self.convs = nn.ModuleList(
-                GINEConv(nn.Sequential(nn.Linear(C, 2 * C), nn.ReLU(), nn.Linear(2 * C, C)), train_eps=True,
-                         edge_dim=inner) for _ in range(num_layers))
+                (GINEConv(mlp(), train_eps=True, edge_dim=inner) if edge_dim is not None
+                 else GINConv(mlp(), train_eps=True)) for _ in range(num_layers))
         else:
             self.convs = nn.ModuleList(GATConv(C, C // heads, heads=heads, edge_dim=inner)
                                        for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.BatchNorm1d(C) for _ in range(num_layers))
-        self.head = nn.Sequential(nn.Linear(C, C), nn.GELU(), nn.Dropout(dropout), nn.Linear(C, num_tasks))
+        self.graph_feature_norm = GraphFeatureNorm(graph_feature_dim) if graph_feature_dim else None
+        self.head = nn.Sequential(nn.Linear(C + graph_feature_dim, C), nn.GELU(), nn.Dropout(dropout),
+                                  nn.Linear(C, num_tasks))
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None, **pe_kwargs) -> Tensor:
+                num_graphs: Optional[int] = None, graph_features: Optional[Tensor] = None,
+                **pe_kwargs) -> Tensor:
         """``pe`` and ``pe_kwargs`` are accepted (and ignored) so that both model kinds share
         one call signature."""
         if batch is None:
@@ -77,7 +83,8 @@ class MPNNBaseline(nn.Module):
         for conv, norm in zip(self.convs, self.norms):
             out = conv(h, edge_index, e) if e is not None else conv(h, edge_index)
             h = h + nn.functional.dropout(torch.relu(norm(out)), self.dropout, self.training)
-        return self.head(global_mean_pool(h, batch, size=num_graphs))  # (B, T)
+        g = global_mean_pool(h, batch, size=num_graphs)  # (B, C)
+        return self.head(graph_feature_input(g, self.graph_feature_norm, graph_features))  # (B, T)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.conv}, layers={len(self.convs)}, tasks={self.num_tasks})"

@@ -16,9 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-__all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "load_dataset", "split_indices", "model_spec",
-           "build_model", "forward", "pe_inputs", "split_metrics", "run_training", "load_model", "featurize",
-           "predict_proba"]
+__all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "descriptor_set", "load_dataset", "split_indices",
+           "model_spec", "build_model", "forward", "pe_inputs", "split_metrics", "run_training", "load_model",
+           "featurize", "predict_proba"]
 
 SPLITS = ("scaffold", "random", "balanced_scaffold")
 BASELINES = ("none", "gine", "gat")
@@ -28,7 +28,7 @@ BASELINES = ("none", "gine", "gat")
 #: The README results table uses exactly these.
 DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
                 heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
-                local_mpnn=None)
+                local_mpnn=None, descriptors=False)
 
 
 # ----------------------------------------------------------------------------- data
@@ -45,12 +45,32 @@ def cache_dir() -> Optional[Path]:
     return None if writable else Path.home() / ".cache" / "graphattn"
 
 
-def _pe_transform(k: int):
-    if not k:
-        return None
-    from .encodings import AddLaplacianPE
+def _pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
+    """Laplacian PE of size ``k`` (none when 0) and RDKit descriptors ``descriptors`` (names;
+    none when None), composed; None when neither."""
+    steps = []
+    if k:
+        from .encodings import AddLaplacianPE
 
-    return AddLaplacianPE(k)
+        steps.append(AddLaplacianPE(k))
+    if descriptors is not None:
+        from .data.descriptors import AddMolDescriptors
+
+        steps.append(AddMolDescriptors(descriptors))
+    if len(steps) < 2:
+        return steps[0] if steps else None
+    from torch_geometric.transforms import Compose
+
+    return Compose(steps)
+
+
+def descriptor_set(use: bool) -> Optional[List[str]]:
+    """The descriptor names a new model uses: all of the installed RDKit's, or None."""
+    if not use:
+        return None
+    from .data.descriptors import descriptor_names
+
+    return descriptor_names()
 
 
 class _SelectTasks:
@@ -67,12 +87,14 @@ class _SelectTasks:
 
 def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
                  tasks: Optional[Sequence[str]] = None, pe_dim: int = 0, limit: Optional[int] = None,
-                 log: bool = True):
+                 log: bool = True, descriptors: Optional[Sequence[str]] = None):
     """A toxicity set or a CSV as a featurized dataset (first ``limit`` molecules) with
-    ``task_names`` set to the tasks used. Laplacian PE is a ``pre_transform`` (cached)."""
+    ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
+    Laplacian PE and the RDKit descriptors ``descriptors`` (``data.mol_desc``; see
+    :mod:`graphattn.data.descriptors`) are ``pre_transform`` steps (cached)."""
     from .data.molecules import MoleculeCSVDataset, ToxicityDataset
 
-    pre = _pe_transform(pe_dim)
+    pre = _pre_transform(pe_dim, descriptors)
     if csv_path is not None:
         ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=tasks, pre_transform=pre,
                                 cache_dir=cache_dir(), log=log)
@@ -90,6 +112,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
     if limit is not None:
         ds = ds[:limit]
     ds.task_names, ds.skipped, ds.num_rows = names, full.skipped, full.num_rows
+    ds.descriptor_names = None if descriptors is None else list(descriptors)
     return ds
 
 
@@ -106,14 +129,16 @@ def split_indices(ds, split: str, seed: int) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------- models
-def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any]) -> Dict[str, Any]:
-    """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints)."""
+def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_dim: int = 0) -> Dict[str, Any]:
+    """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints).
+    ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none)."""
     from .data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
 
     common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=hp["hidden"], num_tasks=num_tasks,
                   num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"],
                   edge_dim=len(BOND_FEATURE_DIMS), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
-                  edge_vocab_sizes=list(BOND_FEATURE_DIMS))
+                  edge_vocab_sizes=list(BOND_FEATURE_DIMS),
+                  **({"graph_feature_dim": graph_feature_dim} if graph_feature_dim else {}))
     if baseline == "none":
         return {"class": "GraphClassifier",
                 "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
@@ -137,8 +162,9 @@ def build_model(spec: Dict[str, Any]) -> nn.Module:
 def forward(model: nn.Module, batch, split: str = "test") -> Tuple[Tensor, Tensor]:
     """The ``forward`` of :func:`graphattn.train.fit` for mini-batches of molecules."""
     batch = batch.to(next(model.parameters()).device)
+    gf = getattr(batch, "mol_desc", None)  # (B, D) molecule descriptors, when the dataset has them
     logits = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr, num_graphs=batch.num_graphs,
-                   **pe_inputs(batch))
+                   **pe_inputs(batch), **({"graph_features": gf} if gf is not None else {}))
     return logits, batch.y
 
 
@@ -182,11 +208,14 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
 
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
             "task_names": list(ds.task_names), "pe": {"kind": "laplacian", "k": spec["kwargs"].get("pe_dim", 0)},
-            "hparams": hp, **(meta or {})}
+            "descriptors": getattr(ds, "descriptor_names", None), "hparams": hp, **(meta or {})}
     set_seed(seed)
     model = build_model(spec)
     model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     parts = dict(zip(("train", "val", "test"), split_idx))
+    norm = getattr(model, "graph_feature_norm", None)
+    if norm is not None:  # descriptor statistics of the training molecules only
+        norm.fit(torch.cat([d.mol_desc for d in ds[parts["train"]]]))
     loaders = {s: DataLoader(ds[idx], batch_size=hp["batch_size"], shuffle=(s == "train"))
                for s, idx in parts.items() if len(idx) > 0}
     pw = None
@@ -232,12 +261,13 @@ def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
     return model.eval(), meta
 
 
-def featurize(smiles: Sequence[str], pe_dim: int = 0) -> List[Union[Any, str]]:
-    """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim``), or the error message
-    (str) for a SMILES RDKit cannot parse."""
+def featurize(smiles: Sequence[str], pe_dim: int = 0,
+              descriptors: Optional[Sequence[str]] = None) -> List[Union[Any, str]]:
+    """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim`` and the RDKit
+    descriptors ``descriptors``), or the error message (str) for a SMILES RDKit cannot parse."""
     from .data.molecules import InvalidSmilesError, smiles_to_data
 
-    pe = _pe_transform(pe_dim)
+    pe = _pre_transform(pe_dim, descriptors)
     out = []
     for s in smiles:
         try:

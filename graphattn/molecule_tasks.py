@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 import torch
 from torch import nn
 
-from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, featurize, load_dataset, load_model,
+from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, descriptor_set, featurize, load_dataset, load_model,
                                 model_spec, predict_proba, run_training, split_indices, split_metrics)
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
@@ -51,6 +51,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="weight positives by negatives/positives per task (training split)")
     g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
                    help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block")
+    g.add_argument("--descriptors", action="store_true", default=None,
+                   help="also feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
+                        "standardised on the training split, stored in the checkpoint)")
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
@@ -60,7 +63,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 def _hparams(args) -> Dict[str, Any]:
     hp = dict(DEFAULTS)
     for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim", "local_mpnn"):
+                 "global_tokens", "pe_dim", "local_mpnn", "descriptors"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
     if getattr(args, "weight_decay", None) is not None:
@@ -96,15 +99,16 @@ def train(args) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     pe_dim = hp["pe_dim"] if baseline == "none" else 0
+    descriptors = descriptor_set(hp["descriptors"])
     try:
         ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, tasks, pe_dim, args.limit,
-                          log=not args.no_progress)
+                          log=not args.no_progress, descriptors=descriptors)
     except (DataFileError, ValueError) as exc:
         return _err("train", str(exc))
     if not ds.task_names:
         return _err("train", f"{name}: no task columns found; pass --tasks")
     split_idx = split_indices(ds, args.split, args.seed)
-    spec = model_spec(baseline, len(ds.task_names), hp)
+    spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
@@ -171,11 +175,11 @@ def evaluate(args) -> int:
             if not present:
                 return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks}")
             ds = load_dataset(csv_path=args.csv, smiles_col=args.smiles_col, tasks=present, pe_dim=k,
-                              log=not args.no_progress)
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
             parts = {"csv": ds}
         else:
             ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], d["tasks"], k, d["limit"],
-                              log=not args.no_progress)
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
             present = tasks
             idx = split_indices(ds, d["split"], d["seed"])
             parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
@@ -221,7 +225,7 @@ def predict(args) -> int:
     except (ValueError, RuntimeError, OSError) as exc:
         return _err("predict", str(exc))
     tasks = meta["task_names"]
-    graphs = featurize(smiles, meta["pe"]["k"])
+    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     ok = [i for i, g in enumerate(graphs) if not isinstance(g, str)]
     prob = predict_proba(model, [graphs[i] for i in ok])
     rows = [{"row": i + 1, "smiles": s, **{t: "" for t in tasks}, "error": g if isinstance(g, str) else ""}
@@ -259,7 +263,7 @@ def explain(args) -> int:
     if meta["model"]["class"] != "GraphClassifier":
         return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
     out = Path(args.out or "explain.png")
-    graphs = featurize(smiles, meta["pe"]["k"])
+    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     status = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):
         if isinstance(g, str):

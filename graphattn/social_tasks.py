@@ -124,8 +124,10 @@ def train(args) -> int:
                              f"got {args.baseline!r}")
         if args.features and not args.edges:
             raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
-        if getattr(args, "local_mpnn", None):
-            raise ValueError("--local-mpnn is a molecule option (social models: see --gcn-weight, --propagation)")
+        for opt in ("local_mpnn", "descriptors"):
+            if getattr(args, opt, None):
+                raise ValueError(f"--{opt.replace('_', '-')} is a molecule option "
+                                 "(social models: see --gcn-weight, --propagation)")
         if graph_level:
             if args.mini_batch:
                 raise ValueError("--mini-batch is for node classification on one large graph")

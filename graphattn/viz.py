@@ -92,9 +92,11 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     data = data.to(device)
     batch = torch.zeros(data.num_nodes, dtype=torch.long, device=device)
     with collect_attention(model) as att:
+        gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
         logits = model(data.x, data.edge_index, batch, data.edge_attr, num_graphs=1,
                        pe=getattr(data, "lap_pe", None), pe_eigvals=getattr(data, "lap_eigval", None),
-                       pe_mask=getattr(data, "lap_pe_mask", None))
+                       pe_mask=getattr(data, "lap_pe_mask", None),
+                       **({"graph_features": gf} if gf is not None else {}))
     N = data.num_nodes
     G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
     R = attention_rollout(att, N + G, residual)

@@ -5,6 +5,7 @@ Raw files are read from the data root (``root=`` > ``$GRAPHATTN_DATA`` > checkou
 :func:`cache_root` (``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``). RDKit is imported only
 when molecules are featurized.
 """
+from .descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from .download import DataFileError, cache_root, data_root, find_file
 from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                         FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
@@ -19,6 +20,7 @@ from .splits import (balanced_scaffold_split, murcko_scaffold, random_split, sca
 
 __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file",
+    "AddMolDescriptors", "descriptor_names", "mol_descriptors",
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "FEATURIZER_VERSION", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
     "InvalidSmilesWarning", "MoleculeCSVDataset", "ToxicityDataset", "mol_to_data", "parse_smiles",

@@ -1,0 +1,104 @@
+"""Molecule-level RDKit 2-D descriptors as graph features (RDKit imported lazily).
+
+Chemprop (Yang et al. 2019) concatenates ~200 RDKit descriptors to the learned molecule
+vector before its feed-forward head (``--features_generator rdkit_2d_normalized``); on the
+MoleculeNet toxicity sets this is one of the few additions that helps a message-passing model
+without pretraining. PyG has no such featurizer, hence this module.
+
+The descriptors are RDKit's own list (:data:`rdkit.Chem.Descriptors._descList`: molecular
+weight, logP, TPSA, ring and atom counts, charge and shape indices, fragment counts, ...),
+stored per molecule as ``data.mol_desc`` ``(1, D)`` so that a PyG batch stacks them to
+``(B, D)``. Values are compressed with ``sign(v) * log1p(|v|)`` (some, e.g. ``Ipc``, reach
+1e15); a descriptor RDKit cannot compute for a molecule (an exception or a non-finite value,
+e.g. the partial-charge and BCUT descriptors of molecules with exotic elements) is 0 and
+counted. The model standardises the columns with statistics of its training set
+(:class:`graphattn.models.GraphFeatureNorm`), so the raw scale does not matter.
+
+Which descriptors exist depends on the RDKit version; a checkpoint stores the names it was
+trained with and :func:`mol_descriptors` computes exactly those (or says which are missing).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+__all__ = ["descriptor_names", "mol_descriptors", "AddMolDescriptors"]
+
+
+def _functions() -> Dict[str, object]:
+    from rdkit.Chem import Descriptors
+
+    return dict(Descriptors._descList)
+
+
+def descriptor_names() -> List[str]:
+    """All RDKit 2-D descriptor names of the installed RDKit, in RDKit's order."""
+    return list(_functions())
+
+
+def _compress(v: float) -> float:
+    return math.copysign(math.log1p(abs(v)), v)
+
+
+def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
+    """Descriptors ``names`` (default: all of :func:`descriptor_names`) of an RDKit molecule.
+
+    Returns a float32 tensor ``(1, D)`` of ``sign(v) log1p(|v|)`` values; a descriptor that
+    fails or is not finite for this molecule is 0. Raises ``ValueError`` naming the
+    descriptors the installed RDKit does not have.
+    """
+    from rdkit import rdBase
+
+    fns = _functions()
+    names = list(fns) if names is None else list(names)
+    missing = [n for n in names if n not in fns]
+    if missing:
+        import rdkit
+
+        raise ValueError(f"RDKit {rdkit.__version__} has no descriptor(s) {missing[:10]}"
+                         f"{' ...' if len(missing) > 10 else ''}: the model was trained with another "
+                         "RDKit version; install that one or retrain")
+    out = []
+    with rdBase.BlockLogs():  # some descriptors warn on exotic atoms
+        for n in names:
+            try:
+                v = float(fns[n](mol))
+            except Exception:  # noqa: BLE001 (RDKit raises many kinds; the value is then unknown)
+                v = math.nan
+            out.append(_compress(v) if math.isfinite(v) else 0.0)
+    return torch.tensor(out, dtype=torch.float32).view(1, -1)
+
+
+class AddMolDescriptors:
+    """PyG transform: ``data.mol_desc`` ``(1, D)`` from ``data.smiles`` (see the module doc).
+
+    Args:
+        names (sequence of str, optional): descriptors to compute (default: all of the
+            installed RDKit's, :func:`descriptor_names`).
+
+    Its ``repr`` names the RDKit version and a hash of ``names``, so a dataset cache built
+    with it (the cache key includes the ``pre_transform``'s repr) is rebuilt when either
+    changes.
+    """
+
+    def __init__(self, names: Optional[Sequence[str]] = None):
+        self.names = descriptor_names() if names is None else list(names)
+
+    def __call__(self, data):
+        from .featurize import parse_smiles
+
+        smiles = getattr(data, "smiles", None)
+        if not isinstance(smiles, str):
+            raise ValueError("AddMolDescriptors needs data.smiles (a str); graphs made by "
+                             "graphattn.data.smiles_to_data have it")
+        data.mol_desc = mol_descriptors(parse_smiles(smiles), self.names)  # (1, D)
+        return data
+
+    def __repr__(self) -> str:
+        import rdkit
+
+        digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:10]
+        return f"{type(self).__name__}(rdkit={rdkit.__version__}, D={len(self.names)}, names={digest})"

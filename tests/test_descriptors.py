@@ -1,0 +1,134 @@
+"""Molecule-level RDKit descriptors (graphattn.data.descriptors) and the models' graph features."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("rdkit")
+
+from graphattn import GraphClassifier  # noqa: E402
+from graphattn.data import smiles_to_data  # noqa: E402
+from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors  # noqa: E402
+from graphattn.models import GraphFeatureNorm  # noqa: E402
+from graphattn.molecule_baselines import MPNNBaseline  # noqa: E402
+
+
+def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
+    from rdkit import Chem
+    from rdkit.Chem import Descriptors
+
+    names = descriptor_names()
+    assert len(names) > 100 and "MolWt" in names and "TPSA" in names
+    mol = Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O")  # aspirin
+    d = mol_descriptors(mol, ["MolWt", "NumHDonors", "MolLogP"])
+    assert d.shape == (1, 3) and d.dtype == torch.float32
+    expect = [Descriptors.MolWt(mol), Descriptors.NumHDonors(mol), Descriptors.MolLogP(mol)]
+    for got, v in zip(d[0].tolist(), expect):
+        assert got == pytest.approx(math.copysign(math.log1p(abs(v)), v), rel=1e-5)
+    full = mol_descriptors(mol)
+    assert full.shape == (1, len(names)) and torch.isfinite(full).all()
+    with pytest.raises(ValueError, match="no descriptor.*NotADescriptor"):
+        mol_descriptors(mol, ["MolWt", "NotADescriptor"])
+
+
+def test_uncomputable_descriptors_are_zero_not_nan():
+    # partial charges are not defined for some exotic elements: RDKit gives NaN there
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles("[Se]=[Se]")
+    d = mol_descriptors(mol)
+    assert torch.isfinite(d).all()
+
+
+def test_transform_needs_smiles_and_its_repr_tracks_the_names():
+    data = AddMolDescriptors(["MolWt", "TPSA"])(smiles_to_data("CCO"))
+    assert data.mol_desc.shape == (1, 2)
+    assert repr(AddMolDescriptors(["MolWt"])) != repr(AddMolDescriptors(["TPSA"]))
+    assert "rdkit=" in repr(AddMolDescriptors(["MolWt"]))
+    bare = smiles_to_data("CCO")
+    del bare.smiles
+    with pytest.raises(ValueError, match="needs data.smiles"):
+        AddMolDescriptors(["MolWt"])(bare)
+
+
+def test_norm_standardises_with_training_statistics_and_clamps():
+    torch.manual_seed(0)
+    train = torch.randn(200, 3) * torch.tensor([5.0, 0.1, 0.0]) + torch.tensor([10.0, -2.0, 7.0])
+    norm = GraphFeatureNorm(3).fit(train)
+    z = norm(train)
+    assert torch.allclose(z[:, :2].mean(0), torch.zeros(2), atol=1e-5)
+    assert torch.allclose(z[:, :2].std(0, unbiased=False), torch.ones(2), atol=1e-4)
+    assert torch.equal(z[:, 2], torch.zeros(200))  # constant column: std 1, centred
+    far = norm(torch.tensor([[1e6, -1e6, 7.0]]))
+    assert far.tolist() == [[norm.clip, -norm.clip, 0.0]]
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        norm(torch.tensor([[float("nan"), 0.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"shape \(B, 3\)"):
+        norm(torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="fit needs"):
+        GraphFeatureNorm(3).fit(torch.zeros(0, 3))
+
+
+@pytest.mark.parametrize("cls", ["ours", "gine"])
+def test_models_read_graph_features_and_keep_their_statistics(cls):
+    torch.manual_seed(0)
+    kw = dict(in_channels=4, hidden_channels=8, num_tasks=2, num_layers=1, heads=2, graph_feature_dim=3)
+    model = (GraphClassifier(**kw) if cls == "ours" else MPNNBaseline(**kw, conv="gine")).eval()
+    x, ei = torch.randn(7, 4), torch.tensor([[0, 1, 2, 4, 5], [1, 2, 0, 5, 6]])
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    f = torch.randn(2, 3)
+    model.graph_feature_norm.fit(torch.randn(50, 3) * 3 + 1)
+    out = model(x, ei, batch, graph_features=f)
+    assert out.shape == (2, 2) and torch.isfinite(out).all()
+    f2 = f.clone()
+    f2[1] += 1.0
+    out2 = model(x, ei, batch, graph_features=f2)
+    assert torch.equal(out2[0], out[0]) and not torch.equal(out2[1], out[1])  # per-graph features
+    with pytest.raises(ValueError, match="needs graph_features"):
+        model(x, ei, batch)
+    with pytest.raises(ValueError, match="rows but the batch has 2 graphs"):
+        model(x, ei, batch, graph_features=torch.randn(3, 3))
+    clone = (GraphClassifier(**kw) if cls == "ours" else MPNNBaseline(**kw, conv="gine")).eval()
+    clone.load_state_dict(model.state_dict())  # the statistics travel with the weights
+    assert torch.equal(clone(x, ei, batch, graph_features=f), out)
+    plain = GraphClassifier(4, 8, 2, num_layers=1, heads=2).eval()
+    with pytest.raises(ValueError, match="graph_feature_dim=0"):
+        plain(x, ei, batch, graph_features=f)
+
+
+def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, monkeypatch):
+    from graphattn import cli
+    from graphattn.train import load_checkpoint
+
+    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "2", "--descriptors",
+                         "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
+                         "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+        ck = load_checkpoint(tmp_path / "run" / "best.pt")
+        names = ck["meta"]["descriptors"]
+        assert names == descriptor_names()
+        assert ck["meta"]["model"]["kwargs"]["graph_feature_dim"] == len(names)
+        std = ck["model"]["graph_feature_norm.std"]
+        assert std.shape == (len(names),) and not torch.equal(std, torch.ones_like(std))  # fitted
+        best = str(tmp_path / "run" / "best.pt")
+        assert cli.main(["predict", "--checkpoint", best, "--smiles", "CCO", "c1ccccc1O", "nonsense(",
+                         "--out", str(tmp_path / "p.csv")]) == 0
+        rows = (tmp_path / "p.csv").read_text().splitlines()
+        assert len(rows) == 4 and "syntax error" in rows[3]
+        assert cli.main(["explain", "--checkpoint", best, "--smiles", "c1ccccc1O",
+                         "--out", str(tmp_path / "m.png")]) == 0
+        assert cli.main(["evaluate", "--checkpoint", best, "--no-progress"]) == 0
+    finally:
+        torch.set_num_threads(n)
+
+
+def test_social_tasks_refuse_descriptors(capsys):
+    from graphattn import cli
+
+    assert cli.main(["train", "karate", "--descriptors", "--epochs", "1"]) == 2
+    assert "--descriptors is a molecule option" in capsys.readouterr().err
