@@ -44,7 +44,7 @@ def parse_args(argv=None):
     p.add_argument("--readout", default=d["readout"], choices=["mean", "sum", "max", "token"])
     p.add_argument("--local-mpnn", default=d["local_mpnn"], choices=["gine", "gin"],
                    help="GraphGPS-style message-passing branch next to the attention (default: none)")
-    p.add_argument("--descriptors", action="store_true",
+    p.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=d["descriptors"],
                    help="every model also reads ~200 RDKit 2-D molecule descriptors in its head (chemprop-style)")
     p.add_argument("--pos-weight", action="store_true", help="weight positives per task")
     p.add_argument("--limit", type=int, default=None, help="first N molecules only (smoke runs)")

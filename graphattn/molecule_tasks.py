@@ -51,9 +51,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="weight positives by negatives/positives per task (training split)")
     g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
                    help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block")
-    g.add_argument("--descriptors", action="store_true", default=None,
-                   help="also feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
-                        "standardised on the training split, stored in the checkpoint)")
+    g.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=None,
+                   help="feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
+                        "standardised on the training split, stored in the checkpoint); default: "
+                        f"{'on' if DEFAULTS['descriptors'] else 'off'}")
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
