@@ -48,10 +48,12 @@ def hparams(args, defaults):
     hp = dict(defaults, heads=args.heads)
     for k in ("epochs", "lr", "hidden", "layers", "dropout", "weight_decay", "global_tokens", "patience",
               "readout", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
-              "propagation_learned", "gcn_weight", "self_loops", "label_input"):
+              "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout", "self_loops", "label_input"):
         v = getattr(args, k, None)
         if v is not None:
             hp[k] = v
+    if args.layers is not None:  # an explicit --layers is every model's depth
+        hp["baseline_layers"] = None
     return hp
 
 
@@ -159,6 +161,9 @@ def main(argv=None):
     p.add_argument("--propagation-learned", default=None, action=argparse.BooleanOptionalAction,
                    help="ours: learned hop weights of the propagation (GPR-GNN)")
     p.add_argument("--gcn-weight", type=float, default=None, help="ours: weight of a GCN branch (SGFormer)")
+    p.add_argument("--gcn-layers", type=int, default=None, help="ours: GCN layers of that branch")
+    p.add_argument("--propagation-dropout", type=float, default=None,
+                   help="ours: edge dropout on Â in each training propagation step (APPNP)")
     p.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction)
     p.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: training labels as input columns (UniMP), for every model")

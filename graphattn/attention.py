@@ -1,7 +1,6 @@
 """GraphSelfAttention: multi-head self-attention restricted to a graph's edges (PyG conv API)."""
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Optional, Tuple, Union
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import Tensor

@@ -275,7 +275,11 @@ class NodeClassifier(nn.Module):
     free to move towards local, global or sign-alternating (heterophilous) filters.
     With ``gcn_weight = w > 0`` a one-layer GCN branch runs next to the transformer and the
     head reads ``h = (1 - w) GraphTransformer(x) + w ReLU(Â x W_g)`` (SGFormer, Wu et al.
-    2023: attention plus a GCN-normalised branch, w = 0.8 there).
+    2023: attention plus a GCN-normalised branch, w = 0.8 there); with ``gcn_layers = L > 1``
+    the branch stacks L such layers, ``ReLU(Â Dropout(g) W)``.
+    ``propagation_dropout = p`` drops each entry of Â (self-loops included) with probability p
+    at every propagation step in training and rescales the rest by ``1 / (1 - p)`` (APPNP's
+    dropout on the adjacency; DropEdge, Rong et al. 2020); evaluation uses the full Â.
 
     Args:
         in_channels (int), hidden_channels (int), num_classes (int), num_layers (int, default 2),
@@ -290,6 +294,10 @@ class NodeClassifier(nn.Module):
             ``propagation >= 1``); their state-dict entry is ``hop_weights`` ``(K + 1,)``.
         gcn_weight (float, default 0.0): weight ``w`` in [0, 1) of the GCN branch (0 = none);
             its weights are ``gcn.weight`` ``(hidden_channels, in_channels)`` and ``gcn.bias``.
+        gcn_layers (int, default 1): GCN layers of that branch (needs ``gcn_weight > 0`` when
+            > 1); layer ``i >= 2`` is ``gcn_stack.{i-2}`` ``(hidden_channels, hidden_channels)``.
+        propagation_dropout (float, default 0.0): edge dropout ``p`` in [0, 1) on Â during
+            training propagation (needs ``propagation >= 1`` when > 0).
         **backbone_kwargs: further :class:`GraphTransformer` options (``attn_dropout``,
             ``norm``, ``global_attn``, ``pe_kind``, ...).
 
@@ -300,7 +308,8 @@ class NodeClassifier(nn.Module):
                  heads: int = 4, num_global_tokens: int = 0, pe_dim: int = 0,
                  edge_dim: Optional[int] = None, dropout: float = 0.0, self_loops: bool = False,
                  propagation: int = 0, propagation_alpha: float = 0.1, propagation_learned: bool = False,
-                 gcn_weight: float = 0.0, **backbone_kwargs):
+                 gcn_weight: float = 0.0, gcn_layers: int = 1, propagation_dropout: float = 0.0,
+                 **backbone_kwargs):
         super().__init__()
         if not isinstance(propagation, int) or propagation < 0:
             raise ValueError(f"propagation must be an int >= 0, got {propagation!r}")
@@ -314,6 +323,14 @@ class NodeClassifier(nn.Module):
             raise ValueError(f"gcn_weight must be in [0, 1), got {gcn_weight}")
         if gcn_weight > 0 and backbone_kwargs.get("node_vocab_sizes") is not None:
             raise ValueError("gcn_weight > 0 needs float features (the GCN branch is linear in x)")
+        if not isinstance(gcn_layers, int) or gcn_layers < 1:
+            raise ValueError(f"gcn_layers must be an int >= 1, got {gcn_layers!r}")
+        if gcn_layers > 1 and gcn_weight == 0:
+            raise ValueError("gcn_layers > 1 needs gcn_weight > 0 (there is no GCN branch otherwise)")
+        if not 0.0 <= propagation_dropout < 1.0:
+            raise ValueError(f"propagation_dropout must be in [0, 1), got {propagation_dropout}")
+        if propagation_dropout > 0 and propagation == 0:
+            raise ValueError("propagation_dropout > 0 needs propagation >= 1 (there is nothing to drop otherwise)")
         self.num_classes = num_classes
         self.self_loops, self.propagation, self.propagation_alpha = bool(self_loops), propagation, propagation_alpha
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
@@ -324,6 +341,8 @@ class NodeClassifier(nn.Module):
         self.reset_hop_weights()
         self.gcn_weight = float(gcn_weight)
         self.gcn = nn.Linear(in_channels, hidden_channels) if gcn_weight > 0 else None
+        self.gcn_stack = nn.ModuleList(nn.Linear(hidden_channels, hidden_channels) for _ in range(gcn_layers - 1))
+        self.gcn_dropout, self.propagation_dropout = nn.Dropout(dropout), float(propagation_dropout)
         self._graph_cache: Optional[tuple] = None  # (edge_index, N, edges with loops, Â weights)
 
     def reset_hop_weights(self) -> None:
@@ -348,24 +367,28 @@ class NodeClassifier(nn.Module):
         self._graph_cache = (edge_index, N, ei, w)
         return ei, w
 
-    def _smooth(self, z: Tensor, edge_index: Tensor) -> Tensor:
-        """``Â z`` for ``z`` ``(N, K)``: one GCN-normalised aggregation over the cached graph."""
+    def _smooth(self, z: Tensor, edge_index: Tensor, edge_dropout: float = 0.0) -> Tensor:
+        """``Â z`` for ``z`` ``(N, K)``: one GCN-normalised aggregation over the cached graph
+        (in training, each entry of Â dropped with probability ``edge_dropout``)."""
         ei, w = self._graph(edge_index, z.size(0))
-        return torch.zeros_like(z).index_add_(0, ei[1], z[ei[0]] * w.to(z.dtype)[:, None])
+        w = w.to(z.dtype)
+        if edge_dropout > 0 and self.training:
+            w = nn.functional.dropout(w, edge_dropout, True)  # (E' + N,), kept ones scaled by 1/(1-p)
+        return torch.zeros_like(z).index_add_(0, ei[1], z[ei[0]] * w[:, None])
 
     def propagate(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``propagation`` APPNP steps of ``z`` ``(N, K)`` over the graph (identity when 0)."""
         if self.propagation == 0:
             return z
-        a, z0 = self.propagation_alpha, z
+        a, z0, p = self.propagation_alpha, z, self.propagation_dropout
         if self.hop_weights is not None:  # GPR: Σₖ γₖ Âᵏ z⁰
             out = self.hop_weights[0] * z
             for k in range(1, self.propagation + 1):
-                z = self._smooth(z, edge_index)  # Âᵏ z⁰, (N, K)
+                z = self._smooth(z, edge_index, p)  # Âᵏ z⁰, (N, K)
                 out = out + self.hop_weights[k] * z
             return out
         for _ in range(self.propagation):
-            z = (1 - a) * self._smooth(z, edge_index) + a * z0
+            z = (1 - a) * self._smooth(z, edge_index, p) + a * z0
         return z
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
@@ -373,8 +396,11 @@ class NodeClassifier(nn.Module):
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         attn_edges = self._graph(edge_index, x.size(0))[0] if self.self_loops else edge_index
         h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
-        if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C)
-            h = (1 - self.gcn_weight) * h + self.gcn_weight * torch.relu(self._smooth(self.gcn(x), edge_index))
+        if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more
+            g = torch.relu(self._smooth(self.gcn(x), edge_index))
+            for lin in self.gcn_stack:
+                g = torch.relu(self._smooth(lin(self.gcn_dropout(g)), edge_index))
+            h = (1 - self.gcn_weight) * h + self.gcn_weight * g
         return self.propagate(self.head(h), edge_index)
 
 

@@ -80,7 +80,8 @@ def _err(command: str, msg: str) -> int:
 # ----------------------------------------------------------------------------- train
 #: ``graphattn train`` options of the social tasks that have no meaning for molecules.
 _SOCIAL_ONLY = ("mini_batch", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
-                "propagation_learned", "gcn_weight", "self_loops", "label_input", "folds")
+                "propagation_learned", "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops",
+                "label_input", "folds")
 
 
 def train(args) -> int:

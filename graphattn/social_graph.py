@@ -128,7 +128,7 @@ def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict
     return {"class": "GraphClassifier", "kwargs": dict(
         in_channels=in_channels, hidden_channels=hp["hidden"], num_tasks=num_classes, num_layers=hp["layers"],
         heads=hp["heads"], num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"], dropout=hp["dropout"],
-        readout=hp["readout"])}
+        readout=hp["readout"], **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
 
 
 def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:

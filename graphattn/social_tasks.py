@@ -82,6 +82,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "initialised to APPNP's")
     g.add_argument("--gcn-weight", type=float, default=None,
                    help="node sets: weight w in [0, 1) of a GCN branch next to our attention (SGFormer)")
+    g.add_argument("--gcn-layers", type=int, default=None, help="node sets: GCN layers of that branch (default 1)")
+    g.add_argument("--propagation-dropout", type=float, default=None,
+                   help="node sets: edge dropout on Â in each training propagation step (APPNP)")
     g.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: each node also attends to itself")
     g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
@@ -93,10 +96,13 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     hp = dict(defaults)
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
-                 "propagation_alpha", "propagation_learned", "gcn_weight", "self_loops", "label_input"):
+                 "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
+                 "self_loops", "label_input", "local_mpnn"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
+    if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
+        hp["baseline_layers"] = None
     hp["heads"] = args.heads
     return hp
 
@@ -124,10 +130,11 @@ def train(args) -> int:
                              f"got {args.baseline!r}")
         if args.features and not args.edges:
             raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
-        for opt in ("local_mpnn", "descriptors"):
-            if getattr(args, opt, None):
-                raise ValueError(f"--{opt.replace('_', '-')} is a molecule option "
-                                 "(social models: see --gcn-weight, --propagation)")
+        if getattr(args, "descriptors", None):
+            raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
+        if getattr(args, "local_mpnn", None) and not graph_level:
+            raise ValueError("--local-mpnn is a molecule / graph-set option (node sets: see --gcn-weight, "
+                             "--propagation)")
         if graph_level:
             if args.mini_batch:
                 raise ValueError("--mini-batch is for node classification on one large graph")

@@ -84,10 +84,12 @@ def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, monkeypa
     torch.set_num_threads(1)
     try:
         assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "1", "--local-mpnn",
-                         "gine", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
+                         "gine", "--no-descriptors", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
                          "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
         ck = tmp_path / "run" / "best.pt"
-        assert load_checkpoint(ck)["meta"]["model"]["kwargs"]["local_mpnn"] == "gine"
+        meta = load_checkpoint(ck)["meta"]
+        assert meta["model"]["kwargs"]["local_mpnn"] == "gine"
+        assert meta["descriptors"] is None and "graph_feature_dim" not in meta["model"]["kwargs"]
         assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "c1ccccc1O"]) == 0
         assert cli.main(["explain", "--checkpoint", str(ck), "--smiles", "c1ccccc1O",
                          "--out", str(tmp_path / "m.png")]) == 0
@@ -99,7 +101,22 @@ def test_social_tasks_refuse_the_molecule_only_flag(capsys):
     from graphattn import cli
 
     assert cli.main(["train", "karate", "--local-mpnn", "gin", "--epochs", "1"]) == 2
-    assert "--local-mpnn is a molecule option" in capsys.readouterr().err
+    assert "--local-mpnn is a molecule / graph-set option" in capsys.readouterr().err
+
+
+def test_graph_sets_take_a_gin_branch(tmp_path, monkeypatch):
+    from test_social_tasks import _tu_text
+
+    from graphattn import cli
+    from graphattn.train import load_checkpoint
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    txt = _tu_text(tmp_path / "TOY.txt")
+    assert cli.main(["train", "--tu-text", str(txt), "--local-mpnn", "gin", "--epochs", "2", "--batch-size", "8",
+                     "--no-progress", "--out", str(tmp_path / "g")]) == 0
+    meta = load_checkpoint(tmp_path / "g" / "best.pt")["meta"]
+    assert meta["model"]["kwargs"]["local_mpnn"] == "gin" and meta["hparams"]["local_mpnn"] == "gin"
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "g" / "best.pt")]) == 0
 
 
 def test_molecule_task_refuses_social_only_flags(capsys):
