@@ -136,12 +136,9 @@ def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
     """``[X, ÂX, ..., Â^K X]`` with ``Â = D^-1/2 (A + I) D^-1/2`` (SIGN, Frasca et al. 2020;
     NAGphormer's hop tokens, Chen et al. 2023): K-hop smoothed copies of the features,
     computed once before training. Shape ``(N, F)`` -> ``(N, (K + 1) F)``."""
-    N = x.size(0)
-    loops = torch.arange(N)
-    row = torch.cat([edge_index[0], loops])
-    col = torch.cat([edge_index[1], loops])
-    deg = torch.bincount(col, minlength=N).float()
-    w = deg[row].rsqrt() * deg[col].rsqrt()  # (E + N,)
+    from .models import gcn_normalized_graph
+
+    (row, col), w = gcn_normalized_graph(edge_index, x.size(0))  # (E' + N,) each
     out, cur = [x], x
     for _ in range(hops):
         cur = torch.zeros_like(cur).index_add_(0, col, cur[row] * w[:, None])

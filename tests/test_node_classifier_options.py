@@ -118,3 +118,20 @@ def test_baselines_keep_their_own_depth_unless_layers_is_given():
     assert sn.node_model_spec("none", data, hp3)["kwargs"]["num_layers"] == 3
     hp_default = _hparams(SimpleNamespace(heads=2), hp)  # no --layers: each keeps its own
     assert sn.node_model_spec("gcn", data, hp_default)["kwargs"]["num_layers"] == 2
+
+
+def test_hop_features_are_powers_of_the_gcn_normalised_adjacency():
+    from graphattn.social_node import hop_features
+
+    torch.manual_seed(0)
+    N = 7
+    ei = torch.tensor([[0, 1, 1, 2, 3, 4, 5, 5], [1, 0, 2, 1, 4, 3, 5, 6]])  # one self-loop (5, 5)
+    x = torch.randn(N, 3)
+    A = torch.zeros(N, N)
+    A[ei[1], ei[0]] = 1.0
+    A.fill_diagonal_(1.0)  # existing loop replaced by exactly one per node
+    d = A.sum(1).rsqrt()
+    A_hat = d[:, None] * A * d[None, :]
+    out = hop_features(x, ei, 2)
+    assert out.shape == (N, 9)
+    torch.testing.assert_close(out, torch.cat([x, A_hat @ x, A_hat @ A_hat @ x], 1))
