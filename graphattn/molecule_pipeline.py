@@ -210,6 +210,11 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
             "task_names": list(ds.task_names), "pe": {"kind": "laplacian", "k": spec["kwargs"].get("pe_dim", 0)},
             "descriptors": getattr(ds, "descriptor_names", None), "hparams": hp, **(meta or {})}
+    dim, names = spec["kwargs"].get("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
+    if dim != len(names or ()):
+        raise ValueError(f"the model reads {dim} molecule descriptors but the dataset carries {len(names or ())}: "
+                         "load it with load_dataset(..., descriptors=descriptor_set(True)) and build the spec "
+                         "with model_spec(..., graph_feature_dim=len(ds.descriptor_names))")
     set_seed(seed)
     model = build_model(spec)
     model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))

@@ -132,3 +132,15 @@ def test_social_tasks_refuse_descriptors(capsys):
 
     assert cli.main(["train", "karate", "--descriptors", "--epochs", "1"]) == 2
     assert "--descriptors is a molecule option" in capsys.readouterr().err
+
+
+def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(tmp_path, monkeypatch):
+    from graphattn import molecule_pipeline as mp
+
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
+    ds = mp.load_dataset(csv_path=str(fixture), log=False)  # no descriptors
+    hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
+    spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
+    with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):
+        mp.run_training(ds, mp.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)
