@@ -50,7 +50,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pos-weight", action="store_true",
                    help="weight positives by negatives/positives per task (training split)")
     g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
-                   help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block")
+                   help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block "
+                        "(molecules; graph sets such as imdb-binary take gin: they have no edge features)")
     g.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=None,
                    help="feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
                         "standardised on the training split, stored in the checkpoint); default: "
