@@ -97,34 +97,28 @@ def test_models_read_graph_features_and_keep_their_statistics(cls):
         plain(x, ei, batch, graph_features=f)
 
 
-def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, monkeypatch):
+def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, molecule_csv):
     from graphattn import cli
     from graphattn.train import load_checkpoint
 
-    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
-    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "2", "--descriptors",
-                         "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
-                         "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
-        ck = load_checkpoint(tmp_path / "run" / "best.pt")
-        names = ck["meta"]["descriptors"]
-        assert names == descriptor_names()
-        assert ck["meta"]["model"]["kwargs"]["graph_feature_dim"] == len(names)
-        std = ck["model"]["graph_feature_norm.std"]
-        assert std.shape == (len(names),) and not torch.equal(std, torch.ones_like(std))  # fitted
-        best = str(tmp_path / "run" / "best.pt")
-        assert cli.main(["predict", "--checkpoint", best, "--smiles", "CCO", "c1ccccc1O", "nonsense(",
-                         "--out", str(tmp_path / "p.csv")]) == 0
-        rows = (tmp_path / "p.csv").read_text().splitlines()
-        assert len(rows) == 4 and "syntax error" in rows[3]
-        assert cli.main(["explain", "--checkpoint", best, "--smiles", "c1ccccc1O",
-                         "--out", str(tmp_path / "m.png")]) == 0
-        assert cli.main(["evaluate", "--checkpoint", best, "--no-progress"]) == 0
-    finally:
-        torch.set_num_threads(n)
+    fixture = molecule_csv
+    assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "2", "--descriptors",
+                     "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
+                     "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    ck = load_checkpoint(tmp_path / "run" / "best.pt")
+    names = ck["meta"]["descriptors"]
+    assert names == descriptor_names()
+    assert ck["meta"]["model"]["kwargs"]["graph_feature_dim"] == len(names)
+    std = ck["model"]["graph_feature_norm.std"]
+    assert std.shape == (len(names),) and not torch.equal(std, torch.ones_like(std))  # fitted
+    best = str(tmp_path / "run" / "best.pt")
+    assert cli.main(["predict", "--checkpoint", best, "--smiles", "CCO", "c1ccccc1O", "nonsense(",
+                     "--out", str(tmp_path / "p.csv")]) == 0
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert len(rows) == 4 and "syntax error" in rows[3]
+    assert cli.main(["explain", "--checkpoint", best, "--smiles", "c1ccccc1O",
+                     "--out", str(tmp_path / "m.png")]) == 0
+    assert cli.main(["evaluate", "--checkpoint", best, "--no-progress"]) == 0
 
 
 def test_social_tasks_refuse_descriptors(capsys):
@@ -134,12 +128,10 @@ def test_social_tasks_refuse_descriptors(capsys):
     assert "--descriptors is a molecule option" in capsys.readouterr().err
 
 
-def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(tmp_path, monkeypatch):
+def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molecule_csv):
     from graphattn import molecule_pipeline as mp
 
-    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
-    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
-    ds = mp.load_dataset(csv_path=str(fixture), log=False)  # no descriptors
+    ds = mp.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
     hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
     spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
     with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):

@@ -72,29 +72,21 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     assert isinstance(GraphClassifier(9, 16, 2, local_mpnn="gin").backbone.blocks[1].local, torch.nn.Module)
 
 
-def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, monkeypatch):
-    from pathlib import Path
-
+def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, molecule_csv):
     from graphattn import cli
     from graphattn.train import load_checkpoint
 
-    fixture = Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
-    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "1", "--local-mpnn",
-                         "gine", "--no-descriptors", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
-                         "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
-        ck = tmp_path / "run" / "best.pt"
-        meta = load_checkpoint(ck)["meta"]
-        assert meta["model"]["kwargs"]["local_mpnn"] == "gine"
-        assert meta["descriptors"] is None and "graph_feature_dim" not in meta["model"]["kwargs"]
-        assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "c1ccccc1O"]) == 0
-        assert cli.main(["explain", "--checkpoint", str(ck), "--smiles", "c1ccccc1O",
-                         "--out", str(tmp_path / "m.png")]) == 0
-    finally:
-        torch.set_num_threads(n)
+    fixture = molecule_csv
+    assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "1", "--local-mpnn",
+                     "gine", "--no-descriptors", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
+                     "--batch-size", "16", "--no-progress", "--out", str(tmp_path / "run")]) == 0
+    ck = tmp_path / "run" / "best.pt"
+    meta = load_checkpoint(ck)["meta"]
+    assert meta["model"]["kwargs"]["local_mpnn"] == "gine"
+    assert meta["descriptors"] is None and "graph_feature_dim" not in meta["model"]["kwargs"]
+    assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "c1ccccc1O"]) == 0
+    assert cli.main(["explain", "--checkpoint", str(ck), "--smiles", "c1ccccc1O",
+                     "--out", str(tmp_path / "m.png")]) == 0
 
 
 def test_social_tasks_refuse_the_molecule_only_flag(capsys):
