@@ -1,6 +1,5 @@
 """Molecule-level RDKit descriptors (graphattn.data.descriptors) and the models' graph features."""
 import math
-from pathlib import Path
 
 import pytest
 import torch
