@@ -3,6 +3,7 @@ width and depth, trained by the same loop on the same splits, over several seeds
 
     python examples/tox21.py                                   # scaffold + random, seeds 0 1 2
     python examples/tox21.py --split scaffold --seeds 0 --epochs 5 --limit 1000   # quick look
+    python examples/tox21.py --ensemble 5                      # 5 models per seed, probabilities averaged
 
 Prints one line per epoch and a final table (mean ± std test ROC-AUC over seeds, per split
 and model) and writes every number to ``--out`` (JSON). The scaffold split is deterministic
@@ -46,6 +47,9 @@ def parse_args(argv=None):
                    help="GraphGPS-style message-passing branch next to the attention (default: none)")
     p.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=d["descriptors"],
                    help="every model also reads ~200 RDKit 2-D molecule descriptors in its head (chemprop-style)")
+    p.add_argument("--ensemble", type=int, default=1,
+                   help="train N models per seed on the same split and average their probabilities "
+                        "(chemprop's --ensemble_size); every model of --models gets the same N")
     p.add_argument("--pos-weight", action="store_true", help="weight positives per task")
     p.add_argument("--limit", type=int, default=None, help="first N molecules only (smoke runs)")
     p.add_argument("--threads", type=int, default=None,
@@ -91,10 +95,10 @@ def summarize(args, hp, ds, runs, t0, final: bool) -> dict:
     out.write_text(json.dumps(result, indent=2))
     if final:
         print(f"\nTox21 test ROC-AUC, mean ± std over seeds {args.seeds} ({time.time() - t0:.0f}s total)")
-        print(f"{'split':<18} {'model':<6} {'params':>7} {'test ROC-AUC':>16} {'val ROC-AUC':>16} "
+        print(f"{'split':<18} {'model':<8} {'params':>7} {'test ROC-AUC':>16} {'val ROC-AUC':>16} "
               f"{'test PR-AUC':>11} {'epochs':>6} {'s/epoch':>8}")
         for row in table:
-            print(f"{row['split']:<18} {row['model']:<6} {row['params']:>7} "
+            print(f"{row['split']:<18} {row['model']:<8} {row['params']:>7} "
                   f"{_f(row['test_roc_auc_mean']):>9} ± {_f(row['test_roc_auc_std'])} "
                   f"{_f(row['val_roc_auc_mean']):>9} ± {_f(row['val_roc_auc_std'])} "
                   f"{_f(row['test_pr_auc_mean']):>11} {row['epochs_mean']:>6.1f} {row['seconds_per_epoch']:>8.1f}")
@@ -119,13 +123,16 @@ def main(argv=None) -> dict:
             for model in args.models:
                 spec = mp.model_spec("none" if model == "ours" else args.baseline, len(ds.task_names), hp,
                                      graph_feature_dim=len(descriptors or ()))
-                name = "ours" if model == "ours" else args.baseline
+                name = ("ours" if model == "ours" else args.baseline) + (f"x{args.ensemble}" if args.ensemble > 1 else "")
                 tag = f"[{split} {name} seed {seed}]"
-                res = mp.run_training(ds, idx, spec, hp, seed=seed, pos_weight=args.pos_weight,
+                res = mp.run_ensemble(ds, idx, spec, hp, size=args.ensemble, seed=seed, pos_weight=args.pos_weight,
                                       progress=args.progress, log=lambda m, tag=tag: print(tag, m, flush=True))
                 res.pop("model"), res.pop("meta")
                 runs.append({"split": split, "model": name, "class": spec["class"], "seed": seed,
                              "sizes": [len(i) for i in idx], **res})
+                for c in res.get("ensemble_curve", []):
+                    print(f"{tag} ensemble of {c['members']}: val auc {_f(c.get('val_roc_auc'))} | "
+                          f"test auc {_f(c.get('test_roc_auc'))}", flush=True)
                 print(f"{tag} best epoch {res['best_epoch']} | val auc {_f(res['val']['roc_auc'])} | "
                       f"test auc {_f(res['test']['roc_auc'])} | {res['num_parameters']} params | "
                       f"{time.time() - t0:.0f}s elapsed", flush=True)

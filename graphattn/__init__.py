@@ -6,7 +6,8 @@ from .attention import GraphSelfAttention
 from .block import GraphTransformerBlock
 from .encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from .global_tokens import GlobalTokens, TokenGraph
-from .models import FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer, NodeClassifier
+from .models import (FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer, NodeClassifier,
+                     ProbabilityEnsemble)
 from .variants import (GLOBAL_ATTNS, NORMALIZATIONS, ClusteredAttention, LinearGlobalAttention,
                        ReducedKeyAttention, SynthesizerAttention, cluster_graph, edge_normalize,
                        linear_attention, make_global_attention, normalized_edge_attention)
@@ -26,6 +27,7 @@ __all__ = [
     "NodeClassifier",
     "GraphClassifier",
     "GraphFeatureNorm",
+    "ProbabilityEnsemble",
     "AddLaplacianPE",
     "AddRandomWalkPE",
     "LapPEEncoder",

@@ -12,7 +12,7 @@ from .dropout import Dropout
 from .global_tokens import GlobalTokens
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
-           "READOUTS", "PE_KINDS"]
+           "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
 
 READOUTS = ("mean", "sum", "max", "token")
 PE_KINDS = ("laplacian", "linear")
@@ -459,3 +459,40 @@ class GraphClassifier(nn.Module):
             pool = {"mean": global_mean_pool, "sum": global_add_pool, "max": global_max_pool}[self.readout]
             g = pool(h, batch, size=num_graphs)  # (B, C)
         return self.head(graph_feature_input(g, self.graph_feature_norm, graph_features))  # (B, T)
+
+
+class ProbabilityEnsemble(nn.Module):
+    r"""Several independently trained multi-task binary classifiers as one model: the
+    probabilities of its members are averaged (chemprop's ``--ensemble_size``; members differ
+    in their initialisation and batch order, not in their data).
+
+    ``forward`` takes whatever the members take and returns the **logit of the mean
+    probability**, ``logit(mean_m σ(f_m(x)))`` (clamped to ``[-13.8, 13.8]``), so every caller
+    of a single model (``sigmoid`` for probabilities, ROC-AUC on the logits, the training
+    loop's evaluation) works unchanged. Averaging probabilities rather than logits is the
+    usual choice: one over-confident member cannot dominate.
+
+    Args:
+        members: the trained models (at least one), all with the same ``num_tasks``.
+    """
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        members = list(members)
+        if not members:
+            raise ValueError("ProbabilityEnsemble needs at least one member")
+        tasks = {getattr(m, "num_tasks", None) for m in members}
+        if len(tasks) != 1:
+            raise ValueError(f"ensemble members disagree on num_tasks: {sorted(map(str, tasks))}")
+        self.members = nn.ModuleList(members)
+        self.num_tasks = tasks.pop()
+
+    def member_probabilities(self, *args, **kwargs) -> Tensor:
+        """``(M, B, T)``: each member's probabilities."""
+        return torch.stack([torch.sigmoid(m(*args, **kwargs).float()) for m in self.members])
+
+    def forward(self, *args, **kwargs) -> Tensor:
+        return torch.logit(self.member_probabilities(*args, **kwargs).mean(0), eps=1e-6)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({len(self.members)} x {type(self.members[0]).__name__})"

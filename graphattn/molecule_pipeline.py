@@ -17,7 +17,8 @@ import torch
 from torch import Tensor, nn
 
 __all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "descriptor_set", "load_dataset", "split_indices",
-           "model_spec", "build_model", "forward", "pe_inputs", "split_metrics", "run_training", "load_model",
+           "model_spec", "build_model", "forward", "pe_inputs", "split_metrics", "probability_metrics", "run_training",
+           "member_seed", "run_ensemble", "load_model",
            "featurize", "predict_proba"]
 
 SPLITS = ("scaffold", "random", "balanced_scaffold")
@@ -160,13 +161,18 @@ def build_model(spec: Dict[str, Any]) -> nn.Module:
     return classes[spec["class"]](**spec["kwargs"])
 
 
+def _model_inputs(batch) -> Tuple[tuple, Dict[str, Any]]:
+    """``(args, kwargs)`` of a molecule model's call for a batch."""
+    gf = getattr(batch, "mol_desc", None)  # (B, D) molecule descriptors, when the dataset has them
+    return ((batch.x, batch.edge_index, batch.batch, batch.edge_attr),
+            {"num_graphs": batch.num_graphs, **pe_inputs(batch), **({"graph_features": gf} if gf is not None else {})})
+
+
 def forward(model: nn.Module, batch, split: str = "test") -> Tuple[Tensor, Tensor]:
     """The ``forward`` of :func:`graphattn.train.fit` for mini-batches of molecules."""
     batch = batch.to(next(model.parameters()).device)
-    gf = getattr(batch, "mol_desc", None)  # (B, D) molecule descriptors, when the dataset has them
-    logits = model(batch.x, batch.edge_index, batch.batch, batch.edge_attr, num_graphs=batch.num_graphs,
-                   **pe_inputs(batch), **({"graph_features": gf} if gf is not None else {}))
-    return logits, batch.y
+    args, kwargs = _model_inputs(batch)
+    return model(*args, **kwargs), batch.y
 
 
 def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
@@ -175,22 +181,49 @@ def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
             "pe_mask": getattr(data, "lap_pe_mask", None)}
 
 
-def split_metrics(model: nn.Module, loader, task_names: List[str]) -> Dict[str, Any]:
-    from .metrics import mean_over_valid, pr_auc_per_task, roc_auc_per_task
+def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Tensor]:
+    """``(prob, y)`` of a whole loader, both ``(M, T)`` on the CPU; for a
+    :class:`~graphattn.ProbabilityEnsemble` ``prob`` is ``(members, M, T)``."""
+    from .models import ProbabilityEnsemble
 
     model.eval()
+    probs, ys = [], []
     with torch.no_grad():
-        pairs = [forward(model, b) for b in loader]
-    if not pairs:
+        for b in loader:
+            if isinstance(model, ProbabilityEnsemble):
+                b = b.to(next(model.parameters()).device)
+                args, kwargs = _model_inputs(b)
+                probs.append(model.member_probabilities(*args, **kwargs).cpu())
+                ys.append(b.y.float().cpu())
+            else:
+                logits, y = forward(model, b)
+                probs.append(torch.sigmoid(logits.float()).cpu())
+                ys.append(y.float().cpu())
+    if not probs:
+        return torch.empty(0), torch.empty(0)
+    prob = torch.cat(probs, dim=-2)
+    return prob, torch.cat(ys).view(prob.shape[-2:])
+
+
+def probability_metrics(prob: Tensor, y: Tensor, task_names: List[str]) -> Dict[str, Any]:
+    """Mean and per-task ROC-AUC / PR-AUC of probabilities ``prob (M, T)`` against labels
+    ``y (M, T)`` (NaN = missing); the mean is over the tasks with both classes present."""
+    from .metrics import mean_over_valid, pr_auc_per_task, roc_auc_per_task
+
+    if prob.numel() == 0:
         return {"roc_auc": None, "pr_auc": None, "num_molecules": 0}
-    prob = torch.sigmoid(torch.cat([p[0] for p in pairs]).float().cpu())
-    y = torch.cat([p[1] for p in pairs]).float().cpu().view_as(prob)
     roc, pr = roc_auc_per_task(y, prob), pr_auc_per_task(y, prob)
     clean = lambda v: None if v != v else float(v)  # noqa: E731 (NaN -> None for JSON)
     return {"roc_auc": clean(mean_over_valid(roc)), "pr_auc": clean(mean_over_valid(pr)),
             "tasks_evaluated": int((roc == roc).sum()), "num_molecules": int(y.size(0)),
             "roc_auc_per_task": {t: clean(v) for t, v in zip(task_names, roc)},
             "pr_auc_per_task": {t: clean(v) for t, v in zip(task_names, pr)}}
+
+
+def split_metrics(model: nn.Module, loader, task_names: List[str]) -> Dict[str, Any]:
+    """:func:`probability_metrics` of ``model`` (an ensemble: its mean probability) on a loader."""
+    prob, y = _probabilities(model, loader)
+    return probability_metrics(prob.mean(0) if prob.dim() == 3 else prob, y, task_names)
 
 
 def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, seed: int = 0,
@@ -243,6 +276,77 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     return out
 
 
+def member_seed(seed: int, k: int) -> int:
+    """Initialisation seed of ensemble member ``k`` (0-based) of a run with ``seed``: member 0
+    is the single model of that seed, and the ensembles of seeds 0, 1, 2 share no member."""
+    return int(seed) + 1000 * int(k)
+
+
+def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, size: int = 1, seed: int = 0,
+                 pos_weight: bool = False, out_dir=None, resume: bool = False,
+                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
+    """Train ``size`` models on the same split (member ``k``: seed :func:`member_seed`, its
+    checkpoints and metrics in ``out_dir/member{k}``) and average their probabilities
+    (:class:`~graphattn.ProbabilityEnsemble`, chemprop's ``--ensemble_size``).
+
+    ``size=1`` is exactly :func:`run_training`. Otherwise the result has the ensemble's
+    metrics per split, ``members`` (each member's best epoch and val/test ROC-AUC),
+    ``ensemble_curve`` (val/test ROC-AUC of the ensembles of the first 1..size members) and
+    the ``model``; ``out_dir/best.pt`` holds all members (``meta["ensemble"]``) and loads
+    with :func:`load_model`. ``resume`` continues every member from its own ``last.pt``
+    (finished members are only reloaded).
+    """
+    from torch_geometric.loader import DataLoader
+
+    from .models import ProbabilityEnsemble
+    from .train import save_checkpoint
+
+    size = int(size)
+    if size < 1:
+        raise ValueError(f"ensemble size must be >= 1, got {size}")
+    if size == 1:
+        return run_training(ds, split_idx, spec, hp, seed=seed, pos_weight=pos_weight, out_dir=out_dir,
+                            resume=resume, meta=meta, progress=progress, log=log)
+    out_dir = Path(out_dir) if out_dir is not None else None
+    seeds = [member_seed(seed, k) for k in range(size)]
+    members, runs = [], []
+    for k, s in enumerate(seeds):
+        res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
+                           out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
+                           meta=meta, progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"))
+        members.append(res.pop("model"))
+        runs.append(res)
+        log(f"[member {k + 1}/{size}] seed {s}: best epoch {res['best_epoch']} | val auc "
+            f"{res['val'].get('roc_auc') if 'val' in res else None} | test auc "
+            f"{res['test'].get('roc_auc') if 'test' in res else None}")
+    model = ProbabilityEnsemble(members).eval()
+    meta = {**runs[0]["meta"], "ensemble": {"size": size, "seeds": seeds}}
+    parts = dict(zip(("train", "val", "test"), split_idx))
+    out: Dict[str, Any] = {
+        "best_epoch": [r["best_epoch"] for r in runs], "epochs_run": sum(r["epochs_run"] for r in runs),
+        "seconds_per_epoch": sum(r["seconds_per_epoch"] * r["epochs_run"] for r in runs)
+        / max(1, sum(r["epochs_run"] for r in runs)),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "member_parameters": runs[0]["num_parameters"], "counts": runs[0]["counts"],
+        "members": [{"seed": s, "best_epoch": r["best_epoch"], "epochs_run": r["epochs_run"],
+                     **{f"{p}_roc_auc": r[p]["roc_auc"] for p in ("val", "test") if p in r}}
+                    for s, r in zip(seeds, runs)],
+        "ensemble_curve": []}
+    probs = {}
+    for p, idx in parts.items():
+        if len(idx) > 0:
+            probs[p] = _probabilities(model, DataLoader(ds[idx], batch_size=256))
+            out[p] = probability_metrics(probs[p][0].mean(0), probs[p][1], ds.task_names)
+    for m in range(1, size + 1):
+        out["ensemble_curve"].append({"members": m, **{
+            f"{p}_roc_auc": probability_metrics(probs[p][0][:m].mean(0), probs[p][1], ds.task_names)["roc_auc"]
+            for p in ("val", "test") if p in probs}})
+    if out_dir is not None:
+        save_checkpoint(out_dir / "best.pt", {"model": model.state_dict(), "meta": meta})
+    out["meta"], out["model"] = meta, model
+    return out
+
+
 # ----------------------------------------------------------------------------- checkpoints
 def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
     """Rebuild the model of a molecule checkpoint (``weights_only=True``), in eval mode.
@@ -262,7 +366,12 @@ def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
                          f"but this graphattn featurizes molecules with version {FEATURIZER_VERSION!r}: "
                          "its atom/bond features differ, so its predictions would be meaningless. "
                          "Retrain the model (graphattn train ...) with this version.")
-    model = build_model(meta["model"])
+    if meta.get("ensemble"):
+        from .models import ProbabilityEnsemble
+
+        model = ProbabilityEnsemble([build_model(meta["model"]) for _ in range(int(meta["ensemble"]["size"]))])
+    else:
+        model = build_model(meta["model"])
     model.load_state_dict(ck["model"])
     return model.eval(), meta
 

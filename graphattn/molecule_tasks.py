@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, descriptor_set, featurize, load_dataset, load_model,
-                                model_spec, predict_proba, run_training, split_indices, split_metrics)
+                                model_spec, predict_proba, run_ensemble, split_indices, split_metrics)
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
 
@@ -56,6 +56,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
                         "standardised on the training split, stored in the checkpoint); default: "
                         f"{'on' if DEFAULTS['descriptors'] else 'off'}")
+    g.add_argument("--ensemble", type=int, default=None, metavar="N",
+                   help="train N models on the same split (seeds S, S+1000, ...) and average their "
+                        "probabilities (chemprop's --ensemble_size); one checkpoint holds them all (default: 1)")
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
@@ -99,6 +102,9 @@ def train(args) -> int:
     if social:  # parsed for the social tasks: refuse rather than silently ignore them
         return _err("train", f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
                              "option(s), not used for molecules")
+    ensemble = 1 if args.ensemble is None else args.ensemble
+    if ensemble < 1:
+        return _err("train", f"--ensemble must be >= 1, got {ensemble}")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     pe_dim = hp["pe_dim"] if baseline == "none" else 0
@@ -120,9 +126,10 @@ def train(args) -> int:
     print(f"{name}: {len(ds)} molecules ({len(skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks, {args.split} split "
           f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
-          f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}")
-    res = run_training(ds, split_idx, spec, hp, seed=args.seed, pos_weight=args.pos_weight, out_dir=out,
-                       resume=args.resume, meta={"data": data}, progress=not args.no_progress)
+          f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
+          f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
+    res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
+                       out_dir=out, resume=args.resume, meta={"data": data}, progress=not args.no_progress)
     res.pop("model")
     summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
                "task_names": list(ds.task_names), "num_molecules": len(ds),
@@ -131,7 +138,9 @@ def train(args) -> int:
     (out / "metrics.json").write_text(json.dumps(summary, indent=2))
     val, test = res.get("val", {}), res.get("test", {})
     fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
-    print(f"{name} ({args.split} split, seed {args.seed}): best epoch {res['best_epoch']}/{res['epochs_run']} | "
+    best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
+            f"ensemble of {ensemble} (best epochs {res['best_epoch']})")
+    print(f"{name} ({args.split} split, seed {args.seed}): {best} | "
           f"val ROC-AUC {fmt(val.get('roc_auc'))} | test ROC-AUC {fmt(test.get('roc_auc'))} | "
           f"test PR-AUC {fmt(test.get('pr_auc'))} | {res['seconds_per_epoch']:.1f} s/epoch")
     if skipped:

@@ -132,6 +132,8 @@ def train(args) -> int:
             raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
         if getattr(args, "descriptors", None):
             raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
+        if getattr(args, "ensemble", None) not in (None, 1):
+            raise ValueError("--ensemble is a molecule option (averaged probabilities of N models)")
         if getattr(args, "local_mpnn", None) and not graph_level:
             raise ValueError("--local-mpnn is a molecule / graph-set option (node sets: see --gcn-weight, "
                              "--propagation)")

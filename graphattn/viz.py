@@ -85,8 +85,16 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     Importance = attention rollout over all layers (heads averaged) read from what the
     prediction is made of: the rows of the global tokens for ``readout="token"``, the mean
     of the atom rows otherwise (mean/sum/max pooling); restricted to atoms and scaled so
-    the most important atom is 1.
+    the most important atom is 1. For a :class:`~graphattn.ProbabilityEnsemble` the
+    probabilities are the ensemble's (mean over members) and the importances the mean of the
+    members' (each scaled to max 1 first), rescaled to max 1.
     """
+    from .models import ProbabilityEnsemble
+
+    if isinstance(model, ProbabilityEnsemble):
+        parts = [molecule_attention(m, data, residual) for m in model.members]
+        scores = torch.stack([p[1] for p in parts]).mean(0)
+        return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
     model.eval()
     device = next(model.parameters()).device
     data = data.to(device)
