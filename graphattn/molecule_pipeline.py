@@ -181,28 +181,26 @@ def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
             "pe_mask": getattr(data, "lap_pe_mask", None)}
 
 
-def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Tensor]:
-    """``(prob, y)`` of a whole loader, both ``(M, T)`` on the CPU; for a
-    :class:`~graphattn.ProbabilityEnsemble` ``prob`` is ``(members, M, T)``."""
+def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
+    """``(prob, y)`` of a whole loader, both ``(M, T)`` on the CPU (``y`` None for graphs
+    without labels); for a :class:`~graphattn.ProbabilityEnsemble` ``prob`` is ``(members, M, T)``."""
     from .models import ProbabilityEnsemble
 
     model.eval()
     probs, ys = [], []
     with torch.no_grad():
         for b in loader:
+            b = b.to(next(model.parameters()).device)
+            args, kwargs = _model_inputs(b)
             if isinstance(model, ProbabilityEnsemble):
-                b = b.to(next(model.parameters()).device)
-                args, kwargs = _model_inputs(b)
                 probs.append(model.member_probabilities(*args, **kwargs).cpu())
-                ys.append(b.y.float().cpu())
             else:
-                logits, y = forward(model, b)
-                probs.append(torch.sigmoid(logits.float()).cpu())
-                ys.append(y.float().cpu())
+                probs.append(torch.sigmoid(model(*args, **kwargs).float()).cpu())
+            ys.append(None if getattr(b, "y", None) is None else b.y.float().cpu())
     if not probs:
         return torch.empty(0), torch.empty(0)
     prob = torch.cat(probs, dim=-2)
-    return prob, torch.cat(ys).view(prob.shape[-2:])
+    return prob, (None if any(y is None for y in ys) else torch.cat(ys).view(prob.shape[-2:]))
 
 
 def probability_metrics(prob: Tensor, y: Tensor, task_names: List[str]) -> Dict[str, Any]:
@@ -395,10 +393,16 @@ def featurize(smiles: Sequence[str], pe_dim: int = 0,
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256) -> Tensor:
-    """Per-task probabilities ``(M, T)`` for a list of graphs."""
+def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256, members: bool = False) -> Tensor:
+    """Per-task probabilities ``(M, T)`` for a list of graphs; with ``members=True`` and a
+    :class:`~graphattn.ProbabilityEnsemble`, every member's: ``(members, M, T)``."""
     from torch_geometric.loader import DataLoader
 
+    from .models import ProbabilityEnsemble
+
     model.eval()
-    outs = [torch.sigmoid(forward(model, b)[0]).cpu() for b in DataLoader(list(graphs), batch_size=batch_size)]
-    return torch.cat(outs) if outs else torch.empty(0, model.num_tasks)
+    prob, _ = _probabilities(model, DataLoader(list(graphs), batch_size=batch_size))
+    if prob.numel() == 0:
+        return torch.empty(*((len(model.members),) if members and isinstance(model, ProbabilityEnsemble) else ()),
+                           0, model.num_tasks)
+    return prob if members or prob.dim() == 2 else prob.mean(0)

@@ -230,7 +230,8 @@ class _Columns(nn.Module):
 
 def predict(args) -> int:
     """Per-task probabilities for --smiles or --csv; a CSV at --out (stdout without --out).
-    Every input gets a row; an invalid SMILES gets empty probabilities and an ``error``."""
+    Every input gets a row; an invalid SMILES gets empty probabilities and an ``error``.
+    An ensemble checkpoint adds ``<task>_std`` columns (spread of its members' probabilities)."""
     try:
         model, meta = load_model(args.checkpoint)
         smiles = _inputs(args, "predict")
@@ -239,12 +240,19 @@ def predict(args) -> int:
     tasks = meta["task_names"]
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     ok = [i for i, g in enumerate(graphs) if not isinstance(g, str)]
-    prob = predict_proba(model, [graphs[i] for i in ok])
-    rows = [{"row": i + 1, "smiles": s, **{t: "" for t in tasks}, "error": g if isinstance(g, str) else ""}
+    prob = predict_proba(model, [graphs[i] for i in ok], members=True)
+    # an ensemble also reports how much its members disagree: <task>_std, the standard
+    # deviation of the members' probabilities (chemprop's ensemble uncertainty)
+    std_cols = [f"{t}_std" for t in tasks] if prob.dim() == 3 else []
+    std = prob.std(0, unbiased=False) if std_cols else None
+    prob = prob.mean(0) if std_cols else prob
+    rows = [{"row": i + 1, "smiles": s, **{t: "" for t in tasks + std_cols}, "error": g if isinstance(g, str) else ""}
             for i, (s, g) in enumerate(zip(smiles, graphs))]
     for j, i in enumerate(ok):
         rows[i].update({t: f"{float(p):.6f}" for t, p in zip(tasks, prob[j])})
-    fields = ["row", "smiles", *tasks, "error"]
+        if std_cols:
+            rows[i].update({t: f"{float(v):.6f}" for t, v in zip(std_cols, std[j])})
+    fields = ["row", "smiles", *tasks, *std_cols, "error"]
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w", newline="") as f:

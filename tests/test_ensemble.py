@@ -70,6 +70,9 @@ def test_run_ensemble_members_curve_and_checkpoint(tmp_path, molecule_csv):
     torch.testing.assert_close(mp.predict_proba(model, graphs), mp.predict_proba(res["model"], graphs))
     manual = torch.stack([mp.predict_proba(m, graphs) for m in res["model"].members]).mean(0)
     torch.testing.assert_close(mp.predict_proba(model, graphs), manual, atol=1e-5, rtol=1e-4)
+    assert mp.predict_proba(model, graphs, members=True).shape == (3, len(graphs), len(ds.task_names))
+    assert mp.predict_proba(model, [], members=True).shape == (3, 0, len(ds.task_names))
+    assert mp.predict_proba(model, []).shape == (0, len(ds.task_names))
     with pytest.raises(ValueError, match=">= 1"):
         mp.run_ensemble(ds, idx, spec, _HP, size=0)
 
@@ -100,6 +103,12 @@ def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, cap
                      "--out", str(tmp_path / "p.csv")]) == 0
     rows = (tmp_path / "p.csv").read_text().splitlines()
     assert len(rows) == 3 and "syntax error" in rows[2]
+    assert rows[0] == "row,smiles,toxic,active,toxic_std,active_std,error"
+    model, meta = mp.load_model(best)
+    member_prob = mp.predict_proba(model, mp.featurize(["CCO"], meta["pe"]["k"]), members=True)  # (2, 1, T)
+    values = [float(v) for v in rows[1].split(",")[2:6]]
+    want = member_prob.mean(0)[0].tolist() + member_prob.std(0, unbiased=False)[0].tolist()
+    assert values == pytest.approx(want, abs=2e-6) and min(values[2:]) >= 0
     assert cli.main(["explain", "--checkpoint", best, "--smiles", "c1ccccc1O", "--out", str(tmp_path / "m.png")]) == 0
     assert (tmp_path / "m.png").stat().st_size > 0
     assert cli.main(["evaluate", "--checkpoint", best, "--no-progress"]) == 0
