@@ -39,6 +39,9 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     m.add_argument("--dropout", type=float, default=None)
     m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
     m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
+    m.add_argument("--readout", default=None, choices=["mean", "sum", "max", "token"],
+                   help="graph-level tasks: pooling of the node states (token = the global tokens' state; "
+                        "default: per dataset)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -68,7 +68,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 def _hparams(args) -> Dict[str, Any]:
     hp = dict(DEFAULTS)
     for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim", "local_mpnn", "descriptors"):
+                 "global_tokens", "pe_dim", "local_mpnn", "descriptors", "readout"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
     if getattr(args, "weight_decay", None) is not None:
@@ -102,6 +102,8 @@ def train(args) -> int:
     if social:  # parsed for the social tasks: refuse rather than silently ignore them
         return _err("train", f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
                              "option(s), not used for molecules")
+    if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
+        return _err("train", "--readout token needs --global-tokens >= 1")
     ensemble = 1 if args.ensemble is None else args.ensemble
     if ensemble < 1:
         return _err("train", f"--ensemble must be >= 1, got {ensemble}")

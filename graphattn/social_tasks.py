@@ -97,7 +97,7 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
                  "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
-                 "self_loops", "label_input", "local_mpnn"):
+                 "self_loops", "label_input", "local_mpnn", "readout"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
@@ -134,6 +134,8 @@ def train(args) -> int:
             raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
         if getattr(args, "ensemble", None) not in (None, 1):
             raise ValueError("--ensemble is a molecule option (averaged probabilities of N models)")
+        if getattr(args, "readout", None) and not graph_level:
+            raise ValueError("--readout is for graph-level tasks (molecules, graph sets), not node classification")
         if getattr(args, "local_mpnn", None) and not graph_level:
             raise ValueError("--local-mpnn is a molecule / graph-set option (node sets: see --gcn-weight, "
                              "--propagation)")

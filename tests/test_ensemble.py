@@ -137,3 +137,4 @@ def test_social_tasks_refuse_ensemble(capsys):
 
     assert cli.main(["train", "karate", "--ensemble", "3", "--epochs", "1"]) == 2
     assert "--ensemble is a molecule option" in capsys.readouterr().err
+

@@ -1,0 +1,39 @@
+"""``graphattn train --readout``: graph-level tasks only."""
+
+
+def test_molecule_readout(tmp_path, molecule_csv, capsys):
+    from graphattn import cli
+    from graphattn.train import load_checkpoint
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "--csv", str(molecule_csv), "--epochs", "1", "--readout", "sum", "--hidden", "16",
+                     "--layers", "1", "--heads", "2", "--no-descriptors", "--no-progress", "--out", str(run)]) == 0
+    assert load_checkpoint(run / "best.pt")["meta"]["model"]["kwargs"]["readout"] == "sum"
+    capsys.readouterr()
+    assert cli.main(["train", "--csv", str(molecule_csv), "--readout", "token", "--global-tokens", "0",
+                     "--no-progress"]) == 2
+    assert "--readout token needs --global-tokens >= 1" in capsys.readouterr().err
+
+
+def test_graph_set_readout(tmp_path, monkeypatch, capsys):
+    from test_social_tasks import _tu_text
+
+    from graphattn import cli
+    from graphattn.train import load_checkpoint
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    txt = _tu_text(tmp_path / "TOY.txt")
+    assert cli.main(["train", "--tu-text", str(txt), "--readout", "max", "--epochs", "1", "--batch-size", "8",
+                     "--no-progress", "--out", str(tmp_path / "g")]) == 0
+    assert load_checkpoint(tmp_path / "g" / "best.pt")["meta"]["model"]["kwargs"]["readout"] == "max"
+    capsys.readouterr()
+    assert cli.main(["train", "--tu-text", str(txt), "--readout", "token", "--global-tokens", "0",
+                     "--epochs", "1", "--no-progress", "--out", str(tmp_path / "t")]) == 2
+    assert "num_global_tokens >= 1" in capsys.readouterr().err
+
+
+def test_node_tasks_refuse_readout(capsys):
+    from graphattn import cli
+
+    assert cli.main(["train", "karate", "--readout", "sum", "--epochs", "1"]) == 2
+    assert "--readout is for graph-level tasks" in capsys.readouterr().err
