@@ -113,7 +113,7 @@ def run_node(name, args, log):
 
 def run_graph(name, args, log):
     spec = {"level": "graph", "name": name, "display": name, "limit": None, "split_seed": 0,
-            "folds": args.folds, "max_degree": 64, "rw_steps": 8}
+            "folds": args.folds, **sg.GRAPH_FEATURES}
     graphs = sg.load_graphs(spec)
     hp = hparams(args, sg.graph_defaults(name))
     results, gin = {m: [] for m in args.models}, {}

@@ -2,7 +2,8 @@
 the bonus ego-net sets, and any file in the DGCNN/GIN text format (``--tu-text``).
 
 Social graphs have no node features: every graph gets one-hot degree (capped at 64) +
-log-degree + 8 random-walk return probabilities (:func:`graphattn.data.tu.add_structural_features`).
+log-degree + 8 random-walk return probabilities + the local degree profile
+(:data:`GRAPH_FEATURES`, :func:`graphattn.data.structural.add_structural_features`).
 With ``--folds K`` each fold trains a fresh model: the fold's training graphs minus a
 stratified 10 % validation part (model selection, early stopping), tested on the fold's
 test graphs; 10 folds use the dataset's ``10fold_idx`` files when present (else seeded
@@ -21,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-__all__ = ["GRAPH_DATASETS", "load_graphs", "graph_split", "graph_model_spec", "graph_forward",
+__all__ = ["GRAPH_DATASETS", "GRAPH_FEATURES", "load_graphs", "graph_split", "graph_model_spec", "graph_forward",
            "fit_fold", "prepare_graph", "run_graph", "evaluate_graph", "predict_graph"]
 
 
@@ -36,9 +37,18 @@ GRAPH_DATASETS = _names()
 _BASE = dict(hidden=64, layers=3, epochs=100, lr=1e-3, dropout=0.2, weight_decay=0.0,
              global_tokens=1, pe_dim=0, patience=None, readout="mean")
 _PER_DATASET: Dict[str, Dict[str, Any]] = {
-    "reddit-binary": dict(epochs=50, readout="sum"),
+    # REDDIT-BINARY has graphs of 6 to 3,782 nodes: a sum readout made training collapse (fold 1,
+    # 30 epochs: validation stuck at the majority class for 15 epochs, best val 0.800); the mean
+    # readout (the default) reached val 0.928 / 0.933 (with LDP features) within 20 epochs.
+    "reddit-binary": dict(epochs=50),
     "collab": dict(epochs=50),
 }
+#: node features of the graph sets (:func:`graphattn.data.structural.add_structural_features`):
+#: one-hot degree up to 64, log-degree, 8 random-walk return probabilities and the local degree
+#: profile (LDP: the neighbours' degree min/max/mean/std, Cai & Wang 2018; REDDIT-BINARY fold 1,
+#: mean readout, best validation accuracy within 20 epochs: 0.933 with, 0.928 without).
+#: Checkpoints store these in their data spec (older ones, without ``ldp``, are read without it).
+GRAPH_FEATURES: Dict[str, Any] = dict(max_degree=64, rw_steps=8, ldp=True)
 #: validation fraction carved (stratified) out of each fold's training graphs
 VAL_FRACTION = 0.1
 
@@ -52,7 +62,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     from .data.download import data_root
 
     spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
-                            "folds": args.folds, "max_degree": 64, "rw_steps": 8}
+                            "folds": args.folds, **GRAPH_FEATURES}
     if args.tu_text:
         if not Path(args.tu_text).is_file():
             raise ValueError(f"--tu-text {args.tu_text}: no such file")
@@ -82,7 +92,8 @@ def load_graphs(spec: Dict[str, Any]):
         sub = GraphList(graphs[i] for i in keep.sort().values.tolist())  # a random subset: files are sorted by label
         sub.name, sub.label_values, sub.folds = graphs.name, graphs.label_values, None
         graphs = sub
-    add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"])
+    add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"],
+                            ldp=bool(spec.get("ldp", False)))
     if int(spec.get("pe_dim", 0) or 0) > 0:
         from .encodings import AddLaplacianPE
 

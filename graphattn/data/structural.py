@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-__all__ = ["random_walk_pe", "structural_node_features", "add_structural_features"]
+__all__ = ["random_walk_pe", "local_degree_profile", "structural_node_features", "add_structural_features"]
 
 
 def _degree(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -100,6 +100,19 @@ def _return_prob_3(row: np.ndarray, col: np.ndarray, deg: np.ndarray, n: int) ->
     return torch.from_numpy(inv * (c @ inv)).float()
 
 
+def local_degree_profile(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """``log(1 + [min, max, mean, std] of the neighbours' degrees)``, float ``(N, 4)``: the
+    local degree profile of Cai & Wang (2018, "A simple yet effective baseline for
+    non-attributed graph classification") without its first column (the node's own degree,
+    which the other features carry). PyG's ``LocalDegreeProfile`` computes the raw statistics;
+    the log keeps REDDIT's hubs (degree > 3000) on the scale of the other features. A node
+    without neighbours gets zeros."""
+    from torch_geometric.transforms import LocalDegreeProfile
+
+    ldp = LocalDegreeProfile()(Data(edge_index=edge_index, num_nodes=num_nodes)).x[:, 1:]
+    return torch.log1p(ldp.clamp_min(0).nan_to_num(0.0))
+
+
 def structural_node_features(edge_index: Tensor, num_nodes: int, rw_steps: int = 16,
                              **rw_kwargs) -> Tensor:
     """``[log(1 + degree), RWPE_1..RWPE_rw_steps]`` as float (N, 1 + rw_steps)."""
@@ -112,7 +125,7 @@ def structural_node_features(edge_index: Tensor, num_nodes: int, rw_steps: int =
 
 def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int] = 64,
                             degree: str = "onehot", rw_steps: int = 8, replace: bool = False,
-                            exact_max_nodes: int = 1000) -> Sequence[Data]:
+                            exact_max_nodes: int = 1000, ldp: bool = False) -> Sequence[Data]:
     """Add degree / random-walk features to every graph, in place; returns ``data_list``.
 
     * ``degree="onehot"``: one-hot of ``min(deg, max_degree)`` (``max_degree + 1`` columns,
@@ -121,8 +134,9 @@ def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int]
     * ``rw_steps > 0``: random-walk return probabilities ``[P^k]_ii``, k = 1..rw_steps, exact
       for graphs of up to ``exact_max_nodes`` nodes, a 64-probe Monte-Carlo estimate above
       (see :func:`random_walk_pe`; ~10 % of REDDIT-BINARY's graphs).
+    * ``ldp``: 4 more columns, the neighbours' degree statistics (:func:`local_degree_profile`).
 
-    Width: ``max_degree + 2 + rw_steps`` (74 by default), concatenated after the
+    Width: ``max_degree + 2 + rw_steps (+ 4)`` (74 by default), concatenated after the
     existing ``x`` (one-hot tags of the molecular sets) unless ``replace``.
     Sets ``data.feature_source = "structural"``. Measured here (2 CPU cores), ``rw_steps=8``:
     IMDB-BINARY 0.3 s, COLLAB ~11 s, REDDIT-BINARY ~6 s; ``rw_steps=0``: COLLAB ~4 s.
@@ -144,6 +158,8 @@ def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int]
             if rw_steps > 0:
                 feats.append(random_walk_pe(d.edge_index, d.num_nodes, rw_steps,
                                             exact_max_nodes=exact_max_nodes))
+            if ldp:
+                feats.append(local_degree_profile(d.edge_index, d.num_nodes))
             s = torch.cat(feats, 1)
             d.x = s if (replace or d.x is None) else torch.cat([d.x, s], 1)
             d.feature_source = "structural"

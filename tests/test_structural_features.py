@@ -1,0 +1,57 @@
+"""Structural node features of graph sets: the local degree profile (LDP) option."""
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
+
+from graphattn.data.structural import add_structural_features, local_degree_profile
+
+
+def _star_plus_edge():
+    # 0 is a hub of 1, 2, 3; 3-4 hangs off the star; 5 is isolated
+    return to_undirected(torch.tensor([[0, 0, 0, 3], [1, 2, 3, 4]])), 6
+
+
+def test_local_degree_profile_by_hand():
+    ei, n = _star_plus_edge()
+    got = local_degree_profile(ei, n)
+    # degrees: 0:3, 1:1, 2:1, 3:2, 4:1, 5:0; node 0's neighbours have degrees 1, 1, 2
+    mean0 = 4 / 3
+    std0 = ((2 * (1 - mean0) ** 2 + (2 - mean0) ** 2) / 3) ** 0.5
+    want = torch.tensor([[1, 2, mean0, std0],      # node 0
+                         [3, 3, 3, 0], [3, 3, 3, 0],  # leaves see the hub
+                         [1, 3, 2, 1],             # node 3: neighbours 0 (deg 3) and 4 (deg 1)
+                         [2, 2, 2, 0],             # node 4 sees node 3
+                         [0, 0, 0, 0]], dtype=torch.float)  # isolated: zeros, not NaN/inf
+    torch.testing.assert_close(got, torch.log1p(want))
+
+
+def test_ldp_columns_are_appended_and_finite_on_degenerate_graphs():
+    ei, n = _star_plus_edge()
+    graphs = [Data(edge_index=ei, num_nodes=n), Data(edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=1),
+              Data(edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=0)]
+    plain = add_structural_features([g.clone() for g in graphs], max_degree=4, rw_steps=2)
+    ldp = add_structural_features([g.clone() for g in graphs], max_degree=4, rw_steps=2, ldp=True)
+    for p, q in zip(plain, ldp):
+        assert q.x.shape == (p.num_nodes, p.x.size(1) + 4) and torch.isfinite(q.x).all()
+        torch.testing.assert_close(q.x[:, :-4], p.x)
+    torch.testing.assert_close(ldp[0].x[:, -4:], local_degree_profile(ei, n))
+
+
+def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
+    """``graphattn train`` specs carry ``ldp``; a checkpoint's spec without it rebuilds the old features."""
+    from test_social_tasks import _tu_text
+
+    from graphattn import cli
+    from graphattn.social_graph import GRAPH_FEATURES, load_graphs
+    from graphattn.train import load_checkpoint
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    txt = _tu_text(tmp_path / "TOY.txt")
+    assert cli.main(["train", "--tu-text", str(txt), "--epochs", "1", "--batch-size", "8", "--no-progress",
+                     "--out", str(tmp_path / "g")]) == 0
+    spec = load_checkpoint(tmp_path / "g" / "best.pt")["meta"]["data"]
+    assert spec["ldp"] is True and GRAPH_FEATURES["ldp"] is True
+    new = load_graphs(spec)
+    old = load_graphs({k: v for k, v in spec.items() if k != "ldp"})
+    assert new[0].num_features == old[0].num_features + 4
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "g" / "best.pt")]) == 0
