@@ -54,6 +54,8 @@ def hparams(args, defaults):
             hp[k] = v
     if args.layers is not None:  # an explicit --layers is every model's depth
         hp["baseline_layers"] = None
+    if args.readout is not None:  # ... and an explicit --readout every model's readout
+        hp["baseline_readout"] = None
     return hp
 
 

@@ -103,6 +103,8 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
             hp[name] = val
     if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
         hp["baseline_layers"] = None
+    if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
+        hp["baseline_readout"] = None
     hp["heads"] = args.heads
     return hp
 

@@ -37,3 +37,20 @@ def test_node_tasks_refuse_readout(capsys):
 
     assert cli.main(["train", "karate", "--readout", "sum", "--epochs", "1"]) == 2
     assert "--readout is for graph-level tasks" in capsys.readouterr().err
+
+
+def test_reddit_binary_readouts_per_model_and_explicit_override():
+    from graphattn.cli import build_parser
+    from graphattn.social_graph import graph_defaults, graph_model_spec
+    from graphattn.social_tasks import _hparams
+
+    def readouts(*flags):
+        hp = _hparams(build_parser().parse_args(["train", "reddit-binary", *flags]), graph_defaults("reddit-binary"))
+        return (graph_model_spec("none", 78, 2, hp)["kwargs"]["readout"],
+                graph_model_spec("gcn", 78, 2, hp)["kwargs"]["readout"])
+
+    assert readouts() == ("mean", "sum")  # each model at the readout chosen on validation
+    assert readouts("--readout", "max") == ("max", "max")  # an explicit readout is every model's
+    assert readouts("--readout", "token") == ("token", "mean")  # the baselines have no tokens
+    hp = _hparams(build_parser().parse_args(["train", "imdb-binary"]), graph_defaults("imdb-binary"))
+    assert graph_model_spec("gat", 78, 2, hp)["kwargs"]["readout"] == "mean"
