@@ -37,26 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import social_graph as sg  # noqa: E402
 from graphattn import social_node as sn  # noqa: E402
-from graphattn.social_tasks import DATASETS, _key, build_model  # noqa: E402
+from graphattn.social_tasks import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
 from graphattn.train import fit, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
 MODELS = ("ours", "gcn", "gat", "transformer")
-
-
-def hparams(args, defaults):
-    hp = dict(defaults, heads=args.heads)
-    for k in ("epochs", "lr", "hidden", "layers", "dropout", "weight_decay", "global_tokens", "patience",
-              "readout", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
-              "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout", "self_loops", "label_input"):
-        v = getattr(args, k, None)
-        if v is not None:
-            hp[k] = v
-    if args.layers is not None:  # an explicit --layers is every model's depth
-        hp["baseline_layers"] = None
-    if args.readout is not None:  # ... and an explicit --readout every model's readout
-        hp["baseline_readout"] = None
-    return hp
 
 
 def parse_grid(text):
