@@ -474,6 +474,9 @@ class ProbabilityEnsemble(nn.Module):
 
     Args:
         members: the trained models (at least one), all with the same ``num_tasks``.
+
+    Shapes: the members' inputs -> logits ``(B, T)``; :meth:`member_probabilities` ``(M, B, T)``
+    for M members. Its state dict is the members' under ``members.<m>.``.
     """
 
     def __init__(self, members: Sequence[nn.Module]):
