@@ -44,6 +44,30 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                         "default: per dataset)")
 
 
+_AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
+             "folds": 2, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0}
+_FRACTIONS = ("dropout", "attn_dropout", "input_dropout", "propagation_dropout")
+
+
+def check_train_numbers(args) -> None:
+    """ValueError naming the option when a numeric ``train`` option is out of its range."""
+    for name, low in _AT_LEAST.items():
+        val = getattr(args, name, None)
+        if val is not None and val < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {val}")
+    for name in _FRACTIONS:
+        val = getattr(args, name, None)
+        if val is not None and not 0.0 <= val < 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {val}")
+    for name in ("lr",):
+        val = getattr(args, name, None)
+        if val is not None and not val > 0:
+            raise ValueError(f"--lr must be > 0, got {val}")
+    val = getattr(args, "weight_decay", None)
+    if val is not None and val < 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {val}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import molecule_tasks, social_tasks
 
@@ -88,7 +112,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from . import molecule_tasks, social_tasks
 
+    from .train import CheckpointError
+
     if args.command == "train":
+        try:
+            check_train_numbers(args)
+        except ValueError as exc:
+            print(f"graphattn train: {exc}", file=sys.stderr)
+            return 2
         if args.distributed:
             from . import distributed
 
@@ -97,10 +128,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                       "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
                 return 2
             distributed.init_from_env()
-        if molecule_tasks.handles(args):
-            return molecule_tasks.train(args)
-        if social_tasks.handles(args):
-            return social_tasks.train(args)
+        try:
+            if molecule_tasks.handles(args):
+                return molecule_tasks.train(args)
+            if social_tasks.handles(args):
+                return social_tasks.train(args)
+        except CheckpointError as exc:  # e.g. --resume into a folder of another model
+            print(f"graphattn train: {exc}", file=sys.stderr)
+            return 2
         known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)
         print(f"graphattn train: unknown dataset {args.dataset!r}; choose one of {', '.join(known)} "
               "or give --csv FILE, --edges E --target T, or --tu-text FILE", file=sys.stderr)
@@ -116,8 +151,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.argv = [str(script), *args.rest]
         runpy.run_path(str(script), run_name="__main__")
         return 0
-    from .train import CheckpointError
-
     try:
         pipeline = _pipeline_of(args.checkpoint)
     except CheckpointError as exc:

@@ -65,7 +65,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     from .data.download import data_root
 
     spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
-                            "folds": args.folds, **GRAPH_FEATURES}
+                            "folds": args.folds, **GRAPH_FEATURES, "node_attr": True}
     if args.tu_text:
         if not Path(args.tu_text).is_file():
             raise ValueError(f"--tu-text {args.tu_text}: no such file")
@@ -97,6 +97,14 @@ def load_graphs(spec: Dict[str, Any]):
         graphs = sub
     add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"],
                             ldp=bool(spec.get("ldp", False)))
+    if spec.get("node_attr") and len(graphs) and all(getattr(g, "node_attr", None) is not None for g in graphs):
+        # continuous node attributes of the file (text format: columns after the neighbours),
+        # z-scored over all nodes of the set; specs written before this existed skip them
+        attr = torch.cat([g.node_attr.float() for g in graphs])
+        mean, std = attr.mean(0), attr.std(0, unbiased=False).clamp(min=1e-6)
+        for g in graphs:
+            g.x = torch.cat([g.x, (g.node_attr.float() - mean) / std], 1)
+            g.feature_source = "structural+attributes"
     if int(spec.get("pe_dim", 0) or 0) > 0:
         from .encodings import AddLaplacianPE
 
@@ -200,7 +208,22 @@ def prepare_graph(args, name: Optional[str]):
         spec["pe_dim"] = hp["pe_dim"]
     else:
         hp["pe_dim"] = 0
-    return spec, load_graphs(spec), hp
+    graphs = load_graphs(spec)
+    if graphs.num_classes < 2:
+        raise ValueError(f"{spec['display']}: every graph has the same label; classification needs at least two")
+    from .social_tasks import build_model
+
+    # a model option that does not fit (e.g. --readout token without tokens) fails here, as an input error
+    build_model(graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp))
+    for fold in range(args.folds) if args.folds else [None]:
+        parts = graph_split(spec, graphs, fold)
+        empty = [s for s, idx in zip(("train", "val", "test"), parts) if idx.numel() == 0]
+        if empty:
+            where = f"fold {fold + 1} of {args.folds}" if fold is not None else "the 80/10/10 split"
+            raise ValueError(f"{spec['display']}: {len(graphs)} graphs are too few: {where} has no "
+                             f"{'/'.join(empty)} graphs (10 % of the training graphs go to validation); "
+                             "use fewer --folds or more graphs")
+    return spec, graphs, hp
 
 
 def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
@@ -213,7 +236,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     out = _out_dir(args, spec["display"] + (f"-{args.folds}fold" if args.folds else ""))
     n_nodes = sum(g.num_nodes for g in graphs)
     print(f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
-          f"{graphs[0].num_features} structural features\nmodel: "
+          f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})\nmodel: "
           f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
           f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, {hp['global_tokens']} global "
           f"tokens, readout {hp['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
@@ -224,7 +247,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
         split = graph_split(spec, graphs, fold)
         sub = out / f"fold{fold + 1:02d}" if fold is not None else out
         meta = {"pipeline": "graph", "model": model_spec, "data": spec, "fold": fold, "class_names": names,
-                "feature_source": "structural", "hparams": hp}
+                "feature_source": getattr(graphs[0], "feature_source", "structural"), "hparams": hp}
         if fold is not None:
             print(f"--- fold {fold + 1}/{len(folds)}: {len(split[0])} train / {len(split[1])} val / "
                   f"{len(split[2])} test graphs")

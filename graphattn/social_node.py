@@ -81,11 +81,19 @@ def node_defaults(name: str, num_nodes: int) -> Dict[str, Any]:
 
 # ----------------------------------------------------------------------------- data
 def _standardize(x: Tensor) -> Tensor:
+    if x.size(0) < 2:  # the std of one row is NaN: centre only
+        return x - x.mean(0)
     return (x - x.mean(0)) / x.std(0).clamp(min=1e-6)
 
 
 def load_node_data(spec: Dict[str, Any]):
-    """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``."""
+    """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``.
+
+    ``spec["feature_source"]`` (set by ``graphattn train``, ``"file"`` or ``"structural"``)
+    pins where the features come from, so a checkpoint trained on structural features
+    still gets them after a features file appears, and one trained on a features file fails
+    clearly when that file is gone. ``data.base_feature_source`` is that source.
+    """
     from .data.social import (load_musae, load_social_node_dataset, stratified_masks,
                               structural_node_features)
 
@@ -100,7 +108,15 @@ def load_node_data(spec: Dict[str, Any]):
         if data.x is None:
             data.x = structural_node_features(data.edge_index, data.num_nodes)
             data.feature_source = "structural"
-    source = data.feature_source
+    source, want = data.feature_source, spec.get("feature_source")
+    if want == "structural" and source == "file":
+        data.x = structural_node_features(data.edge_index, data.num_nodes)
+        source = data.feature_source = "structural"
+    elif want == "file" and source != "file":
+        raise ValueError(f"{spec.get('display') or spec.get('name')}: this model was trained on the node "
+                         "features file, which is not found now (only structural features could be built); "
+                         "put the features JSON back under the data root")
+    data.base_feature_source = source
     if spec.get("name") == "karate":
         data.x = torch.cat([torch.eye(data.num_nodes), _standardize(data.x)], 1)
         source = data.feature_source = "identity+structural"
@@ -245,7 +261,9 @@ def node_forward(spec: Dict[str, Any]):
 
 
 @torch.no_grad()
+@torch.no_grad()
 def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
+    """Eval-mode logits of every node of the whole graph (no autograd graph is kept)."""
     model.eval()
     inp = node_inputs(data)
     return _call(model, spec, inp["x"], inp["edge_index"], inp["pe"])

@@ -43,14 +43,18 @@ def _key(name: Optional[str]) -> Optional[str]:
     """Canonical dataset name (``Twitch_DE`` -> ``twitch-de``, ``LastFM-Asia`` -> ``lastfm_asia``)."""
     if name is None:
         return None
+    from .data.social import _ALIASES as node_aliases
+    from .data.tu import _GRAPH_ALIASES as graph_aliases
+
+    table = {_norm(a): _norm(b) for a, b in {**node_aliases, **graph_aliases, **_ALIASES}.items()}
     n = _norm(name)
-    n = {_norm(a): b for a, b in _ALIASES.items()}.get(n, n)
+    n = table.get(n, n)
     return next((k for k in DATASETS if _norm(k) == n), None)
 
 
 def handles(args) -> bool:
     """True when the train command is ours: a social dataset name, --edges or --tu-text."""
-    return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None)
+    return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None)
                 or _key(args.dataset) in DATASETS)
 
 
@@ -127,6 +131,7 @@ def train(args) -> int:
     name = _key(args.dataset)
     graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
     try:  # everything that depends on the user's input; training errors keep their traceback
+        _check_inputs(args)
         if (args.baseline or "none") not in SOCIAL_BASELINES:
             raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
                              f"got {args.baseline!r}")
@@ -144,22 +149,52 @@ def train(args) -> int:
         if graph_level:
             if args.mini_batch:
                 raise ValueError("--mini-batch is for node classification on one large graph")
-            from .social_graph import prepare_graph, run_graph
+            from .social_graph import prepare_graph
 
             job = prepare_graph(args, name)
-            return run_graph(args, *job)
-        if args.folds:
-            raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
-        job = _prepare_node(args, sn.data_spec(args, None if args.edges else name))
-    except (DataFileError, KeyError, ValueError) as exc:
-        hint = " (on the command line: --target-col NAME)" if "target_col" in str(exc) else ""
-        print(f"graphattn train: {str(exc).strip(chr(39))}{hint}", file=sys.stderr)
+        else:
+            if args.folds:
+                raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
+            job = _prepare_node(args, sn.data_spec(args, None if args.edges else name))
+    except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
+        hint = " (on the command line: --target-col NAME)" if "target_col" in _message(exc) else ""
+        print(f"graphattn train: {_message(exc)}{hint}", file=sys.stderr)
         return 2
+    if graph_level:
+        from .social_graph import run_graph
+
+        return run_graph(args, *job)
     return _train_node(args, *job)
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's message; a KeyError's without the quotes ``str`` adds."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return str(exc.args[0])
+    return str(exc)
+
+
+def _check_inputs(args) -> None:
+    """ValueError for options that contradict each other (instead of silently ignoring one)."""
+    given = [f for f, v in (("a dataset name", args.dataset), ("--edges", args.edges),
+                            ("--tu-text", args.tu_text)) if v]
+    if len(given) > 1:
+        raise ValueError(f"give one input: {' or '.join(given)}, not both")
+    if args.edges and not args.target:
+        raise ValueError("--edges needs --target (the node id + label CSV)")
+    for flag, val in (("--target", args.target), ("--target-col", args.target_col)):
+        if val and not args.edges:
+            raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels)")
 
 
 def _prepare_node(args, spec: Dict[str, Any]):
     data = sn.load_node_data(spec)
+    present = data.y[data.y >= 0].unique()
+    if present.numel() < 2:
+        raise ValueError(f"{spec['display']}: every labelled node has the same class "
+                         f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
+    if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
+        spec["feature_source"] = data.base_feature_source
     hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
     if args.baseline != "none":
         hp["pe_dim"] = 0
@@ -170,6 +205,7 @@ def _prepare_node(args, spec: Dict[str, Any]):
     if hp.get("pe_dim") or hp.get("label_input"):
         spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
         data = sn.load_node_data(spec)
+    build_model(sn.node_model_spec(args.baseline, data, hp))  # option clashes fail here, as input errors
     return spec, data, hp
 
 
@@ -197,7 +233,17 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
     print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
           + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)
-          + f" | {res['seconds_per_epoch']:.2f} s/epoch")
+          + f" | {res['seconds_per_epoch']:.2f} s/epoch" + (" (on the partitions)" if args.mini_batch else ""))
+    if args.mini_batch:
+        # the numbers above come from the partition subgraphs (edges between parts are cut);
+        # evaluate / predict / explain read the whole graph, so report that too
+        full = _node_accuracy(model, meta, data)
+        res["full_graph"] = full
+        print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
+              + " | ".join(f"{s} acc {v:.4f}" for s, v in full.items()))
+        from .train import write_metrics
+
+        write_metrics(out / "metrics.json", res)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
 
@@ -226,6 +272,51 @@ def _load(checkpoint: str):
     return ck, meta, model
 
 
+def _node_data(meta: Dict[str, Any]):
+    """The graph of a node checkpoint, checked against what the model was trained on."""
+    data = sn.load_node_data(meta["data"])
+    if list(data.class_names) != list(meta["class_names"]):
+        raise ValueError(f"the labels now read ({list(data.class_names)}) differ from the classes the model "
+                         f"was trained on ({list(meta['class_names'])}): the target file changed")
+    want = meta["model"]["kwargs"].get("in_channels")
+    if want is not None and data.num_features != want:
+        raise ValueError(f"the node features now built have {data.num_features} columns, the model was "
+                         f"trained on {want}: the input files changed")
+    return data
+
+
+def _social_command(fn):
+    """Runs a checkpoint command; missing/changed input files give one clear line, exit 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(args) -> int:
+        from .data.download import DataFileError
+
+        command = fn.__name__
+        for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None))):
+            if val:
+                print(f"graphattn {command}: {flag} is for molecule checkpoints; {args.checkpoint} is a "
+                      "social-network model (it reads the graph it was trained on)", file=sys.stderr)
+                return 2
+        try:
+            return fn(args)
+        except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
+            print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
+    logits = sn.node_logits(model, meta["model"], data)
+    res = {}
+    for s in ("train", "val", "test"):
+        m = data[f"{s}_mask"] & (data.y >= 0)
+        res[s] = float((logits[m].argmax(-1) == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
+    return res
+
+
+@_social_command
 def evaluate(args) -> int:
     """Accuracy of a checkpoint on the train/val/test split it was trained with."""
     ck, meta, model = _load(args.checkpoint)
@@ -234,15 +325,14 @@ def evaluate(args) -> int:
 
         res = evaluate_graph(model, meta)
     else:
-        data = sn.load_node_data(meta["data"])
-        logits = sn.node_logits(model, meta["model"], data)
-        res = {s: float((logits[data[f"{s}_mask"]].argmax(-1) == data.y[data[f"{s}_mask"]])
-                        .float().mean()) for s in ("train", "val", "test")}
+        res = _node_accuracy(model, meta, _node_data(meta))
     print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
-    print(json.dumps({"checkpoint": str(args.checkpoint), "accuracy": res}))
+    print(json.dumps({"checkpoint": str(args.checkpoint),
+                      "accuracy": {s: (None if v != v else v) for s, v in res.items()}}))
     return 0
 
 
+@_social_command
 def predict(args) -> int:
     """Class probabilities per node (or per graph) as a CSV at --out."""
     ck, meta, model = _load(args.checkpoint)
@@ -254,12 +344,13 @@ def predict(args) -> int:
 
         rows = predict_graph(model, meta)
     else:
-        data = sn.load_node_data(meta["data"])
+        data = _node_data(meta)
         prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
         split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
                  zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
         ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
-        rows = [{"node": i, "node_id": nid, "split": split[i], "label": names[int(data.y[i])],
+        rows = [{"node": i, "node_id": nid, "split": split[i],
+                 "label": names[int(data.y[i])] if int(data.y[i]) >= 0 else "",  # "" = unlabelled
                  "predicted": names[int(prob[i].argmax())],
                  **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
                 for i, nid in enumerate(ids)]
@@ -271,28 +362,42 @@ def predict(args) -> int:
     return 0
 
 
+def _node_row(data, node: int) -> int:
+    """Row of the node whose id (in the input files; the row itself without ids) is ``node``."""
+    ids = getattr(data, "node_id", None)
+    if ids is None:
+        if not 0 <= node < data.num_nodes:
+            raise ValueError(f"--node must be in [0, {data.num_nodes}), got {node}")
+        return node
+    hit = (ids == node).nonzero().view(-1)
+    if hit.numel() == 0:
+        raise ValueError(f"--node {node} is not a node id of this graph (ids {int(ids.min())}..{int(ids.max())}, "
+                         f"{data.num_nodes} nodes)")
+    return int(hit[0])
+
+
+@_social_command
 def explain(args) -> int:
     """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
     ck, meta, model = _load(args.checkpoint)
     if meta["pipeline"] != "node":
-        print("graphattn explain: ego-graph pictures need a node-classification checkpoint", file=sys.stderr)
-        return 2
+        raise ValueError("ego-graph pictures need a node-classification checkpoint")
     if meta["model"]["class"] != "NodeClassifier":
-        print("graphattn explain: attention pictures need our model (not a --baseline checkpoint)",
-              file=sys.stderr)
-        return 2
+        raise ValueError("attention pictures need our model (not a --baseline checkpoint)")
+    if args.hops < 1:
+        raise ValueError(f"--hops must be >= 1, got {args.hops}")
     from .viz_social import draw_ego_attention, last_layer_attention
 
-    data = sn.load_node_data(meta["data"])
-    node = 0 if args.node is None else args.node
-    if not 0 <= node < data.num_nodes:
-        print(f"graphattn explain: --node must be in [0, {data.num_nodes}), got {node}", file=sys.stderr)
-        return 2
+    data = _node_data(meta)
+    node_id = 0 if args.node is None else args.node
+    node = _node_row(data, node_id)
     logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
-    out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node}.png")
+    out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node_id}.png")
+    if not out.suffix:
+        out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
                               hops=args.hops)
-    print(f"Node {node}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
+    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
           f"{info['nodes']} nodes / {info['edges']} edges drawn; "
           f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f}). Wrote {out}")
     return 0

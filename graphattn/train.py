@@ -123,13 +123,18 @@ def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        ck = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and "
                               f"plain Python values (weights_only=True): {str(exc).splitlines()[0]}") from exc
-    except (RuntimeError, EOFError, OSError) as exc:
-        raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated or corrupt?): "
-                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+    # a text or other non-checkpoint file makes the unpickler fail in many ways (KeyError: 105, ...)
+    except (RuntimeError, EOFError, OSError, KeyError, ValueError, IndexError, TypeError) as exc:
+        raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated, corrupt or another "
+                              f"kind of file?): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                              ) from exc
+    if not isinstance(ck, dict):
+        raise CheckpointError(f"{path} is not a graphattn checkpoint (it holds a {type(ck).__name__}, not a dict)")
+    return ck
 
 
 def _rng_state() -> Dict[str, Any]:
@@ -205,8 +210,13 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
-        net.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["optimizer"])
+        try:
+            net.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
+                                  f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "
+                                  "output folder or train without --resume") from exc
         start, history = ck["epoch"] + 1, ck["history"]
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
         if (out_dir / "best.pt").exists():
@@ -264,5 +274,25 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if meta:
         summary["meta"] = meta
     if out_dir is not None and main:
-        (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2, default=float))
+        write_metrics(out_dir / "metrics.json", summary)
     return summary
+
+
+def _json_safe(obj):
+    """NaN / inf -> None (strict JSON has no NaN), recursively; tensors and numpy scalars -> float."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    try:
+        val = float(obj)
+    except (TypeError, ValueError):
+        return str(obj)
+    return val if math.isfinite(val) else None
+
+
+def write_metrics(path, summary: Dict[str, Any]) -> None:
+    """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split)."""
+    Path(path).write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False))

@@ -46,8 +46,9 @@ def last_layer_attention(model: nn.Module, data, inputs: Dict[str, Optional[Tens
 
 def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
                        class_names: List[str], out, hops: int = 1, max_nodes: int = 60) -> Dict[str, Any]:
-    """Draw the ego-graph of ``node`` (at most ``max_nodes`` nodes: the centre's strongest
-    sources first) to the PNG ``out``; returns a small summary dict."""
+    """Draw the ego-graph of ``node`` (a row of ``data``; at most ``max_nodes`` nodes: the
+    centre's strongest sources first) to the PNG ``out``; returns a small summary dict.
+    Nodes are labelled with ``data.node_id`` (the ids of the input files) when present."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,6 +67,8 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     ei, a = edge_index[:, mask], alpha[mask]
     prob = torch.softmax(logits.float(), -1)
     pred = prob.argmax(-1)
+    ids = getattr(data, "node_id", None)
+    name = (lambda n: str(int(ids[n]))) if ids is not None else str  # noqa: E731
     g = nx.DiGraph()
     g.add_nodes_from(subset.tolist())
     for (j, i), w in zip(ei.t().tolist(), a.tolist()):
@@ -78,7 +81,7 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_size=[420 if n == node else 160 for n in nodes],
                            node_color=[cmap(int(pred[n]) % 10) for n in nodes],
                            edgecolors=["black" if n == node else "white" for n in nodes], linewidths=2)
-    nx.draw_networkx_labels(g, pos, labels={n: str(n) for n in nodes}, font_size=7, ax=ax)
+    nx.draw_networkx_labels(g, pos, labels={n: name(n) for n in nodes}, font_size=7, ax=ax)
     into_c = [e for e in g.edges if e[1] == node]  # what the centre listens to
     context = sorted({tuple(sorted(e)) for e in g.edges if node not in e})  # undirected, grey
     nx.draw_networkx_edges(g, pos, edgelist=context, ax=ax, edge_color="0.8", width=0.6, arrows=False)
@@ -90,11 +93,13 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
                                edge_vmax=vmax, arrows=True, arrowsize=12, width=[1.0 + 5.0 * w / vmax for w in weights],
                                node_size=[420 if n == node else 160 for n in nodes], nodelist=nodes)
         sm = plt.cm.ScalarMappable(cmap=cmap_e, norm=plt.Normalize(0.0, vmax))
-        fig.colorbar(sm, ax=ax, label=f"attention α_j→{node} (last layer, mean over heads)")
+        fig.colorbar(sm, ax=ax, label=f"attention α_j→{name(node)} (last layer, mean over heads)")
     label = int(data.y[node]) if getattr(data, "y", None) is not None else None
-    ax.set_title(f"node {node}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
+    label = label if label is not None and label >= 0 else None  # -1: unlabelled node
+    ax.set_title(f"node {name(node)}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
                  + (f", label {class_names[label]}" if label is not None else "")
-                 + f"\n{hops}-hop ego-graph; arrows j→{node} coloured by how much {node} attends to j", fontsize=10)
+                 + f"\n{hops}-hop ego-graph; arrows j→{name(node)} coloured by how much {name(node)} attends to j",
+                 fontsize=10)
     ax.axis("off")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -105,5 +110,5 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(),
             "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
             "label": class_names[label] if label is not None else None,
-            "top_source": int(src[top]) if top is not None else None,
+            "top_source": int(name(int(src[top]))) if top is not None else None,
             "top_alpha": float(w[top]) if top is not None else float("nan")}

@@ -1,0 +1,175 @@
+"""The social CLI on awkward input: clashing options, changed files, tiny sets, node ids."""
+import json
+import math
+
+import pytest
+import torch
+
+from graphattn.cli import main
+from graphattn.train import load_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "no-data-here"))
+
+
+def _err(capsys, *argv):
+    assert main([*map(str, argv)]) == 2
+    return capsys.readouterr().err
+
+
+def _graph(tmp_path, n=40, ids=lambda i: 5 + 10 * i, labels=("human", "bot"), seed=0):
+    """Two communities in the release format, with file ids that are not row numbers."""
+    g = torch.Generator().manual_seed(seed)
+    y = (torch.arange(n) >= n // 2).long()
+    rows = [(ids(i), ids(j)) for i in range(n) for j in range(i + 1, n)
+            if torch.rand(1, generator=g) < (0.3 if y[i] == y[j] else 0.02)]
+    (tmp_path / "e.csv").write_text("id_1,id_2\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    (tmp_path / "t.csv").write_text("id,kind\n" + "".join(f"{ids(i)},{labels[int(y[i])]}\n" for i in range(n)))
+    return tmp_path / "e.csv", tmp_path / "t.csv"
+
+
+def _train(tmp_path, edges, target, out, *extra):
+    assert main(["train", "--edges", str(edges), "--target", str(target), "--target-col", "kind",
+                 "--epochs", "3", "--out", str(out), "--no-progress", *map(str, extra)]) == 0
+
+
+def test_aliases_of_the_data_modules_reach_the_cli():
+    from graphattn.social_tasks import _key
+
+    for alias, name in (("lastfm", "lastfm_asia"), ("deezer", "deezer_europe"), ("imdbbinary", "imdb-binary"),
+                        ("redditbinary", "reddit-binary"), ("deezer_ego_nets", "deezer-ego"),
+                        ("deezer-egos", "deezer-ego"), ("reddit10k", "reddit-threads"),
+                        ("github_developers", "github"), ("Twitch_EN", "twitch-engb")):
+        assert _key(alias) == name, alias
+    assert _key("nonsense") is None
+
+
+def test_clashing_and_out_of_range_options(tmp_path, capsys):
+    edges, target = _graph(tmp_path)
+    assert "not both" in _err(capsys, "train", "karate", "--edges", edges, "--target", target)
+    assert "not both" in _err(capsys, "train", "--edges", edges, "--target", target, "--tu-text", edges)
+    assert "not both" in _err(capsys, "train", "karate", "--tu-text", edges)
+    assert "--target goes with --edges" in _err(capsys, "train", "--target", target)
+    assert "--target-col goes with --edges" in _err(capsys, "train", "karate", "--target-col", "kind")
+    assert "--edges needs --target" in _err(capsys, "train", "--edges", edges)
+    assert "--epochs must be >= 1" in _err(capsys, "train", "karate", "--epochs", 0)
+    assert "--folds must be >= 2" in _err(capsys, "train", "karate", "--folds", -2)
+    assert "--limit must be >= 1" in _err(capsys, "train", "karate", "--limit", 0)
+    assert "--dropout must be in [0, 1)" in _err(capsys, "train", "karate", "--dropout", 1.5)
+    assert "--lr must be > 0" in _err(capsys, "train", "karate", "--lr", 0)
+
+
+def test_key_error_messages_keep_their_quotes(tmp_path, capsys):
+    edges, target = _graph(tmp_path)
+    err = _err(capsys, "train", "--edges", edges, "--target", target, "--target-col", "nope", "--epochs", 1)
+    assert "nope" in err and err.count("'") % 2 == 0
+
+
+def test_single_class_target_is_refused(tmp_path, capsys):
+    edges, target = _graph(tmp_path, labels=("human", "human"))
+    assert "same class" in _err(capsys, "train", "--edges", edges, "--target", target, "--target-col", "kind",
+                                "--epochs", 1)
+
+
+def test_one_node_graph_gives_finite_features():
+    from graphattn.social_node import _standardize
+
+    x = _standardize(torch.tensor([[3.0, 1.0]]))
+    assert torch.isfinite(x).all() and torch.equal(x, torch.zeros(1, 2))
+
+
+def test_tiny_graph_set_is_a_clear_error_not_a_swallowed_keyerror(tmp_path, capsys):
+    txt = tmp_path / "TWO.txt"
+    txt.write_text("2\n2 0\n0 1 1\n0 1 0\n2 1\n0 1 1\n0 1 0\n")
+    err = _err(capsys, "train", "--tu-text", txt, "--epochs", 1, "--no-progress")
+    assert "too few" in err and "val" in err
+
+
+def test_text_file_as_checkpoint_and_resume_into_another_model(tmp_path, capsys):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("this is not a checkpoint\n" * 20)
+    assert "not a readable graphattn checkpoint" in _err(capsys, "evaluate", "--checkpoint", bad)
+    edges, target = _graph(tmp_path)
+    out = tmp_path / "run"
+    _train(tmp_path, edges, target, out)
+    err = _err(capsys, "train", "karate", "--epochs", 4, "--out", out, "--resume", "--no-progress")
+    assert "--resume" in err and "different model" in err
+
+
+def test_changed_or_moved_input_files(tmp_path, capsys):
+    edges, target = _graph(tmp_path)
+    out = tmp_path / "run"
+    _train(tmp_path, edges, target, out)
+    target.write_text(target.read_text().replace("bot", "robot"))
+    assert "differ from the classes" in _err(capsys, "predict", "--checkpoint", out / "best.pt")
+    edges.rename(tmp_path / "moved.csv")
+    err = _err(capsys, "evaluate", "--checkpoint", out / "best.pt")
+    assert "e.csv" in err and "Traceback" not in err
+    assert "molecule checkpoints" in _err(capsys, "predict", "--checkpoint", out / "best.pt", "--smiles", "CCO")
+
+
+def test_explain_takes_file_node_ids(tmp_path, capsys):
+    edges, target = _graph(tmp_path)
+    out = tmp_path / "run"
+    _train(tmp_path, edges, target, out)
+    assert main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "155",
+                 "--out", str(tmp_path / "noext")]) == 0
+    text = capsys.readouterr().out
+    assert "\nNode 155:" in text and (tmp_path / "noext.png").is_file()
+    assert "not a node id" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 16)
+    assert "--hops must be >= 1" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 155,
+                                          "--hops", 0)
+
+
+def test_features_source_is_pinned_in_the_checkpoint(tmp_path, capsys):
+    edges, target = _graph(tmp_path, ids=lambda i: i)
+    out = tmp_path / "run"
+    _train(tmp_path, edges, target, out)
+    spec = load_checkpoint(out / "best.pt")["meta"]["data"]
+    assert spec["feature_source"] == "structural"
+    from graphattn import social_node as sn
+
+    # a features file that appears later is not used by this checkpoint
+    feats = tmp_path / "f.json"
+    feats.write_text(json.dumps({str(i): [i % 3] for i in range(40)}))
+    data = sn.load_node_data({**spec, "features": str(feats)})
+    assert data.base_feature_source == "structural"
+    # ... and a checkpoint trained on a file fails clearly without it
+    with pytest.raises(ValueError, match="features file"):
+        sn.load_node_data({**spec, "feature_source": "file"})
+
+
+def test_mini_batch_reports_whole_graph_accuracy(tmp_path, capsys):
+    out = tmp_path / "mb"
+    assert main(["train", "karate", "--mini-batch", "--epochs", "2", "--out", str(out), "--no-progress"]) == 0
+    assert "whole graph" in capsys.readouterr().out
+    full = json.loads((out / "metrics.json").read_text())["full_graph"]
+    assert main(["evaluate", "--checkpoint", str(out / "best.pt")]) == 0
+    evaluated = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"]
+    assert evaluated == pytest.approx(full)
+
+
+def test_metrics_json_is_strict(tmp_path):
+    from graphattn.train import write_metrics
+
+    write_metrics(tmp_path / "m.json", {"a": float("nan"), "b": [1.0, math.inf], "c": {"d": 2}})
+    assert json.loads((tmp_path / "m.json").read_text()) == {"a": None, "b": [1.0, None], "c": {"d": 2}}
+
+
+def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
+    from graphattn import social_graph as sg
+
+    lines = ["6"]
+    for g in range(6):
+        lines += [f"2 {g % 2}", f"0 1 1 {g}.5 1", f"0 1 0 {-g}.0 2"]
+    (tmp_path / "ATTR.txt").write_text("\n".join(lines) + "\n")
+    base = {"level": "graph", "name": None, "limit": None, "split_seed": 0, "folds": None,
+            "tu_text": str(tmp_path / "ATTR.txt"), **sg.GRAPH_FEATURES}
+    without = sg.load_graphs(dict(base))
+    with_attr = sg.load_graphs({**base, "node_attr": True})
+    assert with_attr[0].num_features == without[0].num_features + 2
+    attr = torch.cat([g.x[:, -2:] for g in with_attr])
+    assert torch.allclose(attr.mean(0), torch.zeros(2), atol=1e-5)  # z-scored over the set
