@@ -6,18 +6,73 @@ as separate files or as members of one ``.zip``; read by :func:`load_ego_json` i
 """
 from __future__ import annotations
 
+import warnings
 import zipfile
+from itertools import chain
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 from .download import DataFileError, PathLike
-from .rawio import csv_rows, parse_json, read_text, sorted_unique, undirected_edge_index
+from .rawio import (as_number, csv_rows, parse_json, read_text, sorted_unique,
+                    undirected_edge_index)
 from .tu_text import GraphList
 
 __all__ = ["load_ego_json"]
+
+
+def _targets(header: List[str], rows: List[List[str]], what: str) -> Dict[int, int]:
+    """``{graph id: integer label}`` of the target CSV (``id`` column, else the first;
+    ``target`` column, else the last), with errors naming ``what`` and the row."""
+    tcol = header.index("target") if "target" in header else len(header) - 1
+    icol = header.index("id") if "id" in header else 0
+    out: Dict[int, int] = {}
+    for k, r in enumerate(rows):
+        if len(r) != len(header):
+            raise DataFileError(f"{what}: row {k + 2} has {len(r)} fields, header {header} has "
+                                f"{len(header)}")
+        gid, lab = as_number(r[icol].strip()), as_number(r[tcol].strip())
+        if not isinstance(gid, int) or not isinstance(lab, int):
+            raise DataFileError(f"{what}: row {k + 2}: graph id {r[icol]!r} and target "
+                                f"{r[tcol]!r} (column {header[tcol]!r}) must be integers; "
+                                "string or missing labels are not supported in this format")
+        if gid in out:
+            raise DataFileError(f"{what}: graph id {gid} appears twice (row {k + 2})")
+        out[gid] = lab
+    return out
+
+
+def _edge_lists(obj, what: str) -> Tuple[List[int], List[list]]:
+    """Graph ids (sorted) and their edge lists ``[[u, v], ...]``, validated."""
+    if not isinstance(obj, dict):
+        raise DataFileError(f"{what}: expected an object {{graph id: [[u, v], ...]}}")
+    by_id: Dict[int, list] = {}
+    for key, edges in obj.items():
+        try:
+            gid = int(key)
+        except ValueError:
+            raise DataFileError(f"{what}: key {key!r} is not an integer graph id") from None
+        if gid in by_id:
+            raise DataFileError(f"{what}: graph id {gid} appears twice (key {key!r})")
+        if not isinstance(edges, list):
+            raise DataFileError(f"{what}: graph {key}: expected a list of [u, v] pairs, got "
+                                f"{type(edges).__name__}")
+        by_id[gid] = edges
+    ids = sorted(by_id)
+    lists = [by_id[g] for g in ids]
+    pairs = list(chain.from_iterable(lists))
+    ok = (set(map(type, pairs)) <= {list} and set(map(len, pairs)) <= {2}
+          and set(map(type, chain.from_iterable(pairs))) <= {int})
+    if not ok:
+        for gid, edges in zip(ids, lists):
+            for e in edges:
+                if not (isinstance(e, list) and len(e) == 2 and all(type(v) is int for v in e)):
+                    raise DataFileError(f"{what}: graph {gid}: edge {str(e)[:40]} is not a pair "
+                                        "[u, v] of integer node ids")
+    return ids, lists
 
 
 def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = "",
@@ -26,7 +81,17 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
 
     ``graphs`` may be a ``.json``/``.json.gz`` file, or a ``.zip`` holding both files (then
     ``target`` names the CSV member, e.g. ``deezer_egos/deezer_target.csv``). Node ids are
-    local and must cover 0..n-1; graphs are ordered by integer id.
+    local and must cover 0..n-1; graphs are ordered by integer id. Targets must be
+    integers (re-coded to 0..C-1 in sorted order, originals in ``label_values``); a
+    non-integer or duplicated one is a :class:`DataFileError` naming the file and row.
+
+    A graph with an empty edge list has **0 nodes** (the format cannot list isolated
+    nodes). Such graphs are kept, with a warning counting them: the graph pipeline
+    (structural features, batching, every readout) handles empty graphs, whose pooled
+    representation is the readout of nothing (zeros / global tokens only).
+
+    Shapes: each ``Data`` has ``edge_index`` (2, E_g) (both directions, deduplicated),
+    ``y`` (1,) and ``num_nodes``.
     """
     graphs = Path(graphs)
     if graphs.suffix == ".zip":
@@ -40,38 +105,47 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
                 jtext, ttext = zf.read(jname).decode(), zf.read(str(target)).decode()
         except zipfile.BadZipFile as exc:
             raise DataFileError(f"{graphs}: corrupt zip ({exc})") from exc
+        jwhat, twhat = f"{graphs}:{jname}", f"{graphs}:{target}"
     else:
         jtext, ttext = read_text(graphs), read_text(target)
-    obj = parse_json(jtext, str(graphs))
-    header, rows = csv_rows(ttext, str(target))
-    tcol = header.index("target") if "target" in header else len(header) - 1
-    targets = {int(r[0]): int(r[tcol]) for r in rows}
-    ids = sorted(int(k) for k in obj)
+        jwhat, twhat = str(graphs), str(target)
+    ids, lists = _edge_lists(parse_json(jtext, jwhat), jwhat)
+    header, rows = csv_rows(ttext, twhat)
+    targets = _targets(header, rows, twhat)
     missing = [i for i in ids if i not in targets]
     if missing or len(targets) != len(ids):
-        raise DataFileError(f"{graphs}: {len(ids)} graphs, {len(targets)} targets "
-                            f"(first graph without target: {missing[:3]})")
+        extra = sorted(set(targets) - set(ids))[:3]
+        raise DataFileError(f"{jwhat}: {len(ids)} graphs, {len(targets)} targets in {twhat} "
+                            f"(first graphs without target: {missing[:3]}; targets without "
+                            f"graph: {extra})")
     label_values, y = sorted_unique(np.array([targets[i] for i in ids]), return_inverse=True)
-    lists = [obj[str(gid)] for gid in ids]
     lens = np.fromiter((len(e) for e in lists), dtype=np.int64, count=len(lists))
-    flat = np.fromiter((v for e in lists for pair in e for v in pair), dtype=np.int64,
-                       count=2 * int(lens.sum()))
-    if flat.size != 2 * lens.sum():
-        raise DataFileError(f"{graphs}: every edge must be a pair [u, v]")
+    try:
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(lists)), dtype=np.int64,
+                           count=2 * int(lens.sum()))
+    except OverflowError:
+        raise DataFileError(f"{jwhat}: a node id beyond the int64 range") from None
     pairs = flat.reshape(-1, 2)
     g_of_e = np.repeat(np.arange(len(ids)), lens)
     if pairs.size and pairs.min() < 0:
-        raise DataFileError(f"{graphs}: negative node id")
+        raise DataFileError(f"{jwhat}: negative node id")
     # nodes per graph = max id + 1, and the ids must cover 0..n-1 (no gaps)
-    big = int(pairs.max()) + 1 if pairs.size else 1
     sizes = np.zeros(len(ids), dtype=np.int64)
     np.maximum.at(sizes, g_of_e, pairs.max(1) + 1)
-    present = sorted_unique(np.concatenate([g_of_e * big + pairs[:, 0],
-                                            g_of_e * big + pairs[:, 1]]))
-    distinct = np.bincount(present // big, minlength=len(ids))
-    if np.any(distinct != sizes):
-        g = int(np.flatnonzero(distinct != sizes)[0])
-        raise DataFileError(f"{graphs}: graph {ids[g]} node ids are not 0..{sizes[g] - 1}")
+    gap = sizes > 2 * lens  # more nodes than the edges can touch (also keeps `big` small)
+    if not np.any(gap):
+        big = int(sizes.max()) if sizes.size else 1
+        present = sorted_unique(np.concatenate([g_of_e * big + pairs[:, 0],
+                                                g_of_e * big + pairs[:, 1]]))
+        gap = np.bincount(present // max(big, 1), minlength=len(ids)) != sizes
+    if np.any(gap):
+        g = int(np.flatnonzero(gap)[0])
+        raise DataFileError(f"{jwhat}: graph {ids[g]} node ids are not 0..{sizes[g] - 1}")
+    n_empty = int(np.count_nonzero(sizes == 0))
+    if n_empty:
+        first = [ids[i] for i in np.flatnonzero(sizes == 0)[:5].tolist()]
+        warnings.warn(f"{jwhat}: {n_empty} of {len(ids)} graphs have no edges, hence 0 nodes "
+                      f"(ids {first}...); kept as empty graphs", stacklevel=2)
     off = np.concatenate([[0], np.cumsum(sizes)])
     src, dst = pairs[:, 0] + off[g_of_e], pairs[:, 1] + off[g_of_e]
     loops_total = int(np.count_nonzero(src == dst))

@@ -16,7 +16,8 @@ ones by name.
 from __future__ import annotations
 
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from itertools import chain
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -24,10 +25,26 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .download import DataFileError, PathLike
-from .rawio import (csv_rows, parse_int_tokens, parse_json, read_bytes, read_text, sorted_unique,
-                    undirected_edge_index)
+from .rawio import (MISSING_LABELS, csv_rows, label_codes, parse_int_tokens, parse_json, read_bytes,
+                    read_text, sorted_unique, undirected_edge_index)
 
-__all__ = ["load_musae"]
+__all__ = ["load_musae", "check_max_features", "MISSING_LABELS"]
+_label_codes = label_codes  # the name used before the move to rawio
+
+
+def _edge_row_problem(line: bytes) -> Optional[str]:
+    """Why one data row of an edges CSV is not ``u,v`` (two int64 ids), or ``None``."""
+    fields = line.split(b",")
+    if len(fields) != 2:
+        return f"has {len(fields)} fields"
+    for f in fields:
+        try:
+            v = int(f.strip())
+        except ValueError:
+            return f"field {f.strip()[:30]!r} is not an integer id"
+        if not -2 ** 63 < v < 2 ** 63 - 1:
+            return f"id {v} is beyond the int64 range"
+    return None
 
 
 def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
@@ -39,29 +56,32 @@ def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
     if len(names) != 2 or any(n.lstrip("-").isdigit() for n in names):
         raise DataFileError(f"{path}: expected a header of two id columns (e.g. 'id_1,id_2'), "
                             f"got {header[:80]!r}")
-    lines = [ln for ln in body.split(b"\n") if ln.strip()]
-    tok = parse_int_tokens(body.replace(b",", b" "), str(path))
-    if tok.size != 2 * len(lines):
-        raise DataFileError(f"{path}: {len(lines)} edge rows but {tok.size} ids; every row must "
-                            "hold exactly two integer ids (truncated or malformed file?)")
+    lines = body.split(b"\n")
+    # one comma per non-blank row: a 3-field row must not be re-paired with the next one
+    n_rows = 0
+    for i, ln in enumerate(lines):
+        if ln.strip():
+            n_rows += 1
+            if ln.count(b",") != 1:
+                raise DataFileError(f"{path}: row {i + 2} {_edge_row_problem(ln)} ({ln[:60]!r}); "
+                                    f"every edge row must hold exactly two integer ids like the "
+                                    f"header {','.join(names)!r}")
+    try:
+        tok = parse_int_tokens(body.replace(b",", b" "), str(path))
+    except DataFileError:
+        tok = None
+    if tok is None or tok.size != 2 * n_rows:
+        bad = next(((i, p) for i, ln in enumerate(lines) if ln.strip()
+                    and (p := _edge_row_problem(ln)) is not None), None)
+        where = f"row {bad[0] + 2} {bad[1]}; " if bad else ""
+        raise DataFileError(f"{path}: {where}every row must hold exactly two integer ids "
+                            "(truncated or malformed file?)")
     pairs = tok.reshape(-1, 2)
     return names, pairs[:, 0], pairs[:, 1]
 
 
 _ID_COLUMNS = ("new_id", "id", "node_id", "node")
 _TARGET_COLUMNS = ("target", "page_type", "ml_target", "mature", "label", "class", "y")
-
-
-def _label_codes(values: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
-    """Map label strings to 0..C-1 in sorted order (numeric order when all are integers)."""
-    vals = [v.strip() for v in values]
-    uniq = sorted(set(vals))
-    try:
-        uniq = sorted(uniq, key=lambda s: int(s))
-    except ValueError:
-        pass
-    index = {v: i for i, v in enumerate(uniq)}
-    return np.fromiter((index[v] for v in vals), dtype=np.int64, count=len(vals)), uniq
 
 
 def _read_target(path: PathLike, target_col: Optional[str]):
@@ -84,35 +104,69 @@ def _read_target(path: PathLike, target_col: Optional[str]):
                             f"{width} (truncated or malformed file?)")
     try:
         ids = np.array([int(r[id_col]) for r in rows], dtype=np.int64)
-    except ValueError as exc:
-        raise DataFileError(f"{path}: id column {header[id_col]!r} is not integer ({exc})") from exc
-    y, names = _label_codes([r[t_col] for r in rows])
+    except (ValueError, OverflowError) as exc:
+        raise DataFileError(f"{path}: id column {header[id_col]!r} is not an int64 integer "
+                            f"({exc})") from exc
+    y, names = label_codes([r[t_col] for r in rows])
+    n_missing = int(np.count_nonzero(y < 0))
+    if rows and n_missing == len(rows):
+        raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
+                            f"{header[t_col]!r} is missing (empty/NA/nan/null/None)")
+    if n_missing:
+        warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty/NA/nan/null/"
+                      f"None) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
+                      "no train/val/test mask)", stacklevel=3)
     return ids, y, names, header[id_col], header[t_col]
+
+
+def _bad_feature(path, keys: List[str], lists: List[list]) -> DataFileError:
+    """The error naming the first node whose feature list holds a non-int64 entry."""
+    for key, feats in zip(keys, lists):
+        for v in feats:
+            if type(v) is not int:
+                return DataFileError(f"{path}: node {key!r}: feature id {v!r} is not an integer "
+                                     "(feature ids are integer indices of binary features)")
+            if not 0 <= v < 2 ** 63:
+                return DataFileError(f"{path}: node {key!r}: feature id {v} is "
+                                     + ("negative" if v < 0 else "beyond the int64 range"))
+    return DataFileError(f"{path}: malformed feature lists")
 
 
 def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
                    max_features: Optional[int]) -> Tuple[Tensor, np.ndarray, int]:
+    """``(x (N, F) multi-hot, feature ids (F,), number of target nodes that have a row)``."""
     obj = parse_json(read_text(path), str(path))
     if not isinstance(obj, dict):
         raise DataFileError(f"{path}: expected an object {{node id: [feature ids]}}")
-    rows, cols, missing = [], [], 0
+    keys, nodes, lists, unknown = [], [], [], 0
     for key, feats in obj.items():
         try:
-            node = id_index.get(int(key))
-            ids = np.asarray(feats, dtype=np.int64).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise DataFileError(f"{path}: entry {key!r} is not 'node id: [feature ids]' "
-                                f"({exc})") from exc
+            nid = int(key)
+        except ValueError:
+            raise DataFileError(f"{path}: key {key!r} is not an integer node id") from None
+        if not isinstance(feats, list):
+            raise DataFileError(f"{path}: node {key!r}: expected a list of feature ids, got "
+                                f"{type(feats).__name__} {str(feats)[:40]}")
+        node = id_index.get(nid)
         if node is None:
-            missing += 1
+            unknown += 1
             continue
-        rows.append(np.full(ids.size, node, dtype=np.int64))
-        cols.append(ids)
-    if missing:
-        warnings.warn(f"{path}: {missing} feature rows name nodes absent from the target file; "
+        keys.append(key)
+        nodes.append(node)
+        lists.append(feats)
+    if unknown:
+        warnings.warn(f"{path}: {unknown} feature rows name nodes absent from the target file; "
                       "ignored", stacklevel=3)
-    r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-    c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    if set(map(type, chain.from_iterable(lists))) - {int}:  # floats, bools, strings, lists
+        raise _bad_feature(path, keys, lists)
+    try:
+        c = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
+    except OverflowError:
+        raise _bad_feature(path, keys, lists) from None
+    if c.size and c.min() < 0:
+        raise _bad_feature(path, keys, lists)
+    r = np.repeat(np.asarray(nodes, dtype=np.int64), lens)
     feature_ids, c = sorted_unique(c, return_inverse=True)  # sparse ids -> 0..F-1 (sorted)
     if max_features is not None and max_features < feature_ids.size:
         # keep the most frequent feature ids (counted once per node), in id order
@@ -126,7 +180,18 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
         feature_ids = feature_ids[keep]
     x = torch.zeros(num_nodes, int(feature_ids.size), dtype=torch.float32)
     x[torch.from_numpy(r), torch.from_numpy(c)] = 1.0  # duplicates collapse to 1 (multi-hot)
-    return x, feature_ids, len(obj)
+    return x, feature_ids, len(set(nodes))
+
+
+def check_max_features(max_features: Optional[int]) -> None:
+    """``ValueError`` unless ``max_features`` is ``None`` or a positive integer."""
+    if max_features is None:
+        return
+    if isinstance(max_features, bool) or not isinstance(max_features, (int, np.integer)):
+        raise ValueError(f"max_features must be a positive integer or None, got {max_features!r}")
+    if max_features <= 0:
+        raise ValueError(f"max_features must be a positive integer or None, got {max_features} "
+                         "(it keeps the F most frequent feature ids)")
 
 
 def load_musae(edges_path: PathLike, target_path: PathLike,
@@ -135,24 +200,44 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     """Read a graph in the MUSAE/FEATHER release format into a PyG ``Data``.
 
     Args:
-        edges_path: CSV with a two-column header and one edge per row (plain or ``.gz``).
+        edges_path: CSV with a two-column header and one edge per row (plain or ``.gz``);
+            every non-blank row must hold exactly two integer ids (a row with 1 or 3 fields
+            is a :class:`DataFileError` naming the file and row).
         target_path: CSV with an id column (``new_id`` if present, else ``id``, else the
             first column) and a label column (``target_col``, or auto-detected among
             ``target, page_type, ml_target, mature, label, class, y``).
         features_path: optional JSON ``{node id: [feature ids]}``; becomes a dense
             multi-hot float matrix ``x`` of shape (N, F), the distinct feature ids being
             re-numbered 0..F-1 in sorted order (original ids in ``data.feature_ids``).
-        max_features: keep only the F most frequent feature ids (memory control).
+            Feature ids must be non-negative int64 integers (``1.5``, ``true``, ``"x"`` are
+            a :class:`DataFileError` naming the node). Nodes without a row get zeros (with a
+            warning). When fewer than half of the nodes have a row, or no node has any
+            feature (F = 0), the file is **not used**: a warning says why and the result is
+            the no-features one (``x = None``, ``feature_source = "none"``,
+            ``data.feature_fallback`` = the reason), on which the named-dataset and training
+            paths compute structural features, as for a graph without a features file.
+        max_features: keep only the F most frequent feature ids (memory control); a
+            positive integer (else ``ValueError``).
         remove_self_loops: drop ``u,u`` rows (Facebook has 179).
 
+    Labels: re-coded to 0..C-1, names in ``data.class_names``: numbers in numeric order
+    when every present label is numeric (``"1"`` and ``"1.0"`` are one class ``"1"``),
+    ``False < True`` for booleans in any case, else sorted strings. Missing labels (empty,
+    ``NA``, ``nan``, ``null``, ``None``) give ``y = -1`` (unlabelled: in no mask of
+    :func:`~graphattn.data.social_splits.stratified_masks`) with a warning counting them;
+    a file with no label at all is a :class:`DataFileError`.
+
     Nodes are the rows of the target file, numbered 0..N-1 in increasing id order
-    (``data.node_id`` keeps the file ids). Labels are re-coded to 0..C-1 in sorted order
-    (numeric when all labels are integers; ``False < True``), names in ``data.class_names``.
-    Edges are made undirected (both directions), deduplicated and sorted.
+    (``data.node_id`` keeps the file ids). Edges are made undirected (both directions),
+    deduplicated and sorted.
+
+    Shapes: ``x`` (N, F) or ``None``, ``y`` (N,) int64 in -1..C-1, ``edge_index`` (2, E).
 
     Returns ``Data(x, y, edge_index, num_nodes, has_features, feature_source, class_names,
-    target_col, node_id[, feature_ids])``; ``x`` is ``None`` when no features file is given.
+    target_col, node_id[, feature_ids])``; ``x`` is ``None`` when no (usable) features file
+    is given. :class:`DataFileError` is a ``ValueError``.
     """
+    check_max_features(max_features)
     ids, y, class_names, id_name, t_name = _read_target(target_path, target_col)
     order = np.argsort(ids, kind="stable")
     ids, y = ids[order], y[order]
@@ -183,16 +268,25 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     data.target_col = t_name
     data.node_id = torch.from_numpy(ids)
     data.num_self_loops_removed = n_loops if remove_self_loops else 0
+    data.x, data.has_features, data.feature_source = None, False, "none"
     if features_path is not None:
         index = {int(v): i for i, v in enumerate(ids.tolist())}
-        x, feature_ids, n_rows = _read_features(features_path, index, n, max_features)
-        if n_rows < n:
-            warnings.warn(f"{features_path}: features for {n_rows} of {n} nodes; the others get "
-                          "all-zero rows", stacklevel=2)
-        data.x = x
-        data.feature_ids = torch.from_numpy(feature_ids)
-        data.has_features, data.feature_source = True, "file"
-    else:
-        data.x = None
-        data.has_features, data.feature_source = False, "none"
+        x, feature_ids, matched = _read_features(features_path, index, n, max_features)
+        reason = None
+        if 2 * matched < n:
+            reason = f"features for only {matched} of {n} nodes (fewer than half)"
+        elif x.size(1) == 0:
+            reason = f"no feature ids at all in the {matched} feature lists (0 feature columns)"
+        if reason is not None:
+            warnings.warn(f"{features_path}: {reason}; not using the file: x = None as without a "
+                          "features file (the training and named-dataset paths then use "
+                          "structural features)", stacklevel=2)
+            data.feature_fallback = reason
+        else:
+            if matched < n:
+                warnings.warn(f"{features_path}: features for {matched} of {n} nodes; the others "
+                              "get all-zero rows", stacklevel=2)
+            data.x = x
+            data.feature_ids = torch.from_numpy(feature_ids)
+            data.has_features, data.feature_source = True, "file"
     return data

@@ -1,7 +1,8 @@
 """Low-level raw-file reading shared by the dataset readers (social node and graph sets).
 
 Plain or gzip-compressed bytes and UTF-8 text, integer tokens at C speed, CSV rows and
-JSON with :class:`~graphattn.data.download.DataFileError` on malformed content, numpy
+JSON with :class:`~graphattn.data.download.DataFileError` on malformed content, label
+normalisation (missing labels, ``"1"`` = ``"1.0"``, booleans in any case), numpy
 set operations on int arrays (unique, unique pairs, undirected edge lists), zip member
 checks for :func:`~graphattn.data.download.find_file`, and dataset-name normalisation.
 """
@@ -19,7 +20,8 @@ import numpy as np
 
 from .download import DataFileError, PathLike
 
-__all__ = ["read_bytes", "read_text", "parse_int_tokens", "csv_rows", "parse_json", "sorted_unique",
+__all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
+           "parse_json", "MISSING_LABELS", "as_number", "label_codes", "sorted_unique",
            "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
 
 
@@ -45,15 +47,29 @@ def read_text(path: PathLike) -> str:
 
 
 def parse_int_tokens(buf: bytes, what: str, sep: bytes = b" ") -> np.ndarray:
-    """All integers in ``buf`` (whitespace/``sep`` separated) as int64, C speed."""
+    """All integers in ``buf`` (whitespace/``sep`` separated) as int64, C speed; integers
+    beyond int64 are a :class:`DataFileError` (not silently clipped)."""
     if sep != b" ":
         buf = buf.replace(sep, b" ")
     if not buf.strip():
         return np.zeros(0, dtype=np.int64)
     try:
-        return np.fromstring(buf, dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode is supported)
+        out = np.fromstring(buf, dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode is supported)
     except ValueError as exc:
         raise DataFileError(f"{what}: non-integer token ({exc})") from exc
+    check_int64_range(out, what)
+    return out
+
+
+_I64 = np.iinfo(np.int64)
+
+
+def check_int64_range(tok: np.ndarray, what: str) -> None:
+    """``np.fromstring`` saturates integers beyond int64 at its limits without an error:
+    a :class:`DataFileError` when ``tok`` holds one of the two limits."""
+    if tok.size and (int(tok.max()) == _I64.max or int(tok.min()) == _I64.min):
+        raise DataFileError(f"{what}: an integer beyond the int64 range "
+                            f"[{_I64.min}, {_I64.max})")
 
 
 def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
@@ -70,6 +86,54 @@ def parse_json(text: str, what: str):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{what}: invalid JSON (truncated?): {exc}") from exc
+
+
+#: label cells meaning "no label" (compared lower-cased, stripped): such nodes get y = -1
+MISSING_LABELS = frozenset({"", "na", "n/a", "nan", "null", "none"})
+
+
+def as_number(s: str):
+    """``int`` or ``float`` value of a label string (``"1.0"`` -> 1), ``None`` if not numeric."""
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    if v != v:  # "-nan" and the like: not a class
+        return None
+    return int(v) if v.is_integer() else v
+
+
+def label_codes(values: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
+    """Map label strings to 0..C-1 (missing ones, see :data:`MISSING_LABELS`, to -1).
+
+    Labels are normalised before coding: when every present label is a number they are
+    compared as numbers (``"1"`` and ``"1.0"`` are one class, named ``"1"``) and ordered
+    numerically; when every one is a boolean (any case) they are ``"False" < "True"``;
+    otherwise they are stripped strings in sorted order.
+
+    Shapes: ``values`` (N,) -> codes (N,) int64 in -1..C-1, ``C`` class names.
+    """
+    vals = [v.strip() for v in values]
+    distinct = set(vals)
+    present = sorted(v for v in distinct if v.lower() not in MISSING_LABELS)
+    if present and all(v.lower() in ("true", "false") for v in present):
+        canon = {v: v.capitalize() for v in present}
+        names = sorted(set(canon.values()))
+    else:
+        nums = {v: as_number(v) for v in present}
+        if present and all(x is not None for x in nums.values()):
+            canon = {v: str(x) for v, x in nums.items()}
+            names = [str(x) for x in sorted(set(nums.values()))]
+        else:
+            canon, names = {v: v for v in present}, present
+    pos = {c: i for i, c in enumerate(names)}
+    index = {v: pos[c] for v, c in canon.items()}
+    codes = np.fromiter((index.get(v, -1) for v in vals), dtype=np.int64, count=len(vals))
+    return codes, names
 
 
 def sorted_unique(a: np.ndarray, return_inverse: bool = False):

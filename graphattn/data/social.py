@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import warnings
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -24,9 +24,9 @@ from torch_geometric.data import Data
 
 from . import download as _download, rawio as _rawio
 from .download import DataFileError, PathLike, data_root, find_file
-from .musae import _label_codes, load_musae
+from .musae import check_max_features, load_musae
 from .planetoid import load_cora
-from .rawio import canonical_name, read_bytes, sorted_unique, undirected_edge_index
+from .rawio import canonical_name, label_codes, read_bytes, sorted_unique, undirected_edge_index
 from .social_splits import stratified_masks
 from .structural import random_walk_pe, structural_node_features
 
@@ -130,18 +130,52 @@ def _structural_check(kind: str, rows: Optional[int] = None):
     return check
 
 
+#: features URLs whose download failed in this process -> the error (not retried)
+_FAILED_DOWNLOADS: Dict[str, str] = {}
+
+
+def _new_dirs(path: Path) -> List[Path]:
+    """The ancestors of ``path`` that do not exist yet, deepest first."""
+    out, p = [], path.parent
+    while not p.exists() and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
 def _get(spec: dict, kind: str, root, download: bool) -> Path:
-    """A local file (header check only), else a download checked against the row count."""
+    """A local file (header check only), else a download checked against the row count.
+
+    A failed download removes the (empty) folders it created; a failed features download
+    is remembered per URL and not tried again in this process."""
     rels, url = spec[kind]
     base = data_root(root)
-    if any((base / r).is_file() for r in rels) or not download:
+    if any((base / r).is_file() for r in rels):
         return find_file(rels, url=url, root=root, check=_structural_check(kind),
                          download=False)
+    if not download:
+        raise DataFileError(f"none of {list(rels)} found under data root {base} (set root= or "
+                            f"$GRAPHATTN_DATA); downloads are disabled (download=False): pass "
+                            f"download=True to fetch {url}, or put the file there by hand")
+    if kind == "features" and url in _FAILED_DOWNLOADS:
+        raise DataFileError(f"{url}: its download already failed in this process, not retried "
+                            f"({_FAILED_DOWNLOADS[url]})")
     rows = None
     if spec.get("rows") and kind != "features":
         rows = spec["rows"][0 if kind == "edges" else 1]
-    return find_file(rels, url=url, root=root, check=_structural_check(kind, rows),
-                     download=True)
+    created = _new_dirs(base / rels[0])
+    try:
+        return find_file(rels, url=url, root=root, check=_structural_check(kind, rows),
+                         download=True)
+    except BaseException as exc:
+        for d in created:  # deepest first; only folders this attempt made, and only if empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if kind == "features" and isinstance(exc, DataFileError):
+            _FAILED_DOWNLOADS[url] = str(exc)
+        raise
 
 
 def load_karate(structural_features: bool = True, rw_steps: int = 16) -> Data:
@@ -150,7 +184,7 @@ def load_karate(structural_features: bool = True, rw_steps: int = 16) -> Data:
 
     g = nx.karate_club_graph()
     clubs = [g.nodes[v]["club"] for v in range(g.number_of_nodes())]
-    y, names = _label_codes(clubs)
+    y, names = label_codes(clubs)
     # Edges straight from networkx's node ids (0..33), which index `clubs`; re-building a graph
     # from the edge list would renumber nodes in order of appearance and scramble the labels.
     edges = np.asarray(list(g.edges()), dtype=np.int64).T  # (2, 78)
@@ -178,12 +212,21 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     are downloaded (``download=True``) from benedekrozemberczki/datasets at the pinned
     commits listed in ``datasets/social.md``.
 
-    ``features``: use the features JSON when it is there or can be downloaded.
+    With ``download=False`` a missing file is a :class:`DataFileError` saying so. A failed
+    download leaves no empty folder behind; a failed features download is not retried in
+    the same process (the structural fallback below is used).
+
+    ``features``: use the features JSON when it is there or can be downloaded (and is
+    usable: see :func:`load_musae` — a file covering fewer than half of the nodes, or
+    with no feature at all, is dropped with a warning, as if absent).
     ``structural_features``: ``"auto"`` adds ``[log1p(deg), RWPE_1..rw_steps]`` as ``x``
     only when there are no features (warning, ``data.feature_source = "structural"``);
     ``True`` appends them to file features too; ``False`` never (``x`` may be ``None``).
-    ``split``: (train, val) fractions per class for :func:`stratified_masks`, test = rest.
+    ``max_features``: ``None`` or a positive integer (see :func:`load_musae`).
+    ``split``: (train, val) fractions per class for :func:`stratified_masks`, test = rest;
+    nodes with a missing label (``y = -1``) are in no mask.
     """
+    check_max_features(max_features)
     key = canonical_name(name, _ALIASES)
     if key == "cora":
         return load_cora(root, download=download)
