@@ -120,8 +120,14 @@ def save_checkpoint(path, state: Dict[str, Any]) -> None:
 def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``: a file that would run code is refused."""
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a folder; give the file inside it (e.g. {path / 'best.pt'})")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK" and magic[:1] != b"\x80":  # torch.save writes a zip file (older torch: a pickle)
+        raise CheckpointError(f"{path} is not a graphattn checkpoint (not a file written by torch.save)")
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
@@ -210,6 +216,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
+        _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
         try:
             net.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
@@ -276,6 +283,20 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if out_dir is not None and main:
         write_metrics(out_dir / "metrics.json", summary)
     return summary
+
+
+#: meta entries that may change when a run is resumed (e.g. more epochs); all others must match
+_RESUMABLE_META = ("hparams",)
+
+
+def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
+    """CheckpointError when ``--resume`` would continue another run (other data, tasks, model...)."""
+    keys = sorted((set(old) | set(new)) - set(_RESUMABLE_META))
+    differ = [k for k in keys if json.dumps(_json_safe(old.get(k)), sort_keys=True)
+              != json.dumps(_json_safe(new.get(k)), sort_keys=True)]
+    if old and new and differ:
+        raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
+                              "run's); choose another output folder or train without --resume")
 
 
 def _json_safe(obj):

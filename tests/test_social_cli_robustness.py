@@ -91,12 +91,12 @@ def test_tiny_graph_set_is_a_clear_error_not_a_swallowed_keyerror(tmp_path, caps
 def test_text_file_as_checkpoint_and_resume_into_another_model(tmp_path, capsys):
     bad = tmp_path / "notes.txt"
     bad.write_text("this is not a checkpoint\n" * 20)
-    assert "not a readable graphattn checkpoint" in _err(capsys, "evaluate", "--checkpoint", bad)
+    assert "not a graphattn checkpoint" in _err(capsys, "evaluate", "--checkpoint", bad)
     edges, target = _graph(tmp_path)
     out = tmp_path / "run"
     _train(tmp_path, edges, target, out)
     err = _err(capsys, "train", "karate", "--epochs", 4, "--out", out, "--resume", "--no-progress")
-    assert "--resume" in err and "different model" in err
+    assert "--resume" in err and "another run" in err
 
 
 def test_changed_or_moved_input_files(tmp_path, capsys):
@@ -173,3 +173,34 @@ def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
     assert with_attr[0].num_features == without[0].num_features + 2
     attr = torch.cat([g.x[:, -2:] for g in with_attr])
     assert torch.allclose(attr.mean(0), torch.zeros(2), atol=1e-5)  # z-scored over the set
+
+
+def test_resume_refuses_another_run_with_the_same_shapes(tmp_path):
+    from torch import nn
+
+    from graphattn.train import CheckpointError, fit
+
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
+    loaders = {"train": [(x, y)], "val": [(x, y)]}
+    forward = lambda model, batch, split: (model(batch[0]), batch[1])  # noqa: E731
+    meta = {"pipeline": "node", "data": {"edges": "a.csv"}, "hparams": {"epochs": 2}}
+    fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=2, out_dir=tmp_path, meta=meta, progress=False,
+        log=lambda m: None)
+    # more epochs of the same run: fine
+    res = fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=3, out_dir=tmp_path, resume=True,
+              meta={**meta, "hparams": {"epochs": 3}}, progress=False, log=lambda m: None)
+    assert res["epochs_run"] == 3
+    with pytest.raises(CheckpointError, match="another run .*data"):
+        fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=4, out_dir=tmp_path, resume=True,
+            meta={**meta, "data": {"edges": "b.csv"}}, progress=False, log=lambda m: None)
+
+
+def test_checkpoint_paths_that_are_not_checkpoints(tmp_path):
+    from graphattn.train import CheckpointError, load_checkpoint
+
+    with pytest.raises(CheckpointError, match="is a folder"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "x.csv").write_text("smiles,y\nCCO,1\n")
+    with pytest.raises(CheckpointError, match="not a graphattn checkpoint"):
+        load_checkpoint(tmp_path / "x.csv")
