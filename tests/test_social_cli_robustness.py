@@ -204,3 +204,21 @@ def test_checkpoint_paths_that_are_not_checkpoints(tmp_path):
     (tmp_path / "x.csv").write_text("smiles,y\nCCO,1\n")
     with pytest.raises(CheckpointError, match="not a graphattn checkpoint"):
         load_checkpoint(tmp_path / "x.csv")
+
+
+def test_failed_download_leaves_no_folders_and_disabled_download_says_so(tmp_path, monkeypatch):
+    import urllib.request
+
+    from graphattn.data.download import DataFileError, find_file
+
+    def offline(*a, **k):
+        raise OSError("offline")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "root"
+    root.mkdir()
+    with pytest.raises(DataFileError, match="downloading"):
+        find_file("some_set/deeper/file.csv", url="https://example.invalid/file.csv", root=root)
+    assert list(root.iterdir()) == []
+    with pytest.raises(DataFileError, match="downloads are disabled.*example.invalid"):
+        find_file("some_set/file.csv", url="https://example.invalid/file.csv", root=root, download=False)

@@ -72,6 +72,7 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
     from tqdm.auto import tqdm
 
     dest = Path(dest)
+    created = [d for d in [dest.parent, *dest.parent.parents] if not d.exists()]  # removed again on failure
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     os.close(fd)
@@ -98,6 +99,11 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        for d in created:  # deepest first; only folders this call made and that stayed empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
         raise
     return dest
 
@@ -123,9 +129,10 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
                 check(path)
             return path
     if url is None or not download:
+        why = ("no download is available for it" if url is None else
+               f"downloads are disabled (download=False); it can be fetched from {url}")
         raise DataFileError(
-            f"none of {list(relpaths)} found under data root {base} (set root= or "
-            "$GRAPHATTN_DATA), and no download is available for it")
+            f"none of {list(relpaths)} found under data root {base} (set root= or $GRAPHATTN_DATA), and {why}")
     try:
         return download_url(url, base / relpaths[0], sha256=sha256, check=check)
     except DataFileError:
