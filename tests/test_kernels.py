@@ -88,8 +88,16 @@ def _run(fn, q, k, v, bias, csr, scale, dout):
     return out.detach(), grads
 
 
+@pytest.fixture(params=["stored", "recomputed"])
+def pds(request):
+    """Both ways backward gets (p, ds) in its second pass: stored by pass 1 or recomputed."""
+    old = kernels.set_pds_budget(2 ** 26 if request.param == "stored" else 0)
+    yield request.param
+    kernels.set_pds_budget(old)
+
+
 @pytest.mark.parametrize("kind,seed", CASES)
-def test_matches_reference_float64(kind, seed):
+def test_matches_reference_float64(kind, seed, pds):
     gen = torch.Generator().manual_seed(1000 * seed + KINDS.index(kind))
     ei, N = make_graph("random" if kind == "huge_logits" else kind, gen)
     csr = to_csr(ei, N, cache=False)

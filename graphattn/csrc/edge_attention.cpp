@@ -21,10 +21,11 @@
 //           grad_ek_e = scale ds_e q_i, grad_ev_e = p_e dout_i (their sum when shared).
 //   pass 2, source-major over a CSC copy (int32 when it fits; perm -> CSR position):
 //           grad_k_j = scale sum ds_e q_i, grad_v_j = sum p_e dout_i.
-//           Without edge features p_e and ds_e are recomputed from q_i, k_j, v_j, dout_i and
-//           (lse_i, D_i) saved by pass 1 as (N,2H): no per-edge buffer at all. With edge
-//           features pass 1 stores (p, ds) as (E,2H) in CSR order instead of re-gathering
-//           the (H,C) edge rows.
+//           Pass 1 stores (p, ds) as (E,2H) in CSR order (always with edge features, so the
+//           (H,C) edge rows are not re-gathered; without them while E*2H <= the budget (set_pds_budget),
+//           which saves two dot products and an exp per edge and head). Above that budget and
+//           without edge features, p_e and ds_e are recomputed from q_i, k_j, v_j, dout_i and
+//           (lse_i, D_i) saved by pass 1 as (N,2H): no per-edge buffer at all.
 //
 // Rows with no incoming edge (or whose every score is -inf) give out = 0, never NaN; their
 // lse is stored as +inf so that exp(s - lse) = 0 in backward.
@@ -44,6 +45,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -65,6 +67,10 @@ constexpr int64_t kParallelMinWork = int64_t(1) << 18;  // edges*H*C below which
 // thread start-up and spin-waiting cost more than tiny graphs gain. Measured on an idle 2-core
 // machine: a 128-molecule batch (E*H*C ~ 0.6-0.9M) is ~1.7x faster per layer with 2 threads
 // (it was below the former 2^21 threshold); a 16-molecule batch (~0.1M) stays single-threaded.
+// Elements (default 2^26: 256 MB in float32) of the (E, 2H) (p, ds) buffer backward keeps
+// without edge features; larger graphs recompute instead. set_pds_budget changes it (tests
+// use 0 to exercise the recompute path on small graphs).
+std::atomic<int64_t> g_max_stored_pds{int64_t(1) << 26};
 #ifndef GA_PREFETCH
 #define GA_PREFETCH 8
 #endif
@@ -437,8 +443,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   auto gb = need_bias && bias.has_value() ? at::empty({E, H}, q.options()) : empty();
   auto gek = need_ek && ek.has_value() ? at::empty({E, H, C}, q.options()) : empty();
   auto gev = need_ev && ev.has_value() && !shared ? at::empty({E, H, C}, q.options()) : empty();
-  auto PDS = need_kv && feats ? at::empty({E, 2 * H}, q.options()) : empty();
-  auto LD = need_kv && !feats ? at::empty({N, 2 * H}, q.options()) : empty();
+  // (p, ds) per edge are stored by pass 1 when they fit the budget (pass 2 then reads them
+  // instead of recomputing two dot products and an exp per edge and head); above that, and
+  // only without edge features, pass 2 recomputes them from (lse, D) and no per-edge buffer exists.
+  const bool store_pds = need_kv && (feats || E * 2 * H <= g_max_stored_pds.load());
+  auto PDS = store_pds ? at::empty({E, 2 * H}, q.options()) : empty();
+  auto LD = need_kv && !store_pds ? at::empty({N, 2 * H}, q.options()) : empty();
   at::Tensor gk = empty(), gv = empty();
   const int nt = num_threads_for(E * H * C);
   auto ptr = [](at::Tensor& t, auto tag) -> decltype(tag) {
@@ -521,7 +531,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> build_csc(at::Tensor rowptr, at::
 //     lse, dout, scale, need_q, need_kv, need_bias, need_ek, need_ev, shared)
 //     -> (gq, gk, gv, grad_bias, grad_ek, grad_ev)          (empty when not requested)
 // torch.ops.graphattn_ea.build_csc(rowptr, col) -> (cptr, cperm, ctgt)
+// torch.ops.graphattn_ea.set_pds_budget(elements) -> previous budget
+int64_t set_pds_budget(int64_t elements) { return g_max_stored_pds.exchange(elements); }
+
 TORCH_LIBRARY(graphattn_ea, m) {
+  m.def("set_pds_budget", &set_pds_budget);
   m.def("forward", &forward);
   m.def("backward", &backward);
   m.def("build_csc", &build_csc);
