@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
         if name != "evaluate":
             p.add_argument("--smiles", nargs="+", default=None, help="molecules: SMILES strings")
-            p.add_argument("--out", default=None, help="output file (predictions CSV or picture PNG)")
+            p.add_argument("--out", default=None, help="output file (predictions CSV or picture PNG), or an "
+                                                       "existing folder to write the default file name into")
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")

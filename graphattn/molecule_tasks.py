@@ -18,7 +18,7 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import nn
@@ -42,9 +42,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     whichever pipeline adds its options first defines it (no ``choices``); each validates its
     own values (none|gine|gat here) in ``train``."""
     g = parser.add_argument_group("molecules")
-    g.add_argument("--csv", default=None, help="train on any CSV with a SMILES column and 0/1 task columns")
+    g.add_argument("--csv", default=None, help="train on any CSV (or .csv.gz) with a SMILES column and 0/1 task "
+                                                "columns (instead of a named dataset)")
     g.add_argument("--smiles-col", default="smiles", help="SMILES column of --csv (default: smiles)")
-    g.add_argument("--tasks", default=None, help="comma-separated task columns (default: all numeric columns)")
+    g.add_argument("--tasks", default=None,
+                   help="comma-separated task names, matched case-insensitively; names containing commas "
+                        "(SIDER) are recognised (default: every task; for --csv every column of 0/1 labels)")
     g.add_argument("--split", choices=SPLITS, default="scaffold",
                    help="scaffold (deterministic Bemis-Murcko, default), random or balanced_scaffold (seeded)")
     g.add_argument("--pos-weight", action="store_true",
@@ -96,6 +99,8 @@ def train(args) -> int:
     baseline = getattr(args, "baseline", "none") or "none"
     if baseline not in BASELINES:
         return _err("train", f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
+    if args.csv is not None and args.dataset is not None:
+        return _err("train", f"give either a dataset name ({args.dataset!r}) or --csv ({args.csv!r}), not both")
     if args.csv is None and args.dataset.lower() not in DATASETS:
         return _err("train", f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(DATASETS)}")
     social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]
@@ -107,18 +112,18 @@ def train(args) -> int:
     ensemble = 1 if args.ensemble is None else args.ensemble
     if ensemble < 1:
         return _err("train", f"--ensemble must be >= 1, got {ensemble}")
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else None
     name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     pe_dim = hp["pe_dim"] if baseline == "none" else 0
     descriptors = descriptor_set(hp["descriptors"])
     try:
-        ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, tasks, pe_dim, args.limit,
-                          log=not args.no_progress, descriptors=descriptors)
+        ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None, pe_dim,
+                          args.limit, log=not args.no_progress, descriptors=descriptors)
+        if not ds.task_names:
+            raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
+        split_idx = split_indices(ds, args.split, args.seed)
     except (DataFileError, ValueError) as exc:
         return _err("train", str(exc))
-    if not ds.task_names:
-        return _err("train", f"{name}: no task columns found; pass --tasks")
-    split_idx = split_indices(ds, args.split, args.seed)
+    tasks = list(ds.task_names) if args.tasks else None
     spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
@@ -152,13 +157,41 @@ def train(args) -> int:
 
 
 def _read_smiles_csv(path, smiles_col: str) -> List[str]:
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.DictReader(f)
-        cols = reader.fieldnames or []
-        match = [c for c in cols if c == smiles_col] or [c for c in cols if c.lower() == smiles_col.lower()]
-        if not match:
-            raise ValueError(f"{path}: no column {smiles_col!r} (columns: {cols}); pass --smiles-col")
-        return [row[match[0]] or "" for row in reader]
+    """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do."""
+    from .data.molecules import find_column, read_csv_table
+
+    header, rows = read_csv_table(path)
+    try:
+        j = find_column(header, smiles_col, path)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; pass --smiles-col") from None
+    return [fields[j] for _, fields in rows]
+
+
+def _out_path(out, default_name: str) -> Path:
+    """``out``, or ``out/default_name`` when ``out`` is an existing folder or ends with a slash."""
+    path = Path(out)
+    if path.is_dir() or str(out).endswith(("/", "\\")):
+        return path / default_name
+    return path
+
+
+def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
+    """Names of the probability and (ensembles) std columns of ``predict``'s CSV, per task.
+
+    The std column of task ``t`` is ``t_std``. The probability column is ``t`` itself unless
+    that is ``row``, ``smiles``, ``error``, an std column or an earlier task's column: then
+    ``_task`` is appended (again, until it is unique). Deterministic for a checkpoint."""
+    std = [f"{t}_std" for t in tasks] if ensemble else []
+    taken = {"row", "smiles", "error", *std}
+    prob = []
+    for t in tasks:
+        col = t
+        while col in taken:
+            col += "_task"
+        taken.add(col)
+        prob.append(col)
+    return prob, std
 
 
 def _inputs(args, command: str) -> List[str]:
@@ -183,12 +216,19 @@ def evaluate(args) -> int:
     tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
     try:
         if args.csv:
-            with open(args.csv, newline="", encoding="utf-8-sig") as f:
-                header = next(csv.reader(f), [])
-            present = [t for t in tasks if t in header]
+            from .data.molecules import find_column, read_csv_table
+
+            header, _ = read_csv_table(args.csv, header_only=True)
+            find_column(header, args.smiles_col, args.csv)
+            folded = {}
+            for h in header:
+                folded.setdefault(h.lower(), []).append(h)
+            present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
             if not present:
-                return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks}")
-            ds = load_dataset(csv_path=args.csv, smiles_col=args.smiles_col, tasks=present, pe_dim=k,
+                return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
+                                        f"(columns: {header})")
+            ds = load_dataset(csv_path=args.csv, smiles_col=args.smiles_col, pe_dim=k,
+                              tasks=[t if t in header else folded[t.lower()][0] for t in present],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             parts = {"csv": ds}
         else:
@@ -231,13 +271,17 @@ class _Columns(nn.Module):
 
 
 def predict(args) -> int:
-    """Per-task probabilities for --smiles or --csv; a CSV at --out (stdout without --out).
-    Every input gets a row; an invalid SMILES gets empty probabilities and an ``error``.
-    An ensemble checkpoint adds ``<task>_std`` columns (spread of its members' probabilities)."""
+    """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
+    OUT is a folder; stdout without --out). Columns: ``row`` (1-based input position),
+    ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
+    columns (spread of its members' probabilities), ``error``. Every input gets a row; an
+    invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
+    (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
+    :func:`_output_columns`; a note goes to stderr)."""
     try:
         model, meta = load_model(args.checkpoint)
         smiles = _inputs(args, "predict")
-    except (ValueError, RuntimeError, OSError) as exc:
+    except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return _err("predict", str(exc))
     tasks = meta["task_names"]
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
@@ -245,23 +289,30 @@ def predict(args) -> int:
     prob = predict_proba(model, [graphs[i] for i in ok], members=True)
     # an ensemble also reports how much its members disagree: <task>_std, the standard
     # deviation of the members' probabilities (chemprop's ensemble uncertainty)
-    std_cols = [f"{t}_std" for t in tasks] if prob.dim() == 3 else []
+    prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
+    for t, c in zip(tasks, prob_cols):
+        if c != t:
+            print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
     std = prob.std(0, unbiased=False) if std_cols else None
     prob = prob.mean(0) if std_cols else prob
-    rows = [{"row": i + 1, "smiles": s, **{t: "" for t in tasks + std_cols}, "error": g if isinstance(g, str) else ""}
-            for i, (s, g) in enumerate(zip(smiles, graphs))]
+    rows = [{"row": i + 1, "smiles": s, **{c: "" for c in prob_cols + std_cols},
+             "error": g if isinstance(g, str) else ""} for i, (s, g) in enumerate(zip(smiles, graphs))]
     for j, i in enumerate(ok):
-        rows[i].update({t: f"{float(p):.6f}" for t, p in zip(tasks, prob[j])})
+        rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
         if std_cols:
-            rows[i].update({t: f"{float(v):.6f}" for t, v in zip(std_cols, std[j])})
-    fields = ["row", "smiles", *tasks, *std_cols, "error"]
+            rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
+    fields = ["row", "smiles", *prob_cols, *std_cols, "error"]
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            w.writerows(rows)
-        print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {args.out}")
+        out = _out_path(args.out, "predictions.csv")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                w.writerows(rows)
+        except OSError as exc:
+            return _err("predict", f"cannot write {out}: {exc}")
+        print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
     else:
         w = csv.DictWriter(sys.stdout, fieldnames=fields)
         w.writeheader()
@@ -274,7 +325,9 @@ def predict(args) -> int:
 
 def explain(args) -> int:
     """Draw each molecule with atoms and bonds coloured by attention rollout
-    (:func:`graphattn.viz.molecule_attention`) and the per-task probabilities as caption."""
+    (:func:`graphattn.viz.molecule_attention`) and the per-task probabilities as caption, to
+    --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
+    molecules ``<stem>_<i>.png``)."""
     from .viz import draw_molecule_attention, molecule_attention
 
     try:
@@ -284,7 +337,9 @@ def explain(args) -> int:
         return _err("explain", str(exc))
     if meta["model"]["class"] != "GraphClassifier":
         return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
-    out = Path(args.out or "explain.png")
+    if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
+        return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
+    out = _out_path(args.out or "explain.png", "explain.png")
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     status = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):

@@ -338,6 +338,8 @@ def predict(args) -> int:
     ck, meta, model = _load(args.checkpoint)
     names = meta["class_names"]
     out = Path(args.out) if args.out else Path(args.checkpoint).with_name("predictions.csv")
+    if out.is_dir():
+        out = out / "predictions.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     if meta["pipeline"] == "graph":
         from .social_graph import predict_graph
@@ -393,7 +395,9 @@ def explain(args) -> int:
     node = _node_row(data, node_id)
     logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
     out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node_id}.png")
-    if not out.suffix:
+    if out.is_dir():
+        out = out / f"explain_node{node_id}.png"
+    elif not out.suffix:
         out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
                               hops=args.hops)

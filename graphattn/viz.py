@@ -130,16 +130,15 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     molecule's lowest score is white and its highest red, and each bond by the mean of its
     two atoms; ``legend`` (may have several lines) below.
 
-    Atom ``i`` is RDKit atom ``i`` of ``Chem.MolFromSmiles(smiles)``, the node order of
-    :func:`graphattn.data.molecules.smiles_to_data`.
+    Atom ``i`` is RDKit atom ``i`` of :func:`graphattn.data.featurize.parse_smiles`, the node
+    order of :func:`graphattn.data.molecules.smiles_to_data`; a SMILES it rejects raises its
+    :class:`~graphattn.data.featurize.InvalidSmilesError` (a ``ValueError``).
     """
-    from rdkit import Chem, rdBase
     from rdkit.Chem.Draw import rdMolDraw2D
 
-    with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        raise ValueError(f"invalid SMILES {smiles!r}")
+    from .data.featurize import parse_smiles
+
+    mol = parse_smiles(smiles)
     scores = [float(s) for s in atom_scores]
     if len(scores) != mol.GetNumAtoms():
         raise ValueError(f"atom_scores has {len(scores)} entries but {smiles!r} has {mol.GetNumAtoms()} atoms")

@@ -159,12 +159,13 @@ def test_tox21_slice_train_predict_explain(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHATTN_DATA", str(_tox21_root()))
     run = tmp_path / "tox21"
     rc = cli.main(["train", "tox21", "--limit", "200", "--epochs", "1", "--split", "scaffold",
-                   "--out", str(run), *TINY, "--pe-dim", "8"])  # k = the default: reuses the cache
+                   "--out", str(run), *TINY, "--pe-dim", "8"])
     assert rc == 0
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["num_molecules"] == 200 and len(metrics["task_names"]) == 12
-    assert metrics["skipped"]["count"] == 8  # the hypervalent [AlH3] rows of Tox21
-    assert "Skipped 8 invalid SMILES" in capsys.readouterr().out
+    # --limit featurizes only the first 200 valid molecules; Tox21's 8 hypervalent [AlH3]
+    # rows come after them (file rows 1324+), so this slice skips none
+    assert metrics["skipped"]["count"] == 0
     preds = tmp_path / "p.csv"
     assert cli.main(["predict", "--checkpoint", str(run / "best.pt"), "--smiles", "CCO",
                      "O=CO[AlH3](OC=O)OC=O", "--out", str(preds)]) == 0

@@ -119,6 +119,9 @@ def test_explain_takes_file_node_ids(tmp_path, capsys):
                  "--out", str(tmp_path / "noext")]) == 0
     text = capsys.readouterr().out
     assert "\nNode 155:" in text and (tmp_path / "noext.png").is_file()
+    assert main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "155", "--out", str(tmp_path)]) == 0
+    assert main(["predict", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "explain_node155.png").is_file() and (tmp_path / "predictions.csv").is_file()
     assert "not a node id" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 16)
     assert "--hops must be >= 1" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 155,
                                           "--hops", 0)

@@ -9,8 +9,8 @@ from .descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from .download import DataFileError, cache_root, data_root, find_file
 from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                         FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
-                        InvalidSmilesWarning, MoleculeCSVDataset, ToxicityDataset, mol_to_data,
-                        parse_smiles, smiles_to_data)
+                        InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset,
+                        find_column, mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
 from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_social_node_dataset,
                      random_walk_pe, stratified_masks, structural_node_features)
 from .tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
@@ -23,8 +23,8 @@ __all__ = [
     "AddMolDescriptors", "descriptor_names", "mol_descriptors",
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "FEATURIZER_VERSION", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
-    "InvalidSmilesWarning", "MoleculeCSVDataset", "ToxicityDataset", "mol_to_data", "parse_smiles",
-    "smiles_to_data",
+    "InvalidSmilesWarning", "MoleculeCSVDataset", "TaskColumnWarning", "ToxicityDataset", "find_column",
+    "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",
     "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_social_node_dataset",
     "random_walk_pe", "stratified_masks", "structural_node_features",
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",

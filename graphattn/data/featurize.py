@@ -15,6 +15,7 @@ hydrogens are not nodes), so atom-level outputs can be drawn on the molecule.
 """
 from __future__ import annotations
 
+import re
 from typing import List
 
 import torch
@@ -62,6 +63,11 @@ class InvalidSmilesWarning(UserWarning):
     """A dataset skipped rows whose SMILES RDKit cannot parse (see ``dataset.skipped``)."""
 
 
+_INNER_SPACE = re.compile(r"\s")
+#: a SMILES followed by one CXSMILES extension ``|...|`` (no line breaks), e.g. ``C* |$;_R1$|``
+_CXSMILES = re.compile(r"\S+[ \t]+\|[^|\r\n]*\|")
+
+
 def _bucket(value: int, lo: int, hi: int) -> int:
     return value - lo if lo <= value <= hi else hi - lo + 1
 
@@ -96,12 +102,19 @@ def parse_smiles(smiles):
     ``[AlH3]`` entries of Tox21) and molecules without atoms are all invalid. We do not
     fall back to ``sanitize=False``: an unsanitized molecule has no ring, aromaticity or
     hybridization perception, so its features would not mean what they mean elsewhere.
+
+    Leading and trailing whitespace is ignored. Whitespace *inside* the SMILES (``"CC O"``,
+    ``"CCO\nCCN"``, ``"c1ccccc1 junk"``) makes it invalid ("whitespace inside the SMILES"):
+    RDKit would silently read only the part before it (the rest is taken as a name). The one
+    exception is a CXSMILES extension, ``"SMILES |...|"``, which RDKit reads.
     """
     from rdkit import Chem, rdBase
 
     if not isinstance(smiles, str) or not smiles.strip():
         raise InvalidSmilesError(smiles, "empty SMILES")
     text = smiles.strip()
+    if _INNER_SPACE.search(text) and not _CXSMILES.fullmatch(text):
+        raise InvalidSmilesError(smiles, "whitespace inside the SMILES")
     with rdBase.BlockLogs():
         mol = Chem.MolFromSmiles(text)
         if mol is None:  # diagnose: syntax error, or which sanitization step failed

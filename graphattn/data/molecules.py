@@ -2,7 +2,10 @@
 
 Featurization is in :mod:`graphattn.data.featurize`, splits in :mod:`graphattn.data.splits`.
 Invalid SMILES are skipped, counted and reported with their file rows, never dropped
-silently. RDKit is imported lazily.
+silently. Labels are binary (the models train with binary cross-entropy): a label cell is
+``0``/``1`` (any number equal to 0 or 1: ``0.0``, ``1.0``, ``1e0``), ``true``/``false``
+(any case, as pandas writes booleans), or missing (empty, ``nan``, ``NA``, ``N/A``,
+``null``, ``none``). RDKit is imported lazily.
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from torch_geometric.data import InMemoryDataset
 
@@ -28,8 +31,18 @@ __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
     "mol_to_data", "smiles_to_data", "ToxicityDataset", "MoleculeCSVDataset",
-    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS",
+    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS", "TaskColumnWarning", "read_csv_table",
+    "find_column",
 ]
+
+#: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
+#: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
+#: SMILES invalid, ``limit``).
+_PROCESS_VERSION = 2
+
+
+class TaskColumnWarning(UserWarning):
+    """:class:`MoleculeCSVDataset` did not use some columns as tasks (``.skipped_columns``)."""
 
 
 # ----------------------------------------------------------------------------- CSV reading
@@ -38,8 +51,13 @@ _MISSING = {"", "nan", "na", "n/a", "null", "none"}
 _ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index"}
 
 
-def _read_table(path: Path) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
-    """Header and ``(file row number, fields)`` pairs; gzip detected by its magic bytes."""
+def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
+    """Header (names stripped) and ``(file line, fields)`` pairs of a CSV or gzipped CSV
+    (detected by its magic bytes, whatever the name); UTF-8 with or without BOM; blank lines
+    skipped; a record spanning lines (a quoted line break) has the number of its first line.
+    Raises :class:`DataFileError` for an empty, truncated or malformed file.
+    ``header_only``: read the header row only (rows ``[]``)."""
+    path = Path(path)
     try:
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
@@ -51,88 +69,140 @@ def _read_table(path: Path) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
                 raise DataFileError(f"{path}: empty file (no header row)")
             header = [h.strip() for h in header]
             rows = []
-            for fields in reader:
+            while not header_only:
+                start = reader.line_num + 1  # a quoted field may span lines: report the first
+                fields = next(reader, None)
+                if fields is None:
+                    break
                 if not fields or (len(fields) == 1 and not fields[0].strip()):
                     continue  # blank line
                 if len(fields) != len(header):
                     raise DataFileError(
-                        f"{path}: row {reader.line_num} has {len(fields)} fields but the header "
+                        f"{path}: row {start} has {len(fields)} fields but the header "
                         f"has {len(header)}; the file is truncated or malformed")
-                rows.append((reader.line_num, fields))
+                rows.append((start, fields))
     except (OSError, EOFError, UnicodeDecodeError, csv.Error, gzip.BadGzipFile) as exc:
         raise DataFileError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc}); "
                             "the file is truncated or corrupt") from exc
     return header, rows
 
 
-def _parse_value(text: str, path: Path, row: int, column: str, binary: bool) -> float:
-    text = text.strip()
-    if text.lower() in _MISSING:
+_read_table = read_csv_table
+
+
+def _binary_label(text: str) -> Optional[float]:
+    """1.0 / 0.0 / NaN (missing) for a label cell, None when it is not a binary label."""
+    low = text.strip().lower()
+    if low in _MISSING:
         return float("nan")
+    if low in ("true", "false"):
+        return float(low == "true")
     try:
-        value = float(text)
+        value = float(low)
     except ValueError:
-        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text!r} is not a "
-                            "number (empty = missing)") from None
-    if binary and value not in (0.0, 1.0):
-        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text!r} is not 0/1")
+        return None
+    return value if value in (0.0, 1.0) else None
+
+
+def _parse_value(text: str, path: Path, row: int, column: str) -> float:
+    value = _binary_label(text)
+    if value is None:
+        try:
+            float(text)
+            what = "not 0 or 1"
+        except ValueError:
+            what = "not a number or true/false"
+        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text.strip()!r} is {what}; "
+                            "task labels must be binary (0/1, true/false; empty = missing)")
     return value
 
 
-def _find_column(header: List[str], name: str, path: Path) -> int:
-    if name in header:
-        return header.index(name)
-    folded = [i for i, h in enumerate(header) if h.lower() == name.lower()]
-    if len(folded) == 1:
-        return folded[0]
+def find_column(header: List[str], name: str, path) -> int:
+    """Index of column ``name`` in ``header``: the exact name, else the one column equal to it
+    case-insensitively (both stripped of whitespace). :class:`DataFileError` when there is
+    none, or when several columns match (the same name twice, or names differing in case)."""
+    name = str(name).strip()
+    exact = [i for i, h in enumerate(header) if h == name]
+    match = exact or [i for i, h in enumerate(header) if h.lower() == name.lower()]
+    if len(match) == 1:
+        return match[0]
+    if match:
+        raise DataFileError(f"{path}: column {name!r} is ambiguous: columns "
+                            f"{', '.join(str(i + 1) for i in match)} ({[header[i] for i in match]}) match it")
     raise DataFileError(f"{path}: no column {name!r}; columns are {header}")
 
 
-def _infer_tasks(header, rows, smiles_idx) -> List[int]:
-    """Columns (other than SMILES and id/name columns) whose present values are all numbers."""
-    out = []
+_find_column = find_column
+
+
+def _infer_tasks(header, rows, smiles_idx) -> Tuple[List[int], List[Tuple[str, str]]]:
+    """Columns whose present values are all binary labels (see the module doc), and
+    ``(name, reason)`` of every other column except the SMILES one."""
+    out, skipped = [], []
+    folded = [h.lower() for h in header]
     for j, name in enumerate(header):
-        if j == smiles_idx or name.lower() in _ID_COLUMNS or name.startswith("Unnamed:"):
+        if j == smiles_idx:
             continue
-        present = [r[j].strip() for _, r in rows if r[j].strip().lower() not in _MISSING]
-        try:
-            [float(v) for v in present]
-        except ValueError:
+        if name.lower() in _ID_COLUMNS or name.startswith("Unnamed:"):
+            skipped.append((name, "id/name column"))
             continue
-        if present:
+        if folded.count(name.lower()) > 1:
+            skipped.append((name, "its name is used by more than one column"))
+            continue
+        bad, present = None, 0
+        for line, fields in rows:
+            value = _binary_label(fields[j])
+            if value is None:
+                bad = (line, fields[j].strip())
+                break
+            present += value == value
+        if bad is not None:
+            skipped.append((name, f"row {bad[0]} has {bad[1]!r}, not a 0/1 label"))
+        elif not present:
+            skipped.append((name, "every cell empty"))
+        else:
             out.append(j)
-    return out
+    return out, skipped
 
 
 # ----------------------------------------------------------------------------- datasets
 
-def _writable_dir(path: Path) -> Path:
+def _writable_dir(base: Path, rel: str) -> Path:
+    """``base / rel``, or ``~/.cache/graphattn / rel`` when that cannot be written."""
+    path = Path(base) / rel
     try:
         path.mkdir(parents=True, exist_ok=True)
         if os.access(path, os.W_OK):
             return path
     except OSError:
         pass
-    return Path.home() / ".cache" / "graphattn" / path.name
+    return Path.home() / ".cache" / "graphattn" / rel
 
 
 class _SmilesCSVDataset(InMemoryDataset):
-    """A SMILES CSV featurized once into ``<cache>/<name>/processed/<key>/``.
+    """A SMILES CSV featurized once into ``<cache>/<rel>/processed/<key>/``.
 
-    ``key`` hashes :data:`FEATURIZER_VERSION`, the raw file's sha256, the column choice
-    and ``repr(pre_transform)``, so any change re-processes into a fresh folder.
+    ``key`` hashes :data:`FEATURIZER_VERSION`, the processing version, the raw file's
+    sha256, the column choice, ``limit`` and ``repr(pre_transform)``, so any change
+    re-processes into a fresh folder (a ``limit`` run never reads nor overwrites the cache
+    of the whole file). ``limit``: stop after that many valid molecules.
     """
 
     def __init__(self, raw_path, name: str, smiles_col: str, task_cols, cache_base: Path,
-                 binary: bool, transform, pre_transform, force_reload: bool, log: bool):
+                 transform, pre_transform, force_reload: bool, log: bool,
+                 limit: Optional[int] = None, rel: Optional[str] = None):
         self.raw_path = Path(raw_path)
         self.name = name
-        self._smiles_col, self._task_cols, self._binary = smiles_col, task_cols, binary
+        if limit is not None and int(limit) < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        self._smiles_col, self._task_cols = smiles_col, task_cols
+        self._limit = None if limit is None else int(limit)
         pre = re.sub(r"(<.*?)\s.*(>)", r"\1\2", repr(pre_transform))  # drop addresses
-        spec = json.dumps([FEATURIZER_VERSION, sha256sum(self.raw_path), name, smiles_col,
-                           task_cols, pre])
-        self._key = f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
-        base = _writable_dir(Path(cache_base) / name)
+        spec = json.dumps([FEATURIZER_VERSION, _PROCESS_VERSION, sha256sum(self.raw_path), name,
+                           smiles_col, task_cols, pre, self._limit])
+        self._key = (f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
+                     + (f"-limit{self._limit}" if self._limit else ""))
+        base = _writable_dir(Path(cache_base), rel or name)
         super().__init__(str(base), transform, pre_transform, None, log, force_reload)
         self.load(self.processed_paths[0])
         with open(self.processed_paths[1]) as f:
@@ -141,6 +211,13 @@ class _SmilesCSVDataset(InMemoryDataset):
         self.skipped: List[Tuple[int, str, str]] = [tuple(s) for s in meta["skipped"]]
         self.num_rows: int = meta["num_rows"]
         self._rows: List[int] = meta["rows"]
+        self.skipped_columns: List[Tuple[str, str]] = [tuple(c) for c in meta.get("skipped_columns", [])]
+        noted = [(c, why) for c, why in self.skipped_columns if why != "id/name column"]  # mol_id etc.: expected
+        if noted:
+            shown = "; ".join(f"{c!r} ({why})" for c, why in noted)
+            warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be 0/1, "
+                          f"true/false or empty): {shown}. Name the task columns to use them "
+                          "(task_cols= / --tasks)", TaskColumnWarning, stacklevel=3)
         if self.skipped:
             shown = ", ".join(str(s[0]) for s in self.skipped[:20])
             more = ", ..." if len(self.skipped) > 20 else ""
@@ -183,22 +260,30 @@ class _SmilesCSVDataset(InMemoryDataset):
         value = self._data[key]
         return [value] if isinstance(value, str) else value
 
-    def _select_tasks(self, header: List[str], rows) -> Tuple[int, List[int]]:
-        smiles_idx = _find_column(header, self._smiles_col, self.raw_path)
+    def _select_tasks(self, header: List[str], rows) -> Tuple[int, List[int], List[Tuple[str, str]]]:
+        """SMILES column, task columns and ``(name, reason)`` of the columns not used."""
+        smiles_idx = find_column(header, self._smiles_col, self.raw_path)
         if self._task_cols is None:
-            return smiles_idx, _infer_tasks(header, rows, smiles_idx)
-        return smiles_idx, [_find_column(header, t, self.raw_path) for t in self._task_cols]
+            return (smiles_idx, *_infer_tasks(header, rows, smiles_idx))
+        idx = [find_column(header, t, self.raw_path) for t in self._task_cols]
+        twice = sorted({header[j] for j in idx if idx.count(j) > 1})
+        if twice:
+            raise ValueError(f"{self.raw_path}: task column(s) {twice} given more than once")
+        return smiles_idx, idx, []
 
     def process(self) -> None:
         from tqdm.auto import tqdm
 
-        header, rows = _read_table(self.raw_path)
-        smiles_idx, task_idx = self._select_tasks(header, rows)
-        data_list, skipped, kept = [], [], []
-        for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol",
+        header, rows = read_csv_table(self.raw_path)
+        smiles_idx, task_idx, skipped_cols = self._select_tasks(header, rows)
+        data_list, skipped, kept, read = [], [], [], 0
+        total = len(rows) if self._limit is None else min(len(rows), self._limit)
+        for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol", total=total,
                                  disable=not self.log):
-            y = [_parse_value(fields[j], self.raw_path, line, header[j], self._binary)
-                 for j in task_idx]
+            if self._limit is not None and len(data_list) >= self._limit:
+                break
+            read += 1
+            y = [_parse_value(fields[j], self.raw_path, line, header[j]) for j in task_idx]
             try:
                 data = smiles_to_data(fields[smiles_idx], y)
             except InvalidSmilesError as exc:
@@ -209,11 +294,12 @@ class _SmilesCSVDataset(InMemoryDataset):
             data_list.append(data)
             kept.append(line)
         if not data_list:
-            raise DataFileError(f"{self.raw_path}: none of its {len(rows)} SMILES could be "
+            raise DataFileError(f"{self.raw_path}: none of its {read} SMILES could be "
                                 f"parsed (column {header[smiles_idx]!r})")
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
-                "num_rows": len(rows), "rows": kept, "featurizer_version": FEATURIZER_VERSION,
-                "raw_file": str(self.raw_path)}
+                "skipped_columns": skipped_cols, "num_rows": read, "rows": kept,
+                "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
+                "limit": self._limit}
         for path, write in ((self.processed_paths[1], lambda p: _dump_json(meta, p)),
                             (self.processed_paths[0], lambda p: self.save(data_list, p))):
             tmp = f"{path}.{os.getpid()}.tmp"
@@ -322,11 +408,14 @@ class ToxicityDataset(_SmilesCSVDataset):
             to ``~/.cache/graphattn`` when that is not writable).
         download: allow downloading when no local copy exists.
         log: show the tqdm bar while featurizing.
+        limit: featurize only the first ``limit`` valid molecules (rows after the last one
+            are not read; ``skipped`` and ``num_rows`` cover the rows read). Cached apart
+            from the whole file.
     """
 
     def __init__(self, root=None, name: str = "tox21", transform=None, pre_transform=None,
                  force_reload: bool = False, cache_dir=None, download: bool = True,
-                 log: bool = True):
+                 log: bool = True, limit: Optional[int] = None):
         name = name.lower()
         if name not in TOXICITY_DATASETS:
             raise ValueError(f"name must be one of {sorted(TOXICITY_DATASETS)}, got {name!r}")
@@ -334,41 +423,45 @@ class ToxicityDataset(_SmilesCSVDataset):
         raw = find_file([f"{name}/{f}" for f in spec["files"]], url=spec["url"], root=root,
                         check=_check_toxicity_file(name), download=download)
         super().__init__(raw, name, "smiles", None, cache_root(cache_dir),
-                         True, transform, pre_transform, force_reload, log)
+                         transform, pre_transform, force_reload, log, limit=limit)
 
     def _select_tasks(self, header, rows):
         tasks = _toxicity_tasks(self.name, header, self.raw_path)
-        return header.index("smiles"), [header.index(t) for t in tasks]
+        return header.index("smiles"), [header.index(t) for t in tasks], []
 
 
 class MoleculeCSVDataset(_SmilesCSVDataset):
-    r"""Any CSV (or .csv.gz) with a SMILES column and numeric task columns, as PyG graphs.
+    r"""Any CSV (or .csv.gz) with a SMILES column and binary task columns, as PyG graphs.
 
     Args:
-        path: the CSV file.
-        smiles_col: SMILES column (matched case-insensitively if not found exactly).
-        task_cols: label columns, in order (a str is one column name). ``None`` infers
-            them: every other column whose non-empty values are all numbers, except
-            id-like columns (``id``, ``mol_id``, ``name``, ``index``, ``Unnamed: *``) —
-            so DeepChem's text ``mol_id`` column is ignored. Zero tasks is allowed
-            (e.g. for prediction); ``y`` then has shape ``(1, 0)``.
+        path: the CSV file (gzip is recognised by its content, not its name).
+        smiles_col: SMILES column. This and ``task_cols`` match the header exactly, else
+            case-insensitively; header names are stripped of surrounding whitespace.
+        task_cols: label columns, in order (a str is one column name); each must hold only
+            binary labels (see the module doc), else :class:`DataFileError` (a
+            ``ValueError``) names the column, the file row and the value. ``None`` infers
+            them: every other column whose labels are all binary with at least one present,
+            except id-like columns (``id``, ``mol_id``, ``name``, ``index``, ``Unnamed: *``)
+            and names used twice. The columns left out are listed, with the reason and the
+            first offending cell, in ``skipped_columns`` and in one
+            :class:`TaskColumnWarning`. Zero tasks is allowed (e.g. for prediction); ``y``
+            then has shape ``(1, 0)``.
         root: data root; the cache goes to ``<cache_root(cache_dir)>/csv/<file stem>/``.
-        transform, pre_transform, force_reload, cache_dir, log: as in
+        transform, pre_transform, force_reload, cache_dir, log, limit: as in
             :class:`ToxicityDataset`.
 
-    Labels may be any numbers (regression too); empty / ``nan`` / ``NA`` = missing
-    (NaN in ``y``). Invalid SMILES are skipped and reported in ``skipped``.
+    Missing labels are NaN in ``y``. Invalid SMILES are skipped and reported in ``skipped``.
     """
 
     def __init__(self, path, smiles_col: str = "smiles", task_cols=None, root=None,
                  transform=None, pre_transform=None, force_reload: bool = False,
-                 cache_dir=None, log: bool = True):
+                 cache_dir=None, log: bool = True, limit: Optional[int] = None):
         path = Path(path).expanduser()
         if not path.is_file():
             raise DataFileError(f"{path}: no such file")
         if isinstance(task_cols, str):
             task_cols = [task_cols]
         stem = re.sub(r"\.csv(\.gz)?$", "", path.name, flags=re.I) or "data"
-        cache = cache_root(cache_dir) / "csv"
         super().__init__(path, stem, smiles_col, None if task_cols is None else list(task_cols),
-                         cache, False, transform, pre_transform, force_reload, log)
+                         cache_root(cache_dir), transform, pre_transform, force_reload, log,
+                         limit=limit, rel=f"csv/{stem}")

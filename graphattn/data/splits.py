@@ -47,16 +47,18 @@ def random_split(n: int, frac=(0.8, 0.1, 0.1), seed: int = 0) -> Split:
 
 
 def murcko_scaffold(smiles: str) -> Optional[str]:
-    """Bemis–Murcko scaffold SMILES without chirality ("" if acyclic); ``None`` if unparsable."""
-    from rdkit import Chem, rdBase
+    """Bemis–Murcko scaffold SMILES without chirality ("" if acyclic); ``None`` if unparsable
+    (by :func:`graphattn.data.featurize.parse_smiles`, e.g. whitespace inside the SMILES)."""
+    from rdkit import rdBase
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    if not isinstance(smiles, str) or not smiles.strip():
+    from .featurize import InvalidSmilesError, parse_smiles
+
+    try:
+        mol = parse_smiles(smiles)
+    except InvalidSmilesError:
         return None
     with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(smiles.strip())
-        if mol is None or mol.GetNumAtoms() == 0:
-            return None
         try:
             return MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False)
         except Exception:  # RDKit errors on exotic inputs: treat as unparsable

@@ -16,7 +16,7 @@ from graphattn.data.download import DataFileError  # noqa: E402
 from graphattn.data.molecules import (  # noqa: E402
     ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
     FEATURIZER_VERSION, TOX21_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
-    InvalidSmilesWarning, MoleculeCSVDataset, ToxicityDataset, smiles_to_data)
+    InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset, smiles_to_data)
 from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -188,10 +188,11 @@ def test_csv_inference_skips_numeric_id_columns_and_handles_gzip(tmp_path):
     src = tmp_path / "mine.csv.gz"
     with gzip.open(src, "wt", newline="") as f:
         f.write("id,SMILES,name,logS,active\n0,CCO,ethanol,-0.2,1\n1,CCN,ethylamine,NA,0\n")
-    ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")  # smiles_col case-insensitive
-    assert ds.task_names == ["logS", "active"]
+    with pytest.warns(TaskColumnWarning, match=r"'logS' \(row 2 has '-0.2'"):  # continuous: not a BCE task
+        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")  # smiles_col case-insensitive
+    assert ds.task_names == ["active"]
     assert ds.skipped == [] and len(ds) == 2
-    assert math.isnan(ds.y[1, 0]) and ds.y[0].tolist() == pytest.approx([-0.2, 1.0])
+    assert ds.y[:, 0].tolist() == [1.0, 0.0]
 
 
 def test_csv_smiles_only_and_dataloader(tmp_path):

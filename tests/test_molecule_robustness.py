@@ -1,0 +1,325 @@
+"""Bad input to the molecule API and CLI: non-binary labels, empty or lopsided splits,
+whitespace inside SMILES, the cache location, gzipped / oddly-cased CSVs for predict and
+evaluate, predict column collisions, task names with commas, ``--out`` folders, models
+without attention, ``--limit`` and conflicting dataset options.
+
+All fixtures are written into ``tmp_path``; models are tiny (1 epoch, no descriptors unless
+they are the point). The featurized cache goes to a private ``$GRAPHATTN_CACHE``.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("rdkit")
+
+from graphattn import cli, molecule_pipeline as mp, molecule_tasks  # noqa: E402
+from graphattn.data import molecules  # noqa: E402
+from graphattn.data.molecules import (SIDER_TASKS, TOXICITY_DATASETS,  # noqa: E402
+                                      InvalidSmilesError, MoleculeCSVDataset, TaskColumnWarning,
+                                      ToxicityDataset, smiles_to_data)
+from graphattn.testing import shared_data_dir  # noqa: E402
+from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
+
+TINY = ["--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4", "--batch-size", "16",
+        "--epochs", "1", "--no-progress", "--no-descriptors"]
+#: 40 valid molecules with several scaffolds; ``toxic`` = has Cl, ``active`` = aromatic
+SMILES = ["CCO", "CCCl", "c1ccccc1", "Clc1ccccc1", "CC(=O)O", "ClCC(=O)O", "c1ccncc1", "Clc1ccncc1",
+          "CCN", "CCCCl", "Cc1ccccc1", "Cc1ccc(Cl)cc1", "C1CCCCC1", "ClC1CCCCC1", "Oc1ccccc1",
+          "Oc1ccc(Cl)cc1", "CCCC", "CC(C)Cl", "c1ccc2ccccc2c1", "Clc1ccc2ccccc2c1", "C1CCNCC1",
+          "ClC1CCNCC1", "Nc1ccccc1", "Nc1ccc(Cl)cc1", "CCOCC", "ClCCOCC", "c1ccoc1", "Clc1ccoc1",
+          "C1CCOC1", "ClC1CCOC1", "O=C(O)c1ccccc1", "O=C(O)c1ccc(Cl)cc1", "CC(C)O", "CC(Cl)CO",
+          "c1ccsc1", "Clc1ccsc1", "C1CC1", "ClC1CC1", "CCc1ccccc1", "CCc1ccc(Cl)cc1"]
+
+
+def _labels(s):
+    return int("Cl" in s), int(any(c.islower() for c in s.replace("Cl", "")))
+
+
+def write_csv(path: Path, header, rows) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wt", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def train_csv(path: Path) -> Path:
+    return write_csv(path, ["smiles", "toxic", "active"], [(s, *_labels(s)) for s in SMILES])
+
+
+@pytest.fixture(scope="module")
+def mpatch():
+    patch = pytest.MonkeyPatch()
+    yield patch
+    patch.undo()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _env(tmp_path_factory, mpatch):
+    """One torch thread and a private processed-data cache for every test here."""
+    mpatch.setenv("GRAPHATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny model trained on the 40-molecule CSV (random split): ``(folder, csv)``."""
+    root = tmp_path_factory.mktemp("run")
+    src = train_csv(root / "train.csv")
+    assert cli.main(["train", "--csv", str(src), "--split", "random", "--out", str(root / "run"), *TINY]) == 0
+    return root / "run", src
+
+
+# ----------------------------------------------------------------------------- 1. binary labels
+def test_inference_keeps_binary_columns_and_names_the_others_in_one_warning(tmp_path):
+    rows = [(s, i + 101, f"{0.1 * i:.1f}", "O" if i == 5 else str(_labels(s)[0]), "",
+             ["0.0", "1.0", ""][i % 3], ["True", "false", "TRUE"][i % 3], _labels(s)[1])
+            for i, s in enumerate(SMILES[:9])]
+    src = write_csv(tmp_path / "m.csv", ["smiles", "cid", "conc", "typo", "empty", "floats", "bools", "act"], rows)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+    assert ds.task_names == ["floats", "bools", "act"]
+    assert ds.y[:3, :2].tolist()[:2] == [[0.0, 1.0], [1.0, 0.0]] and torch.isnan(ds.y[2, 0])
+    msgs = [str(w.message) for w in caught if issubclass(w.category, TaskColumnWarning)]
+    assert len(msgs) == 1
+    msg = msgs[0]
+    assert "'cid' (row 2 has '101'" in msg and "'conc' (row 3 has '0.1'" in msg  # row 2: 0.0 is fine
+    assert "'typo' (row 7 has 'O'" in msg and "'empty' (every cell empty)" in msg
+    assert dict(ds.skipped_columns)["typo"].startswith("row 7 has 'O'")
+
+
+@pytest.mark.parametrize("bad", ["-1", "0.5", "2", "inf", "-inf", "yes"])
+def test_explicit_task_with_non_binary_label_names_column_row_and_value(tmp_path, bad):
+    src = write_csv(tmp_path / "m.csv", ["smiles", "y"], [("CCO", "1"), ("CCN", ""), ("CCC", bad)])
+    with pytest.raises(ValueError, match=rf"row 4, column 'y': label '{bad}' is not .*binary"):
+        MoleculeCSVDataset(src, task_cols=["y"], cache_dir=tmp_path / "c", log=False)
+
+
+def test_cli_train_and_evaluate_refuse_non_binary_labels(run, tmp_path, capsys):
+    src = write_csv(tmp_path / "e.csv", ["smiles", "toxic", "active"],
+                    [(s, [0, 1, 2][i % 3], 1) for i, s in enumerate(SMILES)])
+    assert cli.main(["train", "--csv", str(src), "--tasks", "toxic", "--split", "random", *TINY]) == 2
+    assert "row 4, column 'toxic': label '2' is not 0 or 1" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--checkpoint", str(run[0] / "best.pt"), "--csv", str(src), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphattn evaluate:") and "label '2'" in err and "Traceback" not in err
+
+
+def test_shared_toxicity_sets_keep_their_task_counts():
+    root = shared_data_dir()
+    if root is None or not (root / "clintox").is_dir():
+        pytest.skip("shared clintox not available")
+    ds = ToxicityDataset(root=root, name="clintox", download=False, log=False, limit=25)
+    assert ds.task_names == ["FDA_APPROVED", "CT_TOX"] and len(ds) == 25
+
+
+# ----------------------------------------------------------------------------- 2. empty splits
+@pytest.mark.parametrize("desc", ["--no-descriptors", "--descriptors"])
+def test_single_row_csv_gives_a_clear_error(tmp_path, capsys, desc):
+    src = write_csv(tmp_path / "one.csv", ["smiles", "a"], [("CCO", 1)])
+    assert cli.main(["train", "--csv", str(src), *TINY, desc]) == 2
+    err = capsys.readouterr().err
+    assert "the scaffold split of 1 molecule left no training molecules" in err
+    assert "--split random or more data" in err
+
+
+def test_scaffold_split_of_one_big_scaffold_group_is_refused_and_lopsided_splits_warn(tmp_path):
+    acyclic = ["C" * k + "O" for k in range(1, 11)]  # one (empty) scaffold: too big for train
+    src = write_csv(tmp_path / "a.csv", ["smiles", "a"], [(s, i % 2) for i, s in enumerate(acyclic)])
+    ds = mp.load_dataset(csv_path=str(src), log=False)
+    with pytest.raises(ValueError, match="scaffold split of 10 molecules left no training"):
+        mp.split_indices(ds, "scaffold", 0)
+    with pytest.warns(UserWarning, match="no validation molecules"):
+        mp.split_indices(ds[:5], "random", 0)  # 4/0/1
+    hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0, batch_size=4)
+    dsd = mp.load_dataset(csv_path=str(src), log=False, descriptors=mp.descriptor_set(True))
+    spec = mp.model_spec("none", 1, hp, graph_feature_dim=len(dsd.descriptor_names))
+    empty = (torch.tensor([], dtype=torch.long), torch.arange(5), torch.arange(5, 10))
+    with pytest.raises(ValueError, match="no training molecules"):
+        mp.run_training(dsd, empty, spec, hp, progress=False, log=lambda m: None)
+
+
+# ----------------------------------------------------------------------------- 3. whitespace
+@pytest.mark.parametrize("smiles", ["CC O", "CCO\nCCN", "C1=CC=CC=C1 junk", "CCO\tC", "CCO |$;;$| name"])
+def test_whitespace_inside_a_smiles_is_invalid(smiles):
+    with pytest.raises(InvalidSmilesError) as info:
+        smiles_to_data(smiles)
+    assert info.value.reason == "whitespace inside the SMILES"
+
+
+def test_outer_whitespace_and_cxsmiles_extensions_are_fine(tmp_path, capsys, run):
+    assert smiles_to_data("  CCO \n").smiles == "CCO"
+    assert smiles_to_data("CCO |$;;_R1$|").x.size(0) == 3
+    src = write_csv(tmp_path / "w.csv", ["smiles", "a"], [("CCO", 1), ("CC O", 0), ("CCO\nCCN", 1), (" CCN ", 0)])
+    with pytest.warns(molecules.InvalidSmilesWarning, match="rows 3, 4"):
+        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+    assert ds.smiles == ["CCO", "CCN"] and {s[2] for s in ds.skipped} == {"whitespace inside the SMILES"}
+    assert cli.main(["predict", "--checkpoint", str(run[0] / "best.pt"), "--smiles", "CC O"]) == 0
+    assert "whitespace inside the SMILES" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 4. cache dir
+def test_cache_dir_honours_graphattn_cache_with_a_read_only_data_root(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        monkeypatch.setenv("GRAPHATTN_DATA", str(ro))
+        monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "mine"))
+        assert mp.cache_dir() == tmp_path / "mine"
+        monkeypatch.delenv("GRAPHATTN_CACHE")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert mp.cache_dir() == tmp_path / "home" / ".cache" / "graphattn"
+    finally:
+        ro.chmod(0o755)
+    assert "GRAPHATTN_CACHE" in mp.cache_dir.__doc__
+
+
+# ----------------------------------------------------------------------------- 5. gz and headers
+def test_predict_and_evaluate_read_gzip_and_loose_headers(run, tmp_path, capsys):
+    src = write_csv(tmp_path / "in.csv.gz", [" SMILES ", " TOXIC", "Active "],
+                    [(s, *_labels(s)) for s in SMILES[:12]])
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", "--checkpoint", str(run[0] / "best.pt"), "--csv", str(src), "--out", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [r["smiles"] for r in rows] == SMILES[:12] and all(r["toxic"] for r in rows)
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--checkpoint", str(run[0] / "best.pt"), "--csv", str(src)]) == 0
+    res = capsys.readouterr().out
+    assert "csv: 12 molecules" in res and '"tasks": ["toxic", "active"]' in res
+
+
+# ----------------------------------------------------------------------------- 6. column collisions
+def test_output_columns_never_collide():
+    assert molecule_tasks._output_columns(["row", "error", "smiles", "a"], False) == (
+        ["row_task", "error_task", "smiles_task", "a"], [])
+    assert molecule_tasks._output_columns(["a", "a_std", "row", "row_task"], True) == (
+        ["a", "a_std_task", "row_task", "row_task_task"], ["a_std", "a_std_std", "row_std", "row_task_std"])
+
+
+def test_predict_keeps_row_smiles_and_error_for_tasks_named_like_them(run, tmp_path, capsys):
+    ck = load_checkpoint(run[0] / "best.pt")
+    ck["meta"]["task_names"] = ["row", "error"]
+    save_checkpoint(tmp_path / "c.pt", ck)
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "c.pt"), "--smiles", "CCO", "C(", ]) == 0
+    out = capsys.readouterr()
+    rows = list(csv.DictReader(out.out.splitlines()))
+    assert list(rows[0]) == ["row", "smiles", "row_task", "error_task", "error"]
+    assert [r["row"] for r in rows] == ["1", "2"] and rows[1]["error"] and rows[0]["error"] == ""
+    assert 0 <= float(rows[0]["row_task"]) <= 1 and "'row' is written as column 'row_task'" in out.err
+
+
+# ----------------------------------------------------------------------------- 7. --tasks
+def test_resolve_tasks_with_commas_case_and_duplicates():
+    neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
+    assert mp.resolve_tasks(f"{neo},eye DISORDERS", SIDER_TASKS) == [neo, "Eye disorders"]
+    assert mp.resolve_tasks("neoplasms benign,malignant and unspecified (incl cysts and polyps)",
+                            SIDER_TASKS) == [neo]
+    assert mp.resolve_tasks(["eye disorders", neo.upper()], SIDER_TASKS) == ["Eye disorders", neo]
+    with pytest.raises(ValueError, match="more than once"):
+        mp.resolve_tasks("Eye disorders,eye disorders", SIDER_TASKS)
+    with pytest.raises(ValueError, match=r"unknown task\(s\) \['Neoplasms benign'\]"):
+        mp.resolve_tasks("Neoplasms benign,Eye disorders", SIDER_TASKS)
+    assert mp.resolve_tasks("A", ["a", "A"]) == ["A"]
+    with pytest.raises(ValueError, match="ambiguous"):
+        mp.resolve_tasks("ab", ["Ab", "AB"])
+
+
+def test_named_dataset_and_csv_tasks_with_commas(tmp_path, monkeypatch):
+    neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
+    monkeypatch.setitem(TOXICITY_DATASETS["sider"], "rows", (12, 12))
+    write_csv(tmp_path / "data" / "sider" / "sider.csv", ["smiles", *SIDER_TASKS],
+              [(s, *[(i + j) % 2 for j in range(len(SIDER_TASKS))]) for i, s in enumerate(SMILES[:12])])
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    ds = mp.load_dataset("sider", tasks=f"{neo.lower()}, Eye Disorders", log=False)
+    assert ds.task_names == [neo, "Eye disorders"] and ds[0].y.shape == (1, 2)
+    assert ds[0].y.tolist() == [[float(SIDER_TASKS.index(neo) % 2), float(SIDER_TASKS.index("Eye disorders") % 2)]]
+    src = write_csv(tmp_path / "c.csv", ["smiles", "x, y", "Z"], [(s, *_labels(s)) for s in SMILES])
+    ds = mp.load_dataset(csv_path=str(src), tasks="z,X,Y", log=False)
+    assert ds.task_names == ["Z", "x, y"]
+    with pytest.raises(ValueError, match="more than once"):
+        mp.load_dataset(csv_path=str(src), tasks="Z,z", log=False)
+
+
+def test_cli_tasks_duplicates_and_case(tmp_path, capsys):
+    src = train_csv(tmp_path / "t.csv")
+    assert cli.main(["train", "--csv", str(src), "--tasks", "toxic,TOXIC", *TINY]) == 2
+    assert "more than once" in capsys.readouterr().err
+    assert cli.main(["train", "--csv", str(src), "--tasks", "ACTIVE", "--split", "random",
+                     "--out", str(tmp_path / "r"), *TINY]) == 0
+    assert load_checkpoint(tmp_path / "r" / "best.pt")["meta"]["task_names"] == ["active"]
+
+
+# ----------------------------------------------------------------------------- 8. --out folders
+def test_predict_and_explain_write_into_an_existing_folder(run, tmp_path):
+    ck = str(run[0] / "best.pt")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert cli.main(["predict", "--checkpoint", ck, "--smiles", "CCO", "--out", str(folder)]) == 0
+    assert len(list(csv.DictReader((folder / "predictions.csv").open()))) == 1
+    assert cli.main(["explain", "--checkpoint", ck, "--smiles", "Clc1ccccc1", "--out", str(folder)]) == 0
+    assert (folder / "explain.png").read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["explain", "--checkpoint", ck, "--smiles", "CCO", "CCN", "--out", str(folder)]) == 0
+    assert (folder / "explain_1.png").is_file() and (folder / "explain_2.png").is_file()
+
+
+# ----------------------------------------------------------------------------- 9. no attention
+def test_explain_without_transformer_layers_is_a_clear_error(tmp_path, capsys, run):
+    assert cli.main(["train", "--csv", str(run[1]), "--split", "random", "--out", str(tmp_path / "r0"),
+                     *TINY, "--layers", "0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["explain", "--checkpoint", str(tmp_path / "r0" / "best.pt"), "--smiles", "CCO",
+                     "--out", str(tmp_path / "x.png")]) == 2
+    assert "0 transformer layers" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+# ----------------------------------------------------------------------------- 10. --limit
+def test_limit_featurizes_only_the_first_molecules_and_keeps_caches_apart(tmp_path, monkeypatch):
+    rows = [(s, *_labels(s)) for s in SMILES[:3]] + [("C(", 0, 0)] + [(s, *_labels(s)) for s in SMILES[3:20]]
+    src = write_csv(tmp_path / "l.csv", ["smiles", "toxic", "active"], rows)
+    calls = []
+    real = molecules.smiles_to_data
+    monkeypatch.setattr(molecules, "smiles_to_data", lambda *a: calls.append(a[0]) or real(*a))
+    with pytest.warns(molecules.InvalidSmilesWarning, match="skipped 1 of 5"):
+        small = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False, limit=4)
+    assert len(small) == 4 and small.num_rows == 5 and len(calls) == 5 and small.smiles == SMILES[:4]
+    with pytest.warns(molecules.InvalidSmilesWarning, match="skipped 1 of 21"):
+        full = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+    assert len(full) == 20 and full.processed_dir != small.processed_dir  # not the limited cache
+    calls.clear()
+    with pytest.warns(molecules.InvalidSmilesWarning):
+        again = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False, limit=4)
+    assert calls == [] and len(again) == 4  # its own cache, untouched by the full run
+    ds = mp.load_dataset(csv_path=str(src), limit=2, log=False)
+    assert len(ds) == 2 and ds.num_rows == 2
+
+
+def test_limit_on_a_named_dataset(tmp_path, monkeypatch):
+    monkeypatch.setitem(TOXICITY_DATASETS["clintox"], "rows", (40, 40))
+    write_csv(tmp_path / "clintox" / "clintox.csv", ["smiles", "FDA_APPROVED", "CT_TOX"],
+              [(s, *_labels(s)) for s in SMILES])
+    calls = []
+    real = molecules.smiles_to_data
+    monkeypatch.setattr(molecules, "smiles_to_data", lambda *a: calls.append(a[0]) or real(*a))
+    ds = ToxicityDataset(root=tmp_path, name="clintox", cache_dir=tmp_path / "c", log=False, limit=6)
+    assert len(ds) == 6 and len(calls) == 6
+
+
+# ----------------------------------------------------------------------------- 11. name and --csv
+def test_named_dataset_and_csv_together_are_refused(run, capsys):
+    assert cli.main(["train", "tox21", "--csv", str(run[1]), *TINY]) == 2
+    assert "not both" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not both"):
+        mp.load_dataset("tox21", str(run[1]))
