@@ -242,6 +242,10 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
           f"tokens, readout {hp['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
           + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
     folds = list(range(args.folds)) if args.folds else [None]
+    if args.folds and (graphs.folds is None or len(graphs.folds) != args.folds):
+        why = ("the dataset's fold files hold 10 folds" if graphs.folds is not None else
+               "no 10fold_idx folder next to the file" if spec.get("tu_text") else "no fold files")
+        print(f"{args.folds} stratified folds (seed {spec.get('split_seed', 0)}): {why}")
     results, histories = [], []
     for fold in folds:
         split = graph_split(spec, graphs, fold)
