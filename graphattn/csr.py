@@ -71,9 +71,20 @@ def _counts_to_ptr(counts: Tensor) -> Tensor:
     return ptr
 
 
+def plain_tensor(t: Tensor) -> Tensor:
+    """``t`` as a plain ``torch.Tensor``: PyG's ``EdgeIndex`` / ``Index`` subclasses (and
+    other tensor subclasses) are unwrapped, so C++ kernels and indexing see ordinary data."""
+    if type(t) is Tensor or not isinstance(t, Tensor):
+        return t
+    if hasattr(t, "as_tensor"):  # torch_geometric.EdgeIndex / Index
+        return t.as_tensor()
+    return t.as_subclass(Tensor)
+
+
 def _build(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
     from .validation import check_edge_index
 
+    edge_index = plain_tensor(edge_index)
     check_edge_index(edge_index, num_nodes)  # once per graph: the result is cached
     src, dst = edge_index[0].long(), edge_index[1].long()
     if dst.numel() < 2 or bool((dst[1:] >= dst[:-1]).all()):  # already target-sorted
@@ -105,8 +116,8 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
         _CACHE.move_to_end(key)
         return hit[1]
     csr = _build(edge_index, num_nodes)
-    try:
-        ref = weakref.ref(edge_index)
+    try:  # the entry goes when the graph's tensor is freed, so dead graphs hold no memory
+        ref = weakref.ref(edge_index, lambda _ref, key=key: _CACHE.pop(key, None))
     except TypeError:  # pragma: no cover - tensors are weak-referenceable
         return csr
     _CACHE[key] = (ref, csr)
