@@ -223,11 +223,11 @@ class ClusteredAttention(nn.Module):
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
         if self.shared_qk:
-            q, v = self.lin_qkv(x).view(N, 2, H, -1).unbind(1)  # 2 x (N, H, C)
+            q, v = self.lin_qkv(x).view(N, 2, H, self.channels // H).unbind(1)  # 2 x (N, H, C)
             k = F.normalize(q, dim=-1)  # (N, H, C) unit keys (Reformer)
         else:
-            q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
-        pattern = cluster_graph(q.detach().reshape(N, -1), k.detach().reshape(N, -1), batch,
+            q, k, v = self.lin_qkv(x).view(N, 3, H, self.channels // H).unbind(1)  # 3 x (N, H, C)
+        pattern = cluster_graph(q.detach().reshape(N, self.channels), k.detach().reshape(N, self.channels), batch,
                                 self.num_clusters, self.method, self.iters, self.rotations, num_graphs,
                                 block_size=self.block_size)
         csr = to_csr(pattern, N, cache=False)

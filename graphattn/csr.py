@@ -107,7 +107,7 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
     identity, data pointer and in-place version counter), so it is computed once per static
     graph. Index type, shape and range are checked when the view is built.
     """
-    if not cache:
+    if not cache or edge_index.is_inference():  # inference tensors have no version counter
         return _build(edge_index, num_nodes)
     key = (id(edge_index), edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape),
            int(num_nodes), str(edge_index.device))

@@ -69,6 +69,8 @@ def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Option
         if E != N * N or N == 0:
             return None
         key = None
+    elif batch.is_inference():  # no version counter: not cached
+        return _check_complete(csr, batch)
     else:
         key = (batch.data_ptr(), batch._version, batch.numel())
     cache = csr.__dict__.setdefault("_complete", {})

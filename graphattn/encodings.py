@@ -82,6 +82,20 @@ def _component_eigs(adj, m: int, dense_threshold: int):
     return np.clip(vals[1:m + 1], 0.0, 2.0), vecs[:, 1:m + 1]
 
 
+def _check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
+    """``data.edge_index``: an integer ``(2, E)`` tensor with ids in ``[0, num_nodes)``."""
+    if not isinstance(edge_index, Tensor) or edge_index.is_floating_point() or edge_index.is_complex():
+        raise TypeError(f"data.edge_index must be an integer tensor of shape (2, E), got "
+                        f"{edge_index.dtype if isinstance(edge_index, Tensor) else type(edge_index).__name__}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"data.edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.numel():
+        lo, hi = (int(v) for v in torch.aminmax(edge_index))
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(f"data.edge_index has node ids in [{lo}, {hi}] but the graph has "
+                             f"num_nodes={num_nodes} (valid ids are 0..{num_nodes - 1})")
+
+
 class AddLaplacianPE(BaseTransform):
     r"""Laplacian eigenvector positional encoding ("Benchmarking GNNs", Dwivedi et al. 2020).
 
@@ -120,7 +134,8 @@ class AddLaplacianPE(BaseTransform):
     Shapes:
         adds ``lap_pe`` ``(N, K)`` float32, ``lap_eigval`` ``(N, K)`` float32 (every row equal),
         ``lap_pe_mask`` ``(N, K)`` bool (False in padded columns). ``data.edge_weight``
-        ``(E,)``, if present, weights the edges (duplicates summed); otherwise ``A`` is binary.
+        ``(E,)``, if present, weights the edges (duplicates summed; must be finite and
+        non-negative); otherwise ``A`` is binary. ``edge_index`` ids must lie in ``[0, N)``.
     """
 
     def __init__(self, k: int, attr_name: str = "lap_pe", eigval_attr_name: Optional[str] = "lap_eigval",
@@ -143,8 +158,12 @@ class AddLaplacianPE(BaseTransform):
         w = np.ones(src.shape[0]) if weight is None else weight.detach().cpu().double().numpy().reshape(-1)
         if w.shape[0] != src.shape[0]:
             raise ValueError(f"edge_weight must have shape ({src.shape[0]},), got {tuple(weight.shape)}")
+        if not np.isfinite(w).all():
+            bad = int((~np.isfinite(w)).sum())
+            raise ValueError(f"edge_weight contains NaN or inf values ({bad} of {w.shape[0]} edges): "
+                             "the Laplacian PE needs finite, non-negative weights")
         if (w < 0).any():
-            raise ValueError("edge_weight must be non-negative for a Laplacian PE")
+            raise ValueError(f"edge_weight must be non-negative for a Laplacian PE (min {w.min():g})")
         keep = src != dst  # self-loops do not change the graph's geometry
         adj = sp.coo_matrix((w[keep], (dst[keep], src[keep])), shape=(num_nodes, num_nodes)).tocsr()
         adj.sum_duplicates()
@@ -159,6 +178,8 @@ class AddLaplacianPE(BaseTransform):
         num_nodes, k, edge_index = data.num_nodes, self.k, data.edge_index
         if num_nodes is None:
             raise ValueError("AddLaplacianPE needs data.num_nodes (or data.x) to be known")
+        if edge_index is not None:
+            _check_edge_index(edge_index, num_nodes)
         pe, eigval, found = np.zeros((num_nodes, k)), np.zeros(k), 0
         if num_nodes > 1 and edge_index is not None and edge_index.numel() > 0:
             from scipy.sparse.csgraph import connected_components

@@ -6,6 +6,9 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .padding import check_batch
+from .validation import check_edge_index, check_row_index
+
 __all__ = ["GlobalTokens", "TokenGraph"]
 
 
@@ -42,6 +45,11 @@ class GlobalTokens(nn.Module):
         edge_dim (int, optional): size D of edge features; token edges then get one of two
             learned vectors (node->token, token->node/token).
 
+    Inputs are checked: ``edge_index`` ids in ``[0, N)``, ``batch`` ids in ``[0, num_graphs)``
+    (``num_graphs`` may exceed ``batch.max() + 1``: the last graphs are then empty and
+    hold only their tokens), ``edge_attr`` with one row per edge (``(E,)`` is read as
+    ``(E, 1)`` when ``edge_dim=1``).
+
     ``edge_attr_index`` (optional, ``(E,)``): ``edge_attr`` is a table ``(U, D)`` of distinct
     rows and edge e uses row ``edge_attr_index[e]``; the output then keeps that form: the
     table gains the two token rows and :attr:`TokenGraph.edge_attr_index` covers every edge.
@@ -70,16 +78,16 @@ class GlobalTokens(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, num_graphs: Optional[int] = None, *,
                 edge_attr_index: Optional[Tensor] = None) -> TokenGraph:
-        N, G, dev = x.size(0), self.num_tokens, x.device
         if x.dim() != 2 or x.size(1) != self.channels:
             raise ValueError(f"x must have shape (N, {self.channels}), got {tuple(x.shape)}")
+        N, G, dev = x.size(0), self.num_tokens, x.device
+        check_edge_index(edge_index, N)  # an id >= N would silently hit a token
+        E = edge_index.size(1)
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=dev)
-        elif batch.shape != (N,):
-            raise ValueError(f"batch must have shape ({N},), got {tuple(batch.shape)}")
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if N > 0 else 1
-        B = num_graphs
+        B = num_graphs = check_batch(batch, N, num_graphs)
+        batch = batch.long()
+        edge_attr, edge_attr_index = self._check_edge_attr(edge_attr, edge_attr_index, E)
         nodes = torch.arange(N, device=dev)
         # token ids of every node's graph: (N, G)
         tok_of_node = N + batch[:, None] * G + torch.arange(G, device=dev)[None, :]
@@ -97,8 +105,6 @@ class GlobalTokens(nn.Module):
         x = torch.cat([x, self.tokens.to(x.dtype).repeat(B, 1)], dim=0)  # (N + B*G, C)
         batch = torch.cat([batch, torch.arange(B, device=dev).repeat_interleave(G)])
         if self.edge_emb is not None:
-            if edge_attr is None:
-                raise ValueError(f"edge_attr is required: GlobalTokens was built with edge_dim={self.edge_dim}")
             kinds = torch.cat([torch.zeros(N * G, dtype=torch.long, device=dev),
                                torch.ones(N * G + B * G * G, dtype=torch.long, device=dev)])
             if edge_attr_index is not None:  # table form: two more rows, index per edge
@@ -106,9 +112,33 @@ class GlobalTokens(nn.Module):
                 edge_attr = torch.cat([edge_attr, self.edge_emb.to(edge_attr.dtype)], dim=0)
             else:
                 edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
-        elif edge_attr_index is not None:
-            raise ValueError("edge_attr_index needs a GlobalTokens built with edge_dim")
         return TokenGraph(x, edge_index, edge_attr, batch, N, B, edge_attr_index)
+
+    def _check_edge_attr(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor],
+                         E: int) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """Validate the edge features of E edges: ``(E, D)`` (``(E,)`` when D = 1), or a
+        ``(U, D)`` table with ``edge_attr_index`` ``(E,)``. Returns them as 2-D / long."""
+        if self.edge_emb is None:
+            if edge_attr_index is not None:
+                raise ValueError("edge_attr_index needs a GlobalTokens built with edge_dim")
+            if edge_attr is not None:
+                raise ValueError("edge_attr given, but GlobalTokens was built without edge_dim "
+                                 "(token edges would have no features): pass edge_dim=D")
+            return None, None
+        D = self.edge_dim
+        if edge_attr is None:
+            raise ValueError(f"edge_attr is required: GlobalTokens was built with edge_dim={D}")
+        if edge_attr.dim() == 1 and D == 1:
+            edge_attr = edge_attr[:, None]  # (E,) -> (E, 1), as GraphSelfAttention accepts it
+        if edge_attr.dim() != 2 or edge_attr.size(1) != D:
+            raise ValueError(f"edge_attr must have shape (E, {D}), got {tuple(edge_attr.shape)}")
+        if edge_attr_index is not None:
+            check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+            return edge_attr, edge_attr_index.long()
+        if edge_attr.size(0) != E:
+            raise ValueError(f"edge_attr has {edge_attr.size(0)} rows but edge_index has {E} edges "
+                             f"(edge_attr must have shape ({E}, {D}))")
+        return edge_attr, None
 
     def split(self, x: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
         """Inverse step: ``(N + B*G, C)`` -> node states ``(N, C)`` and tokens ``(B, G, C)``."""

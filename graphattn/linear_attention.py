@@ -59,7 +59,9 @@ def orthogonal_features(heads: int, num_features: int, channels: int,
 
 def _favor(x: Tensor, omega: Tensor, layout: GraphLayout, is_query: bool) -> Tensor:
     """Padded ``(B, L, H, C)`` -> ``(B, L, H, M)`` random features (zeros at empty slots)."""
-    C = x.size(-1)
+    B, L, H, C = x.shape
+    if L == 0:  # no nodes at all: nothing to normalise (amax over an empty dim would fail)
+        return x.new_zeros(B, 0, H, omega.size(1))  # (B, 0, H, M)
     x = x * C ** -0.25
     logits = torch.einsum("blhc,hmc->blhm", x, omega) - 0.5 * (x * x).sum(-1, keepdim=True)
     mask = layout.mask[:, :, None, None]  # (B, L, 1, 1)
@@ -172,7 +174,7 @@ class LinearGlobalAttention(nn.Module):
     def forward(self, x: Tensor, batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
-        q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
+        q, k, v = self.lin_qkv(x).view(N, 3, H, self.channels // H).unbind(1)  # 3 x (N, H, C)
         out = linear_attention(q, k, v, batch, self.feature_map, self.omega, num_graphs)
         out = F.dropout(out.reshape(N, self.channels), self.dropout, self.training)  # (N, H*C)
         return self.lin_out(out)

@@ -10,6 +10,7 @@ from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_poo
 from .block import GraphTransformerBlock, make_norm
 from .dropout import Dropout
 from .global_tokens import GlobalTokens
+from .padding import check_batch
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
@@ -27,13 +28,16 @@ class FeatureEncoder(nn.Module):
         out_channels (int): output size.
         vocab_sizes (sequence of int, optional): if given, inputs are categorical and column c
             takes values in ``[0, vocab_sizes[c])``.
+        name (str, default "x"): the input's name in error messages (``"edge_attr"`` for
+            edge features).
 
     Shapes: ``(N, F)`` -> ``(N, out_channels)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, vocab_sizes: Optional[Sequence[int]] = None):
+    def __init__(self, in_channels: int, out_channels: int, vocab_sizes: Optional[Sequence[int]] = None,
+                 name: str = "x"):
         super().__init__()
-        self.in_channels, self.out_channels = in_channels, out_channels
+        self.in_channels, self.out_channels, self.name = in_channels, out_channels, name
         self.vocab_sizes = list(vocab_sizes) if vocab_sizes is not None else None
         if self.vocab_sizes is not None:
             if len(self.vocab_sizes) != in_channels:
@@ -48,10 +52,11 @@ class FeatureEncoder(nn.Module):
         if x.dim() == 1:
             x = x[:, None]
         if x.size(-1) != self.in_channels:
-            raise ValueError(f"features must have {self.in_channels} columns, got shape {tuple(x.shape)}")
+            raise ValueError(f"{self.name} must have {self.in_channels} columns, got shape {tuple(x.shape)}")
         if self.embeddings is None:
             if not x.is_floating_point():
-                raise TypeError(f"float features expected, got {x.dtype}: pass vocab_sizes for categorical input")
+                raise TypeError(f"{self.name}: float features expected, got {x.dtype}: pass vocab_sizes "
+                                "for categorical input")
             return self.lin(x)
         self._check_codes(x)
         out = self.embeddings[0](x[:, 0])
@@ -61,11 +66,15 @@ class FeatureEncoder(nn.Module):
 
     def _check_codes(self, x: Tensor) -> None:
         if x.is_floating_point():
-            raise TypeError(f"categorical features must be integers, got {x.dtype}")
+            raise TypeError(f"categorical {self._kind} features ({self.name}) must be integers, got {x.dtype}")
         if x.numel() and (bool((x < 0).any()) or bool((x > self._max).any())):
             col = int(((x < 0) | (x > self._max)).any(0).nonzero()[0])
-            raise ValueError(f"categorical feature column {col} has values outside "
+            raise ValueError(f"categorical {self._kind} feature: {self.name} column {col} has values outside "
                              f"[0, {self.vocab_sizes[col]}): min {int(x[:, col].min())}, max {int(x[:, col].max())}")
+
+    @property
+    def _kind(self) -> str:
+        return "edge" if self.name.startswith("edge") else "node"
 
     def unique_rows(self, x: Tensor) -> Tuple[Tensor, Tensor]:
         """Distinct rows of categorical ``x`` ``(E, F)``: ``(codes (U, F), index (E,))`` with
@@ -99,6 +108,20 @@ def gcn_normalized_graph(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Te
     ei = torch.cat([edge_index[:, keep], loops], 1)  # (2, E' + N)
     deg = torch.bincount(ei[1], minlength=num_nodes).to(torch.float)  # >= 1: every node has its loop
     return ei, deg[ei[0]].rsqrt() * deg[ei[1]].rsqrt()
+
+
+def _raise_non_finite_pe(pe: Tensor, eigvals: Optional[Tensor], mask: Optional[Tensor]) -> None:
+    """Name the positional-encoding input holding NaN / inf (entries where ``mask`` is False
+    are padding and may be NaN)."""
+    keep = None if mask is None else mask.bool()
+    for name, t in (("pe", pe), ("pe_eigvals", eigvals)):
+        if t is None:
+            continue
+        bad = ~torch.isfinite(t) if keep is None else ~torch.isfinite(t) & keep
+        if bool(bad.any()):
+            what = "NaN" if bool((torch.isnan(t) & bad).any()) else "inf"
+            raise ValueError(f"{name} contains {what} values (in {int(bad.any(-1).sum())} of {t.size(0)} rows)")
+    raise ValueError("the positional encoding of pe overflowed to NaN/inf (pe values too large?)")
 
 
 class GraphFeatureNorm(nn.Module):
@@ -198,7 +221,7 @@ class GraphTransformer(nn.Module):
         self.in_channels, self.hidden_channels, self.num_layers = in_channels, hidden_channels, num_layers
         self.num_global_tokens, self.pe_dim, self.edge_dim = num_global_tokens, pe_dim, edge_dim
         self.node_encoder = FeatureEncoder(in_channels, hidden_channels, node_vocab_sizes)
-        self.edge_encoder = (FeatureEncoder(edge_dim, hidden_channels, edge_vocab_sizes)
+        self.edge_encoder = (FeatureEncoder(edge_dim, hidden_channels, edge_vocab_sizes, name="edge_attr")
                              if edge_dim is not None else None)
         inner_edge_dim = hidden_channels if edge_dim is not None else None
         if pe_dim > 0 and pe_kind == "laplacian":
@@ -230,6 +253,8 @@ class GraphTransformer(nn.Module):
                 pe_mask: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
         """``pe_eigvals`` / ``pe_mask`` ``(N, K)``: eigenvalues and padding mask stored by
         :class:`~graphattn.encodings.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``)."""
+        if batch is not None:  # shape only: the ids are range-checked where they index (tokens, layouts)
+            check_batch(batch, x.size(0), num_graphs, check_range=False)
         h = self.node_encoder(x)
         if self.pe_encoder is not None:
             if pe is None:
@@ -237,9 +262,12 @@ class GraphTransformer(nn.Module):
             if pe.shape != (x.size(0), self.pe_dim):
                 raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
             if self.pe_kind == "laplacian":
-                h = h + self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch)
+                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch)
             else:
-                h = h + self.pe_encoder(pe)
+                hp = self.pe_encoder(pe)
+            if hp.numel() and not bool(torch.isfinite(hp).all()):
+                _raise_non_finite_pe(pe, pe_eigvals, pe_mask)
+            h = h + hp
         edge_attr_index = None
         if self.edge_encoder is not None:
             if edge_attr is None:
@@ -354,7 +382,7 @@ class NodeClassifier(nn.Module):
         self.gcn = nn.Linear(in_channels, hidden_channels) if gcn_weight > 0 else None
         self.gcn_stack = nn.ModuleList(nn.Linear(hidden_channels, hidden_channels) for _ in range(gcn_layers - 1))
         self.gcn_dropout, self.propagation_dropout = nn.Dropout(dropout), float(propagation_dropout)
-        self._graph_cache: Optional[tuple] = None  # (edge_index, N, edges with loops, Â weights)
+        self._graph_cache: Optional[tuple] = None  # (edge_index, key, edges with loops, Â weights)
 
     def reset_hop_weights(self) -> None:
         """Learned hop weights back to the PPR weights of ``propagation_alpha``."""
@@ -366,12 +394,18 @@ class NodeClassifier(nn.Module):
 
     def _graph(self, edge_index: Tensor, N: int) -> Tuple[Tensor, Tensor]:
         """``edge_index`` with one self-loop per node ``(2, E' + N)`` and its GCN weights
-        ``(E' + N,)``; cached per edge_index tensor (the CSR of the attention is too)."""
+        ``(E' + N,)``; cached per edge_index tensor (the CSR of the attention is too), keyed
+        like the CSR cache on identity, data pointer, in-place version counter, shape and N,
+        so an in-place edit of ``edge_index`` rebuilds it. Inference-mode tensors have no
+        version counter and are never cached."""
+        if edge_index.is_inference():
+            return gcn_normalized_graph(edge_index, N)
+        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), int(N))
         c = self._graph_cache
-        if c is not None and c[0] is edge_index and c[1] == N:
+        if c is not None and c[0] is edge_index and c[1] == key:
             return c[2], c[3]
         ei, w = gcn_normalized_graph(edge_index, N)
-        self._graph_cache = (edge_index, N, ei, w)
+        self._graph_cache = (edge_index, key, ei, w)
         return ei, w
 
     def _smooth(self, z: Tensor, edge_index: Tensor, edge_dropout: float = 0.0) -> Tensor:
@@ -450,8 +484,7 @@ class GraphClassifier(nn.Module):
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if batch.numel() else 1
+        num_graphs = check_batch(batch, x.size(0), num_graphs)  # B; may exceed batch.max() + 1
         h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, **pe_kwargs)
         if self.readout == "token":
             g = tokens.mean(dim=1)  # (B, C)

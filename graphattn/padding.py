@@ -10,12 +10,55 @@ same size, :meth:`GraphLayout.pad` and :meth:`GraphLayout.unpad` are free views.
 """
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["GraphLayout"]
+__all__ = ["GraphLayout", "check_batch"]
+
+_INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def check_batch(batch: Tensor, num_nodes: int, num_graphs: Optional[int] = None,
+                check_range: bool = True) -> Optional[int]:
+    """Check a PyG ``batch`` vector and return the number of graphs B.
+
+    ``batch`` must be an integer ``(num_nodes,)`` tensor of graph ids ``>= 0``; ``num_graphs``
+    (default ``batch.max() + 1``, or 1 for no nodes) must be an int larger than every id
+    (trailing empty graphs are allowed: ``num_graphs`` may exceed ``batch.max() + 1``).
+
+    ``check_range=False`` checks only type and shape (no device sync) and returns
+    ``num_graphs`` as given. Raises ``ValueError`` naming ``batch`` / ``num_graphs`` otherwise.
+    """
+    if not isinstance(batch, Tensor) or batch.dtype not in _INT_DTYPES:
+        raise TypeError(f"batch must be an integer tensor of shape ({num_nodes},) (graph id per node), got "
+                        f"{batch.dtype if isinstance(batch, Tensor) else type(batch).__name__}")
+    if batch.dim() != 1 or batch.numel() != num_nodes:
+        raise ValueError(f"batch must have shape ({num_nodes},) (one graph id per node), got {tuple(batch.shape)}")
+    if num_graphs is not None:
+        try:
+            if isinstance(num_graphs, bool):
+                raise TypeError
+            num_graphs = operator.index(num_graphs)  # int, numpy or 0-d integer tensor
+        except TypeError:
+            raise ValueError(f"num_graphs must be an int >= 0, got {num_graphs!r}") from None
+        if num_graphs < 0:
+            raise ValueError(f"num_graphs must be an int >= 0, got {num_graphs!r}")
+    if not check_range:
+        return num_graphs
+    if num_nodes == 0:
+        return 1 if num_graphs is None else num_graphs
+    lo, hi = (int(v) for v in torch.aminmax(batch))
+    if lo < 0:
+        raise ValueError(f"batch contains negative graph ids (min {lo})")
+    if num_graphs is None:
+        return hi + 1
+    if hi >= num_graphs:
+        raise ValueError(f"num_graphs={num_graphs} but batch holds graph id {hi} "
+                         f"(num_graphs must be at least batch.max() + 1 = {hi + 1})")
+    return num_graphs
 
 
 class GraphLayout:
@@ -40,14 +83,10 @@ class GraphLayout:
             self.sizes = torch.tensor([num_nodes], device=device)
             self.regular = True
         else:
-            if batch.dim() != 1 or batch.numel() != num_nodes:
-                raise ValueError(f"batch must have shape ({num_nodes},), got {tuple(batch.shape)}")
+            B = check_batch(batch, num_nodes, num_graphs)
             batch = batch.long()
-            B = num_graphs if num_graphs is not None else (int(batch.max()) + 1 if num_nodes else 1)
             self.graph = batch
             self.sizes = torch.bincount(batch, minlength=B)
-            if self.sizes.numel() > B:
-                raise ValueError(f"batch holds graph id {self.sizes.numel() - 1} but num_graphs={B}")
             is_sorted = num_nodes < 2 or bool((batch[1:] >= batch[:-1]).all())
             start = torch.cumsum(self.sizes, 0) - self.sizes  # (B,) first slot of each graph
             if is_sorted:

@@ -229,6 +229,8 @@ def images_to_batch(images: Tensor, pattern: str = "grid", kernel_size: int = 3,
     if pe not in ("sinusoidal2d", None):
         raise ValueError(f"pe must be one of ['sinusoidal2d', None], got {pe!r}")
     b, c, h, w = images.shape
+    if b == 0:  # as sequences_to_batch: a Batch of no graphs has no defined feature layout
+        raise ValueError(f"images holds no images (B = 0), got shape {tuple(images.shape)}")
     edge_index = image_graph(h, w, pattern, kernel_size, patch_size, device=images.device)
     p = 1 if patch_size is None else int(patch_size)  # validated by image_graph
     gh, gw = h // p, w // p

@@ -110,7 +110,7 @@ class ReducedKeyAttention(nn.Module):
     def forward(self, x: Tensor, batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
-        q, k, v = self.lin_qkv(x).view(N, 3, H, -1).unbind(1)  # 3 x (N, H, C)
+        q, k, v = self.lin_qkv(x).view(N, 3, H, self.channels // H).unbind(1)  # 3 x (N, H, C)
         layout = GraphLayout(batch, N, num_graphs, device=x.device)
         kr, vr, ok = self.reduce(k, v, layout)  # (B, H, r, C), (B, r)
         Q = layout.pad(q).transpose(1, 2)  # (B, H, L, C)

@@ -112,7 +112,7 @@ class SynthesizerAttention(nn.Module):
         if top > self.max_nodes:
             raise ValueError(f"position {top - 1} is out of range: the layer was built with "
                              f"max_nodes={self.max_nodes} (fixed-size inputs only)")
-        v = self.lin_value(x).view(N, H, -1)  # (N, H, C)
+        v = self.lin_value(x).view(N, H, self.channels // H)  # (N, H, C)
         p = self.dropout if self.training else 0.0
         if edge_index is None:
             if pos is not layout.pos:

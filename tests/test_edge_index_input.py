@@ -42,3 +42,17 @@ def test_csr_cache_drops_graphs_that_were_freed():
     gc.collect()
     assert len(C._CACHE) == 1
     assert C.to_csr(keep, 50) is C.to_csr(keep, 50)
+
+
+def test_models_run_under_inference_mode():
+    x, ei, _ = _graph()
+    batch = torch.zeros(6, dtype=torch.long)
+    gc_model = GraphClassifier(8, 16, 2, num_layers=2, heads=2).eval()
+    nc_model = NodeClassifier(8, 16, 3, num_layers=2, heads=2, self_loops=True, propagation=3).eval()
+    with torch.no_grad():
+        want = (gc_model(x, ei, batch), nc_model(x, ei))
+    with torch.inference_mode():
+        x2, ei2, b2 = x.clone(), ei.clone(), batch.clone()
+        got = (gc_model(x2, ei2, b2), nc_model(x2, ei2))
+    for a, b in zip(got, want):
+        assert torch.allclose(a, b)
