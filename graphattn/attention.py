@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .csr import to_csr
-from .functional import EDGE_IMPLS, SCORES, edge_attention
+from .functional import EDGE_IMPLS, SCORES, check_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
 from .validation import check_edge_index, check_features, check_row_index, check_tensor_shape
 
@@ -53,7 +53,13 @@ class GraphSelfAttention(nn.Module):
         - x: ``(N, F)``; edge_index: ``(2, E)``; edge_attr: ``(E, D)``
         - output: ``(N, H*C)`` if ``concat`` else ``(N, C)``
         - attention weights (with ``return_attention_weights=True``): ``(edge_index, alpha)``
-          with the caller's ``edge_index`` unchanged (no self-loops are added) and alpha ``(E, H)``.
+          with the caller's ``edge_index`` unchanged (no self-loops are added) and alpha ``(E, H)``,
+          detached (no gradient, unlike PyG's).
+
+    Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
+    the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
+    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)`` works: the fused C++ kernel (the CPU default)
+    runs eagerly behind a graph break, the rest is compiled.
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
@@ -110,18 +116,27 @@ class GraphSelfAttention(nn.Module):
         ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA,
         ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a ``(U, D)`` table of
         distinct rows (e.g. bond types) and edge e uses row ``edge_attr_index[e]``; the edge
-        projection runs on the U rows, not on E (same result as ``edge_attr[edge_attr_index]``)."""
+        projection runs on the U rows, not on E (same result as ``edge_attr[edge_attr_index]``).
+
+        ``x`` and ``edge_attr`` must be finite and ``attn_bias`` free of NaN and +inf
+        (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
+        or poison (chunked path) the whole target row. With ``return_attention_weights`` the
+        returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
         check_features(x, self.in_channels, "x")
         N, H, C = x.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
         csr = to_csr(edge_index, N)  # cached per edge_index tensor (range-checked on build)
         E = edge_index.size(1)
+        if attn_bias is not None:
+            check_tensor_shape(attn_bias, (E, H), "attn_bias")
+            check_finite(attn_bias, "attn_bias", allow_neg_inf=True)
         edge_kv = None
         if self.lin_edge is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
             if edge_attr.dim() == 1:
                 edge_attr = edge_attr[:, None]
+            check_finite(edge_attr, "edge_attr")
             if edge_attr_index is None:
                 check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
                 edge_kv = self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)

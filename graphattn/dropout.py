@@ -9,8 +9,8 @@ That is ~2.3x cheaper than ``rand_like(x) >= p`` and ~6x cheaper than ``bernoull
 element is kept independently with probability ``1 - t/65536`` (``p`` itself for multiples
 of 1/65536 such as 0.5 or 0.25, else within 7.7e-6 of it) and kept ones are scaled by
 ``65536 / (65536 - t)``, so the expectation is exactly ``x``; the mask is saved as ``bool``
-(1 byte per element). On other devices, in eval mode and for ``p`` of 0 or 1 (or ``p`` that
-rounds to 0 or 1) it is exactly ``nn.Dropout``.
+(1 byte per element). On other devices, in eval mode, under ``torch.compile`` and for ``p``
+of 0 or 1 (or ``p`` that rounds to 0 or 1) it is exactly ``nn.Dropout``.
 
 With the C++ extension (:func:`graphattn.kernels.fused_available`, built on first use) the
 mask is not even stored: ``graphattn/csrc/dropout.cpp`` hashes a per-call seed and each
@@ -67,7 +67,8 @@ def _seeded_available() -> bool:
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """``F.dropout`` with a cheaper mask on CPU (same distribution, see module docstring)."""
-    if not training or p == 0.0 or p == 1.0 or x.device.type != "cpu" or not x.is_floating_point():
+    if (not training or p == 0.0 or p == 1.0 or x.device.type != "cpu" or not x.is_floating_point()
+            or torch.compiler.is_compiling()):  # compiled: inductor fuses F.dropout's mask anyway
         return F.dropout(x, p, training)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")

@@ -139,11 +139,77 @@ def score_backward(gs: Tensor, q: Tensor, k: Tensor, edge_key: Optional[Tensor],
     return gq, gk, gek, gatt
 
 
+def edge_attention_autograd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                            edge_key: Optional[Tensor], edge_value: Optional[Tensor],
+                            att: Optional[Tensor], csr: EdgeCSR, score: str, scale: float,
+                            slope: float, keep: Optional[Tensor] = None, p_drop: float = 0.0) -> Tensor:
+    """Edge attention in plain differentiable torch ops (per-edge tensors in CSR order).
+
+    Materialises ``(E, H, C)`` messages, so it is only used to build the graph of a
+    *second-order* backward (``create_graph=True``) of the chunked and fused paths, whose
+    first-order backward passes are hand-written. ``keep`` is the ``(E, H)`` dropout mask.
+    """
+    row, col = csr.row, csr.col
+    N, H = q.shape[:2]
+    E = row.numel()
+    kk = k[col]  # (E, H, C)
+    if edge_key is not None:
+        kk = kk + edge_key
+    if score == "dot":
+        s = (q[row] * kk).sum(-1) * scale  # (E, H)
+    else:
+        s = (F.leaky_relu(q[row] + kk, slope) * att).sum(-1)  # (E, H)
+    if bias is not None:
+        s = s + bias
+    with torch.no_grad():  # the shift cancels in the softmax: a constant for autograd
+        m = s.new_full((N, H), float("-inf")).scatter_reduce_(0, row[:, None].expand(E, H), s, "amax")
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    ex = (s - m[row]).exp()  # (E, H)
+    denom = ex.new_zeros(N, H).index_add(0, row, ex)
+    alpha = ex / denom.clamp_min(torch.finfo(ex.dtype).tiny)[row]
+    if keep is not None:
+        alpha = alpha * keep / (1.0 - p_drop)
+    msg = v[col]  # (E, H, C')
+    if edge_value is not None:
+        msg = msg + edge_value
+    return msg.new_zeros(N, H, v.size(-1)).index_add(0, row, msg * alpha[..., None])  # (N, H, C')
+
+
+def input_aliases(inputs) -> Tuple[int, ...]:
+    """For each input, the index of the first input that is the same tensor (``k is v``...)."""
+    return tuple(next(j for j in range(i + 1) if inputs[j] is t) if t is not None else i
+                 for i, t in enumerate(inputs))
+
+
+def differentiable_grads(inputs, needs, grad_out: Tensor, recompute, aliases):
+    """Gradients of ``recompute()`` w.r.t. the ``inputs`` flagged in ``needs``, themselves
+    differentiable (``create_graph=True``): the double-backward route of the autograd
+    Functions here and in :mod:`graphattn.kernels`. An input passed in several slots
+    (``aliases`` from :func:`input_aliases`) gets its whole gradient in its first slot only
+    (autograd sums the slots)."""
+    want = [False] * len(inputs)
+    for i, n in enumerate(needs):
+        if n and inputs[i] is not None:
+            want[aliases[i]] = True
+    with torch.enable_grad():
+        out = recompute()
+    idx = [i for i, w in enumerate(want) if w]
+    grads = [None] * len(inputs)
+    if idx:
+        got = torch.autograd.grad(out, [inputs[i] for i in idx], grad_out, create_graph=True,
+                                  allow_unused=True)
+        for i, g in zip(idx, got):
+            grads[i] = g if g is not None else torch.zeros_like(inputs[i])
+    return grads
+
+
 class _ChunkedEdgeAttention(torch.autograd.Function):
     """Softmax attention over CSR-ordered edges, chunked, with a recomputing backward.
 
     Saved for backward: inputs and the ``(E, H)`` attention weights (and dropout mask);
-    never the ``(E, H, C)`` messages.
+    never the ``(E, H, C)`` messages. The first-order backward is hand-written and chunked;
+    under ``create_graph=True`` it is rebuilt from :func:`edge_attention_autograd`, so second
+    derivatives (gradient penalties) are exact, at the cost of ``(E, H, C)`` temporaries.
     """
 
     @staticmethod
@@ -176,24 +242,33 @@ class _ChunkedEdgeAttention(torch.autograd.Function):
         if p_drop > 0.0:
             keep = torch.rand_like(alpha) >= p_drop  # (E, H) bool
             alpha_used = alpha * keep / (1.0 - p_drop)
-        out = q.new_zeros(N, H, C)
+        out = q.new_zeros(N, H, v.size(-1))  # (N, H, C'): v may have other channels than q, k
         for s in range(0, E, chunk):
             r, c = row[s:s + chunk], col[s:s + chunk]
-            msg = v[c]  # (chunk, H, C)
+            msg = v[c]  # (chunk, H, C')
             if edge_value is not None:
                 msg = msg + edge_value[s:s + chunk]
             out.index_add_(0, r, msg * alpha_used[s:s + chunk, :, None])
-        ctx.save_for_backward(q, k, v, edge_key, edge_value, att, alpha, keep)
+        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, att, alpha, keep)
         ctx.csr, ctx.score, ctx.scale, ctx.slope, ctx.p_drop, ctx.chunk = csr, score, scale, slope, p_drop, chunk
-        ctx.has_bias = bias is not None
+        ctx.shared = edge_key is not None and edge_value is edge_key
+        ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value, att))
         ctx.mark_non_differentiable(alpha)
         return out, alpha
 
     @staticmethod
     def backward(ctx, grad_out, _grad_alpha):
-        q, k, v, edge_key, edge_value, att, alpha, keep = ctx.saved_tensors
+        q, k, v, bias, edge_key, edge_value, att, alpha, keep = ctx.saved_tensors
         row, chunk, score = ctx.csr.row, ctx.chunk, ctx.score
         need_q, need_k, need_v, need_b, need_ek, need_ev, need_att = ctx.needs_input_grad[:7]
+        if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
+            ev = edge_key if ctx.shared else edge_value
+            grads = differentiable_grads(
+                (q, k, v, bias, edge_key, edge_value, att), ctx.needs_input_grad[:7], grad_out,
+                lambda: edge_attention_autograd(q, k, v, bias, edge_key, ev, att, ctx.csr, score,
+                                                ctx.scale, ctx.slope, keep, ctx.p_drop),
+                ctx.aliases)
+            return (*grads, None, None, None, None, None, None)
         grad_out = grad_out.contiguous()
         alpha_used = alpha if keep is None else alpha * keep / (1.0 - ctx.p_drop)
         g_alpha, gv, gev = aggregate_backward(grad_out, alpha_used, v, edge_value, ctx.csr, chunk,
@@ -207,6 +282,22 @@ class _ChunkedEdgeAttention(torch.autograd.Function):
                                            chunk, (need_q, need_k, need_ek, need_att))
         gb = gs if need_b else None
         return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None
+
+
+def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or inf (``-inf`` kept when
+    ``allow_neg_inf``: a masked score). One ``aminmax`` reduction (NaN propagates into it)."""
+    if t is None or t.numel() == 0 or not t.is_floating_point():
+        return
+    lo, hi = torch.aminmax(t.detach())
+    if allow_neg_inf:  # NaN shows in both; +inf only in hi (an all -inf tensor is fine)
+        ok = ~torch.isnan(lo) & (hi != float("inf"))
+    else:
+        ok = torch.isfinite(lo) & torch.isfinite(hi)
+    if not bool(ok):
+        bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
+        what = "NaN or +inf" if allow_neg_inf else "NaN or inf"
+        raise ValueError(f"{name} contains {what} values ({int(bad.sum())} of {t.numel()} entries)")
 
 
 def _fused_ready() -> bool:
@@ -236,27 +327,45 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         out_i = Σ_{e = (j -> i)} α_e (v_j + ev_e),    α = softmax of s over i's incoming edges
 
     Args:
-        q, k, v: ``(N, H, C)`` queries (target side), keys and values (source side).
+        q, k, v: ``(N, H, C)`` queries (target side) and keys, ``(N, H, C')`` values (source
+            side; ``C'`` may differ from ``C``, e.g. wider values).
         edge_index: ``(2, E)`` source/target indices (may be omitted when ``csr`` is given).
-        bias: optional ``(E, H)`` additive score bias per edge (original edge order).
-        edge_key / edge_value: optional ``(E, H, C)`` per-edge additions to the key / value
-            of that edge only (e.g. projected edge features).
+        bias: optional ``(E, H)`` additive score bias per edge (original edge order);
+            ``-inf`` hides that edge (a target whose edges are all hidden gets zeros).
+        edge_key / edge_value: optional ``(E, H, C)`` / ``(E, H, C')`` per-edge additions to
+            the key / value of that edge only (e.g. projected edge features).
         score: ``"dot"`` (scaled dot product, default) or ``"additive"`` (needs ``att``).
         att: ``(H, C)`` attention vector for ``score="additive"``.
         dropout: probability of dropping an attention weight (when ``training``).
         return_attention_weights: also return ``alpha`` ``(E, H)`` in the original edge order
-            (before dropout).
+            (before dropout). ``alpha`` is detached on every path (``requires_grad`` is
+            False, unlike PyG's): a loss term on it gets no gradient; use ``out``.
         csr: a precomputed :class:`~graphattn.csr.EdgeCSR`; by default it is computed from
             ``edge_index`` once and cached for that tensor.
         batch: optional ``(N,)`` sorted graph id per node. Only used to detect batches of
             fully-connected graphs, which then run through SDPA (``None`` = one graph).
         impl: ``"auto"`` (SDPA for complete graphs without bias / edge features, else the
             fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
-            else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``.
+            else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``. Under
+            ``torch.compile`` the fused kernel runs eagerly behind a graph break
+            (``torch.compiler.disable``); the other paths are traced.
 
     Returns:
-        ``out`` ``(N, H, C)``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
+        ``out`` ``(N, H, C')``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
         float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+
+    Raises:
+        ValueError: for bad shapes, and when ``q``, ``k``, ``v``, ``edge_key``,
+            ``edge_value`` or ``att`` hold NaN/inf or ``bias`` holds NaN/+inf (one ``aminmax``
+            per tensor): the fused kernel would zero a NaN row and the chunked path return
+            NaN, so neither is allowed to happen silently.
+
+    Gradients: first-order backward passes are hand-written (no ``(E, H, C)`` storage);
+    second-order ones (``create_graph=True``, e.g. gradient penalties) are exact on the
+    chunked and fused paths (their backward then rebuilds a differentiable graph with
+    ``(E, H, C)`` temporaries). The SDPA path (``impl="dense"``, or ``"auto"`` on complete
+    graphs) raises on double backward on CPU (PyTorch's flash kernel has no second
+    derivative): pass ``impl="fused"`` or ``"chunked"`` there.
     """
     if impl not in EDGE_IMPLS:
         raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
@@ -285,6 +394,11 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         check_tensor_shape(att, (H, C), "att")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("edge_key", edge_key), ("att", att)):
+        check_finite(t, name)
+    if edge_value is not edge_key:
+        check_finite(edge_value, "edge_value")
+    check_finite(bias, "bias", allow_neg_inf=True)
     p_drop = dropout if training else 0.0
 
     dtype = q.dtype
@@ -298,7 +412,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     # The fused kernel takes bias / edge_key / edge_value and returns weights in the caller's
     # edge order (it reads through csr.perm): no permuted per-edge copies on this path.
     fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cpu"
-               and q.dtype in (torch.float32, torch.float64) and v.size(-1) == C)
+               and q.dtype in (torch.float32, torch.float64))
     if impl in ("auto", "dense") and plain and bias is None:
         sizes = complete_graph_sizes(csr, batch)
         # Complete graphs go to SDPA unless padding them would waste more than the fused
@@ -311,7 +425,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                          "given batch), score='dot', no bias, edge features or returned weights")
     if impl == "fused" and not fusable:
         raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 with "
-                         "v of C channels and no (active) dropout")
+                         "no (active) dropout")
     if impl != "chunked" and fusable:
         from . import kernels
 

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from .csr import EdgeCSR
+from .functional import differentiable_grads, edge_attention_autograd, input_aliases
 
 __all__ = ["fused_available", "fused_edge_attention", "build_directory", "set_pds_budget"]
 
@@ -165,11 +166,16 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
 
 def fused_available() -> bool:
     """Whether the fused C++ kernel can be used (builds it on the first call)."""
-    global _EXT, _TRIED, _WARNED, _ERROR
     if _disabled():
         return False
     if _TRIED:
         return _EXT is not None
+    return _try_build()
+
+
+@torch.compiler.disable  # file system and compiler calls: never traced by torch.compile
+def _try_build() -> bool:
+    global _EXT, _TRIED, _WARNED, _ERROR
     with _LOCK:
         if not _TRIED:
             try:
@@ -185,7 +191,7 @@ def fused_available() -> bool:
                         "ninja (`pip install ninja`) for the fast path, or set GRAPHATTN_NO_CPP=1 "
                         "to silence this warning.",
                         RuntimeWarning,
-                        stacklevel=2,
+                        stacklevel=3,
                     )
             _TRIED = True
     return _EXT is not None
@@ -217,11 +223,11 @@ class _FusedEdgeAttention(torch.autograd.Function):
         # `out` is not saved: backward gets dout . out from the recomputed weights.
         ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, lse)
         ctx.csr, ctx.eid, ctx.scale, ctx.shared = csr, eid, scale, shared
+        ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
         ctx.mark_non_differentiable(weights)
         return out, weights
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dout, _grad_weights):
         q, k, v, bias, edge_key, edge_value, lse = ctx.saved_tensors
         need_q, need_k, need_v, need_b, need_ek, need_ev = ctx.needs_input_grad[:6]
@@ -229,6 +235,8 @@ class _FusedEdgeAttention(torch.autograd.Function):
         if not (need_q or need_k or need_v or need_b or need_ek or need_ev):
             return (None,) * 6 + nothing
         csr: EdgeCSR = ctx.csr
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (exact 2nd order)
+            return tuple(_differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + nothing
         need_kv = bool(need_k or need_v)
         cptr, cperm, ctgt = _csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
         dout = dout.to(q.dtype).contiguous()
@@ -240,6 +248,24 @@ class _FusedEdgeAttention(torch.autograd.Function):
         pick = lambda need, g: g if need else None  # noqa: E731
         return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
                 pick(need_ek, gek), pick(need_ev, gev)) + nothing
+
+
+def _differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout):
+    """Gradients as differentiable functions of the inputs and ``dout`` (plain torch ops,
+    ``(E, H, C)`` temporaries): what ``create_graph=True`` needs for second derivatives."""
+    csr: EdgeCSR = ctx.csr
+    ev = edge_key if ctx.shared else edge_value
+    perm = csr.perm if ctx.eid is not None else None  # per-edge tensors in input order -> CSR
+
+    def to_csr_order(t):
+        return t if t is None or perm is None else t[perm]
+
+    def recompute():
+        return edge_attention_autograd(q, k, v, to_csr_order(bias), to_csr_order(edge_key),
+                                       to_csr_order(ev), None, csr, "dot", ctx.scale, 0.0)
+
+    return differentiable_grads((q, k, v, bias, edge_key, edge_value), ctx.needs_input_grad[:6],
+                                dout, recompute, ctx.aliases)
 
 
 def set_pds_budget(elements: int) -> int:
@@ -277,14 +303,17 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     over the incoming edges ``e = (j -> i)`` of ``csr``.
 
     Args:
-        q, k, v: ``(N, H, C)`` CPU float32/float64 tensors (same dtype).
+        q, k, v: ``(N, H, C)`` queries and keys, ``(N, H, C')`` values: CPU float32/float64
+            tensors (same dtype). With ``C' != C`` the narrower side is zero-padded for the
+            kernel (same result, the output is ``(N, H, C')``).
         csr: :class:`~graphattn.csr.EdgeCSR` of the graph (targets = rows, sources = ``col``).
         bias: optional ``(E, H)`` additive score bias.
         scale: score scale, default ``1 / sqrt(C)``.
-        edge_key, edge_value: optional ``(E, H, C)`` per-edge additions to the key / value of
-            that edge; may be the same tensor (one gradient, the sum of both roles).
+        edge_key, edge_value: optional ``(E, H, C)`` / ``(E, H, C')`` per-edge additions to
+            the key / value of that edge; may be the same tensor (one gradient, the sum of
+            both roles).
         return_attention_weights: also return the softmax weights ``(E, H)``
-            (not differentiable).
+            (detached: not differentiable).
         edge_order: order of every per-edge tensor (inputs, returned weights and gradients):
             ``"csr"`` (CSR positions, default) or ``"input"`` (the order of the ``edge_index``
             ``csr`` was built from; the kernel reads through ``csr.perm``, so no permuted copy
@@ -293,15 +322,21 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     Returns ``out`` ``(N, H, C)`` (a node with no incoming edge gets exactly 0), or
     ``(out, weights)``. Differentiable w.r.t. ``q, k, v, bias, edge_key, edge_value``; no
     ``(E, H, C)`` tensor is allocated apart from the gradients of ``edge_key``/``edge_value``.
-    Call :func:`fused_available` first.
+    Second derivatives (``create_graph=True``) are exact: that backward is rebuilt from plain
+    torch ops (with ``(E, H, C)`` temporaries) instead of the C++ one. Under
+    ``torch.compile`` this function is not traced (``torch.compiler.disable``): it runs
+    eagerly behind a graph break. Call :func:`fused_available` first.
     """
+    if torch.compiler.is_compiling():  # opaque C++ op: run eagerly behind a graph break
+        return _fused_untraced(q, k, v, csr, bias, scale, edge_key=edge_key, edge_value=edge_value,
+                               return_attention_weights=return_attention_weights, edge_order=edge_order)
     if not fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable"
                            + (f" ({_ERROR})" if _ERROR else ""))
     if edge_order not in EDGE_ORDERS:
         raise ValueError(f"edge_order must be one of {EDGE_ORDERS}, got {edge_order!r}")
-    if q.dim() != 3 or k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must all be (N, H, C); got {tuple(q.shape)}, "
+    if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"q, k must be (N, H, C) and v (N, H, C'); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.device.type != "cpu" or k.device.type != "cpu" or v.device.type != "cpu":
         raise ValueError("fused_edge_attention runs on CPU tensors only")
@@ -309,17 +344,29 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
         raise TypeError(f"fused_edge_attention needs float32/float64 q, k, v of one dtype; "
                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
     N, H, C = q.shape
+    Cv = v.size(-1)
     if csr.num_nodes != N or csr.rowptr.numel() != N + 1:
         raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
     E = csr.num_edges
     shared = edge_key is not None and edge_value is edge_key
     bias = _edge_tensor(bias, (E, H), "bias", q.dtype)
     edge_key = _edge_tensor(edge_key, (E, H, C), "edge_key", q.dtype)
-    edge_value = None if shared else _edge_tensor(edge_value, (E, H, C), "edge_value", q.dtype)
+    edge_value = None if shared else _edge_tensor(edge_value, (E, H, Cv), "edge_value", q.dtype)
     if scale is None:
         scale = 1.0 / math.sqrt(C) if C > 0 else 1.0
+    if Cv != C:  # the kernel needs one C: zero channels change no dot product nor any value
+        D = max(C, Cv)
+        pad = lambda t: None if t is None else F.pad(t, (0, D - t.size(-1)))  # noqa: E731
+        q, k, v, edge_key, edge_value = map(pad, (q, k, v, edge_key, edge_value))
     eid = csr.perm.contiguous() if edge_order == "input" else None
     out, weights = _FusedEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias,
                                              edge_key, edge_value, csr, eid, float(scale), shared,
                                              bool(return_attention_weights))
+    if Cv != out.size(-1):
+        out = out[..., :Cv]  # (N, H, C')
     return (out, weights) if return_attention_weights else out
+
+
+# The same function hidden from torch.compile: traced calls take this route (a graph break
+# around the opaque C++ op, which has no fake-tensor implementation); eager calls skip it.
+_fused_untraced = torch.compiler.disable(fused_edge_attention)
