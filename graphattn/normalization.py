@@ -30,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .chunked import _chunk_edges, aggregate_backward, score_backward
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes
-from .functional import SCORES, _chunk_edges, aggregate_backward, score_backward
+from .functional import SCORES
 from .padding import GraphLayout
 from .validation import check_edge_index, check_tensor_shape
 
