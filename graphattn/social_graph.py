@@ -229,6 +229,7 @@ def prepare_graph(args, name: Optional[str]):
 def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     """Train (per fold), print per-epoch lines and the summary, write OUT/metrics.json."""
     from .social_tasks import _out_dir, _threads_for
+    from .train import write_metrics
 
     _threads_for(sum(g.edge_index.size(1) for g in graphs[:64]) // max(1, min(len(graphs), 64)) * args.batch_size)
     names = [str(v) for v in graphs.label_values]
@@ -272,7 +273,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
         summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
                    "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
                    "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]}, "meta": meta}
-        (out / "metrics.json").write_text(json.dumps(summary, indent=2))
+        write_metrics(out / "metrics.json", summary)
         best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
         shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
         sd = float(test.std(unbiased=False))

@@ -241,9 +241,11 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
         res["full_graph"] = full
         print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
               + " | ".join(f"{s} acc {v:.4f}" for s, v in full.items()))
+        from . import distributed
         from .train import write_metrics
 
-        write_metrics(out / "metrics.json", res)
+        if distributed.is_main():
+            write_metrics(out / "metrics.json", res)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
 
@@ -391,8 +393,12 @@ def explain(args) -> int:
     from .viz_social import draw_ego_attention, last_layer_attention
 
     data = _node_data(meta)
-    node_id = 0 if args.node is None else args.node
-    node = _node_row(data, node_id)
+    if args.node is None:  # the first node (row 0), whatever its id in the files
+        node = 0
+        node_id = int(data.node_id[0]) if getattr(data, "node_id", None) is not None else 0
+    else:
+        node_id = args.node
+        node = _node_row(data, node_id)
     logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
     out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node_id}.png")
     if out.is_dir():

@@ -287,13 +287,28 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
 
 #: meta entries that may change when a run is resumed (e.g. more epochs); all others must match
 _RESUMABLE_META = ("hparams",)
+#: keys of a data spec that only say where the files are (data root moved, another machine)
+_LOCATION_KEYS = ("root", "display")
+
+
+def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
+    """Both data specs restricted to what both know: keys a later version added (absent from
+    an older run's meta) and location-only keys are not compared."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = (set(old) & set(new)) - set(_LOCATION_KEYS)
+        pairs = {k: _comparable(old[k], new[k]) for k in keys}
+        return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
+    return old, new
 
 
 def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
     """CheckpointError when ``--resume`` would continue another run (other data, tasks, model...)."""
-    keys = sorted((set(old) | set(new)) - set(_RESUMABLE_META))
-    differ = [k for k in keys if json.dumps(_json_safe(old.get(k)), sort_keys=True)
-              != json.dumps(_json_safe(new.get(k)), sort_keys=True)]
+    keys = sorted((set(old) & set(new)) - set(_RESUMABLE_META))
+    differ = []
+    for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
+        a, b = _comparable(old[k], new[k]) if k == "data" else (old[k], new[k])
+        if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
+            differ.append(k)
     if old and new and differ:
         raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
                               "run's); choose another output folder or train without --resume")

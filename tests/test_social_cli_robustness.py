@@ -225,3 +225,25 @@ def test_failed_download_leaves_no_folders_and_disabled_download_says_so(tmp_pat
     assert list(root.iterdir()) == []
     with pytest.raises(DataFileError, match="downloads are disabled.*example.invalid"):
         find_file("some_set/file.csv", url="https://example.invalid/file.csv", root=root, download=False)
+
+
+def test_resume_tolerates_a_moved_data_root_and_newer_spec_keys(tmp_path):
+    from graphattn.train import CheckpointError, _check_same_run
+
+    old = {"pipeline": "node", "data": {"name": "lastfm_asia", "root": "/a", "split_seed": 0},
+           "model": {"class": "NodeClassifier", "kwargs": {"hidden": 64}}}
+    moved = {**old, "data": {**old["data"], "root": "/b", "feature_source": "structural"}}
+    _check_same_run(tmp_path / "last.pt", old, moved)  # no error
+    with pytest.raises(CheckpointError, match="data"):
+        _check_same_run(tmp_path / "last.pt", old, {**old, "data": {**old["data"], "split_seed": 1}})
+    with pytest.raises(CheckpointError, match="model"):
+        _check_same_run(tmp_path / "last.pt", old, {**old, "model": {"class": "NodeClassifier",
+                                                                     "kwargs": {"hidden": 64, "gcn_weight": 0.5}}})
+
+
+def test_explain_without_node_draws_the_first_row(tmp_path, capsys):
+    edges, target = _graph(tmp_path)
+    out = tmp_path / "run"
+    _train(tmp_path, edges, target, out)
+    assert main(["explain", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path / "first.png")]) == 0
+    assert "\nNode 5:" in capsys.readouterr().out  # ids are 5, 15, ...: row 0 has id 5
