@@ -128,13 +128,15 @@ def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: 
 
 def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
                  tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
-                 log: bool = True, descriptors: Optional[Sequence[str]] = None):
+                 log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True):
     """A toxicity set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
     with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
 
     ``tasks``: a list of task names or a comma-separated string, resolved against the
     dataset's tasks (the CSV's columns) by :func:`resolve_tasks`; None = all tasks (for a
-    CSV: every binary column). ``limit``: featurize only the first ``limit`` valid molecules
+    CSV: every binary column). ``binary``: a CSV's labels must be 0/1 (this pipeline
+    trains binary classifiers with BCE; :class:`~graphattn.data.MoleculeCSVDataset` itself
+    defaults to ``binary=False``, numeric labels); ``False`` keeps numeric columns. ``limit``: featurize only the first ``limit`` valid molecules
     (cached separately from the whole file). Laplacian PE and the RDKit descriptors
     ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
     ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
@@ -156,7 +158,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
             smiles_idx = find_column(header, smiles_col, csv_path)
             cols = resolve_tasks(tasks, [h for i, h in enumerate(header) if i != smiles_idx], str(csv_path))
         ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=cols, pre_transform=pre,
-                                cache_dir=cache_dir(), log=log, limit=limit)
+                                cache_dir=cache_dir(), log=log, limit=limit, binary=binary)
         names = list(ds.task_names)
     else:
         ds = ToxicityDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log, limit=limit)

@@ -276,8 +276,11 @@ def _load(checkpoint: str):
 
 def _node_data(meta: Dict[str, Any]):
     """The graph of a node checkpoint, checked against what the model was trained on."""
+    from .data.rawio import canonical_label
+
     data = sn.load_node_data(meta["data"])
-    if list(data.class_names) != list(meta["class_names"]):
+    # older versions named some classes differently ("1.0", "true"): compare canonical names
+    if [canonical_label(n) for n in data.class_names] != [canonical_label(n) for n in meta["class_names"]]:
         raise ValueError(f"the labels now read ({list(data.class_names)}) differ from the classes the model "
                          f"was trained on ({list(meta['class_names'])}): the target file changed")
     want = meta["model"]["kwargs"].get("in_channels")

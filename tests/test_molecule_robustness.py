@@ -89,7 +89,7 @@ def test_inference_keeps_binary_columns_and_names_the_others_in_one_warning(tmp_
     src = write_csv(tmp_path / "m.csv", ["smiles", "cid", "conc", "typo", "empty", "floats", "bools", "act"], rows)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False, binary=True)
     assert ds.task_names == ["floats", "bools", "act"]
     assert ds.y[:3, :2].tolist()[:2] == [[0.0, 1.0], [1.0, 0.0]] and torch.isnan(ds.y[2, 0])
     msgs = [str(w.message) for w in caught if issubclass(w.category, TaskColumnWarning)]
@@ -104,7 +104,7 @@ def test_inference_keeps_binary_columns_and_names_the_others_in_one_warning(tmp_
 def test_explicit_task_with_non_binary_label_names_column_row_and_value(tmp_path, bad):
     src = write_csv(tmp_path / "m.csv", ["smiles", "y"], [("CCO", "1"), ("CCN", ""), ("CCC", bad)])
     with pytest.raises(ValueError, match=rf"row 4, column 'y': label '{bad}' is not .*binary"):
-        MoleculeCSVDataset(src, task_cols=["y"], cache_dir=tmp_path / "c", log=False)
+        MoleculeCSVDataset(src, task_cols=["y"], cache_dir=tmp_path / "c", log=False, binary=True)
 
 
 def test_cli_train_and_evaluate_refuse_non_binary_labels(run, tmp_path, capsys):

@@ -41,10 +41,10 @@ def load(tmp_path, labels, features=None, **kw):
 # --------------------------------------------------------------------- 1. missing labels
 
 def test_missing_labels_become_unlabelled(tmp_path):
-    labels = ["a", "", "NA", "b", "nan", "a"]
+    labels = ["a", "", "nan", "b", "NaN", "a"]
     with pytest.warns(UserWarning, match="3 of 6 nodes have no label"):
         d = load(tmp_path, labels)
-    assert d.class_names == ["a", "b"]                    # no '' / 'NA' class
+    assert d.class_names == ["a", "b"]                    # no '' / 'nan' class
     assert d.y.tolist() == [0, -1, -1, 1, -1, 0]
     tr, va, te = stratified_masks(d.y, 0.5, 0.25, seed=0)
     assert not (tr | va | te)[d.y < 0].any()       # unlabelled nodes are in no mask

@@ -7,6 +7,7 @@ when molecules are featurized.
 """
 from .descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from .download import DataFileError, cache_root, data_root, find_file
+from .rawio import canonical_label
 from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                         FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
                         InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset,
@@ -19,7 +20,7 @@ from .splits import (balanced_scaffold_split, murcko_scaffold, random_split, sca
                      scaffold_split, stratified_split)
 
 __all__ = [
-    "DataFileError", "cache_root", "data_root", "find_file",
+    "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",
     "AddMolDescriptors", "descriptor_names", "mol_descriptors",
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "FEATURIZER_VERSION", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",

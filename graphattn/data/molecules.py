@@ -2,10 +2,13 @@
 
 Featurization is in :mod:`graphattn.data.featurize`, splits in :mod:`graphattn.data.splits`.
 Invalid SMILES are skipped, counted and reported with their file rows, never dropped
-silently. Labels are binary (the models train with binary cross-entropy): a label cell is
-``0``/``1`` (any number equal to 0 or 1: ``0.0``, ``1.0``, ``1e0``), ``true``/``false``
-(any case, as pandas writes booleans), or missing (empty, ``nan``, ``NA``, ``N/A``,
-``null``, ``none``). RDKit is imported lazily.
+silently. A label cell is a finite number, ``true``/``false`` (any case, as pandas writes
+booleans; 1/0), or missing (empty, ``nan``, ``NA``, ``N/A``, ``null``, ``none``: the words
+of :data:`graphattn.data.rawio.MISSING_LABELS`, NaN in ``y``). With ``binary=True`` (the
+toxicity sets, and the CSV classification pipeline, which trains with binary
+cross-entropy) the numbers must be 0 or 1 (``0.0``, ``1.0``, ``1e0`` too); the library
+default for :class:`MoleculeCSVDataset` is ``binary=False`` (regression targets such as
+ESOL's log-solubility). RDKit is imported lazily.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from typing import Callable, List, Optional, Tuple
 from torch_geometric.data import InMemoryDataset
 
 from .download import DataFileError, cache_root, find_file, sha256sum
+from .rawio import MISSING_LABELS
 from .featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: F401
                         FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, mol_to_data,
                         parse_smiles, smiles_to_data)
@@ -37,8 +41,8 @@ __all__ = [
 
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
 #: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
-#: SMILES invalid, ``limit``).
-_PROCESS_VERSION = 2
+#: SMILES invalid, ``limit``; 3: ``binary`` in the key, numeric labels again by default).
+_PROCESS_VERSION = 3
 
 
 class TaskColumnWarning(UserWarning):
@@ -47,7 +51,6 @@ class TaskColumnWarning(UserWarning):
 
 # ----------------------------------------------------------------------------- CSV reading
 
-_MISSING = {"", "nan", "na", "n/a", "null", "none"}
 _ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index"}
 
 
@@ -90,10 +93,12 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
 _read_table = read_csv_table
 
 
-def _binary_label(text: str) -> Optional[float]:
-    """1.0 / 0.0 / NaN (missing) for a label cell, None when it is not a binary label."""
+def _label(text: str, binary: bool) -> Optional[float]:
+    """The value of a label cell: NaN when missing, 1.0/0.0 for true/false, the number
+    (``binary``: only 0 or 1); None when it is not a label (not a finite number, or not
+    0/1 with ``binary``)."""
     low = text.strip().lower()
-    if low in _MISSING:
+    if low in MISSING_LABELS:
         return float("nan")
     if low in ("true", "false"):
         return float(low == "true")
@@ -101,19 +106,25 @@ def _binary_label(text: str) -> Optional[float]:
         value = float(low)
     except ValueError:
         return None
-    return value if value in (0.0, 1.0) else None
+    if value != value:  # "-nan" and the like
+        return float("nan")
+    if binary:
+        return value if value in (0.0, 1.0) else None
+    return value if abs(value) != float("inf") else None
 
 
-def _parse_value(text: str, path: Path, row: int, column: str) -> float:
-    value = _binary_label(text)
+def _parse_value(text: str, path: Path, row: int, column: str, binary: bool = True) -> float:
+    value = _label(text, binary)
     if value is None:
         try:
             float(text)
-            what = "not 0 or 1"
         except ValueError:
             what = "not a number or true/false"
-        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text.strip()!r} is {what}; "
-                            "task labels must be binary (0/1, true/false; empty = missing)")
+        else:
+            what = "not 0 or 1" if binary else "not a finite number"
+        rule = ("task labels must be binary (0/1, true/false; empty = missing)" if binary else
+                "task labels must be finite numbers or true/false (empty = missing)")
+        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text.strip()!r} is {what}; {rule}")
     return value
 
 
@@ -135,9 +146,9 @@ def find_column(header: List[str], name: str, path) -> int:
 _find_column = find_column
 
 
-def _infer_tasks(header, rows, smiles_idx) -> Tuple[List[int], List[Tuple[str, str]]]:
-    """Columns whose present values are all binary labels (see the module doc), and
-    ``(name, reason)`` of every other column except the SMILES one."""
+def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[int], List[Tuple[str, str]]]:
+    """Columns whose present values are all labels (``binary``: 0/1 labels; see the module
+    doc), and ``(name, reason)`` of every other column except the SMILES one."""
     out, skipped = [], []
     folded = [h.lower() for h in header]
     for j, name in enumerate(header):
@@ -151,13 +162,14 @@ def _infer_tasks(header, rows, smiles_idx) -> Tuple[List[int], List[Tuple[str, s
             continue
         bad, present = None, 0
         for line, fields in rows:
-            value = _binary_label(fields[j])
+            value = _label(fields[j], binary)
             if value is None:
                 bad = (line, fields[j].strip())
                 break
             present += value == value
         if bad is not None:
-            skipped.append((name, f"row {bad[0]} has {bad[1]!r}, not a 0/1 label"))
+            skipped.append((name, f"row {bad[0]} has {bad[1]!r}, not a "
+                                  + ("0/1 label" if binary else "numeric label")))
         elif not present:
             skipped.append((name, "every cell empty"))
         else:
@@ -183,15 +195,17 @@ class _SmilesCSVDataset(InMemoryDataset):
     """A SMILES CSV featurized once into ``<cache>/<rel>/processed/<key>/``.
 
     ``key`` hashes :data:`FEATURIZER_VERSION`, the processing version, the raw file's
-    sha256, the column choice, ``limit`` and ``repr(pre_transform)``, so any change
-    re-processes into a fresh folder (a ``limit`` run never reads nor overwrites the cache
-    of the whole file). ``limit``: stop after that many valid molecules.
+    sha256, the column choice, ``binary``, ``limit`` and ``repr(pre_transform)``, so any
+    change re-processes into a fresh folder (a ``limit`` run never reads nor overwrites the
+    cache of the whole file). ``limit``: stop after that many valid molecules. ``binary``:
+    labels must be 0/1 (else any finite number).
     """
 
     def __init__(self, raw_path, name: str, smiles_col: str, task_cols, cache_base: Path,
                  transform, pre_transform, force_reload: bool, log: bool,
-                 limit: Optional[int] = None, rel: Optional[str] = None):
+                 limit: Optional[int] = None, rel: Optional[str] = None, binary: bool = True):
         self.raw_path = Path(raw_path)
+        self.binary = bool(binary)
         self.name = name
         if limit is not None and int(limit) < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
@@ -199,7 +213,7 @@ class _SmilesCSVDataset(InMemoryDataset):
         self._limit = None if limit is None else int(limit)
         pre = re.sub(r"(<.*?)\s.*(>)", r"\1\2", repr(pre_transform))  # drop addresses
         spec = json.dumps([FEATURIZER_VERSION, _PROCESS_VERSION, sha256sum(self.raw_path), name,
-                           smiles_col, task_cols, pre, self._limit])
+                           smiles_col, task_cols, pre, self._limit, self.binary])
         self._key = (f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
                      + (f"-limit{self._limit}" if self._limit else ""))
         base = _writable_dir(Path(cache_base), rel or name)
@@ -215,8 +229,8 @@ class _SmilesCSVDataset(InMemoryDataset):
         noted = [(c, why) for c, why in self.skipped_columns if why != "id/name column"]  # mol_id etc.: expected
         if noted:
             shown = "; ".join(f"{c!r} ({why})" for c, why in noted)
-            warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be 0/1, "
-                          f"true/false or empty): {shown}. Name the task columns to use them "
+            rule = "0/1, true/false or empty" if self.binary else "numbers, true/false or empty"
+            warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be {rule}): {shown}. Name the task columns to use them "
                           "(task_cols= / --tasks)", TaskColumnWarning, stacklevel=3)
         if self.skipped:
             shown = ", ".join(str(s[0]) for s in self.skipped[:20])
@@ -264,7 +278,7 @@ class _SmilesCSVDataset(InMemoryDataset):
         """SMILES column, task columns and ``(name, reason)`` of the columns not used."""
         smiles_idx = find_column(header, self._smiles_col, self.raw_path)
         if self._task_cols is None:
-            return (smiles_idx, *_infer_tasks(header, rows, smiles_idx))
+            return (smiles_idx, *_infer_tasks(header, rows, smiles_idx, self.binary))
         idx = [find_column(header, t, self.raw_path) for t in self._task_cols]
         twice = sorted({header[j] for j in idx if idx.count(j) > 1})
         if twice:
@@ -283,7 +297,7 @@ class _SmilesCSVDataset(InMemoryDataset):
             if self._limit is not None and len(data_list) >= self._limit:
                 break
             read += 1
-            y = [_parse_value(fields[j], self.raw_path, line, header[j]) for j in task_idx]
+            y = [_parse_value(fields[j], self.raw_path, line, header[j], self.binary) for j in task_idx]
             try:
                 data = smiles_to_data(fields[smiles_idx], y)
             except InvalidSmilesError as exc:
@@ -299,7 +313,7 @@ class _SmilesCSVDataset(InMemoryDataset):
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
                 "skipped_columns": skipped_cols, "num_rows": read, "rows": kept,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
-                "limit": self._limit}
+                "limit": self._limit, "binary": self.binary}
         for path, write in ((self.processed_paths[1], lambda p: _dump_json(meta, p)),
                             (self.processed_paths[0], lambda p: self.save(data_list, p))):
             tmp = f"{path}.{os.getpid()}.tmp"
@@ -423,7 +437,7 @@ class ToxicityDataset(_SmilesCSVDataset):
         raw = find_file([f"{name}/{f}" for f in spec["files"]], url=spec["url"], root=root,
                         check=_check_toxicity_file(name), download=download)
         super().__init__(raw, name, "smiles", None, cache_root(cache_dir),
-                         transform, pre_transform, force_reload, log, limit=limit)
+                         transform, pre_transform, force_reload, log, limit=limit, binary=True)
 
     def _select_tasks(self, header, rows):
         tasks = _toxicity_tasks(self.name, header, self.raw_path)
@@ -431,16 +445,17 @@ class ToxicityDataset(_SmilesCSVDataset):
 
 
 class MoleculeCSVDataset(_SmilesCSVDataset):
-    r"""Any CSV (or .csv.gz) with a SMILES column and binary task columns, as PyG graphs.
+    r"""Any CSV (or .csv.gz) with a SMILES column and numeric task columns, as PyG graphs.
 
     Args:
         path: the CSV file (gzip is recognised by its content, not its name).
         smiles_col: SMILES column. This and ``task_cols`` match the header exactly, else
             case-insensitively; header names are stripped of surrounding whitespace.
         task_cols: label columns, in order (a str is one column name); each must hold only
-            binary labels (see the module doc), else :class:`DataFileError` (a
-            ``ValueError``) names the column, the file row and the value. ``None`` infers
-            them: every other column whose labels are all binary with at least one present,
+            labels (finite numbers, true/false or missing; 0/1 with ``binary``), else
+            :class:`DataFileError` (a ``ValueError``) names the column, the file row and the
+            value. ``None`` infers them: every other column whose labels are all valid (with
+            ``binary``: 0/1) with at least one present,
             except id-like columns (``id``, ``mol_id``, ``name``, ``index``, ``Unnamed: *``)
             and names used twice. The columns left out are listed, with the reason and the
             first offending cell, in ``skipped_columns`` and in one
@@ -449,13 +464,18 @@ class MoleculeCSVDataset(_SmilesCSVDataset):
         root: data root; the cache goes to ``<cache_root(cache_dir)>/csv/<file stem>/``.
         transform, pre_transform, force_reload, cache_dir, log, limit: as in
             :class:`ToxicityDataset`.
+        binary: labels must be 0/1 (true/false), for binary classification (BCE); the
+            ``graphattn train --csv`` pipeline passes ``True``. Default ``False``: any finite
+            number (regression targets, e.g. ESOL, FreeSolv, Lipophilicity). Part of the
+            cache key.
 
     Missing labels are NaN in ``y``. Invalid SMILES are skipped and reported in ``skipped``.
     """
 
     def __init__(self, path, smiles_col: str = "smiles", task_cols=None, root=None,
                  transform=None, pre_transform=None, force_reload: bool = False,
-                 cache_dir=None, log: bool = True, limit: Optional[int] = None):
+                 cache_dir=None, log: bool = True, limit: Optional[int] = None,
+                 binary: bool = False):
         path = Path(path).expanduser()
         if not path.is_file():
             raise DataFileError(f"{path}: no such file")
@@ -464,4 +484,4 @@ class MoleculeCSVDataset(_SmilesCSVDataset):
         stem = re.sub(r"\.csv(\.gz)?$", "", path.name, flags=re.I) or "data"
         super().__init__(path, stem, smiles_col, None if task_cols is None else list(task_cols),
                          cache_root(cache_dir), transform, pre_transform, force_reload, log,
-                         limit=limit, rel=f"csv/{stem}")
+                         limit=limit, rel=f"csv/{stem}", binary=binary)

@@ -111,10 +111,11 @@ def _read_target(path: PathLike, target_col: Optional[str]):
     n_missing = int(np.count_nonzero(y < 0))
     if rows and n_missing == len(rows):
         raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
-                            f"{header[t_col]!r} is missing (empty/NA/nan/null/None)")
+                            f"{header[t_col]!r} is missing (empty or nan; NA/N/A/null/None too "
+                            "when the other labels are numbers or booleans)")
     if n_missing:
-        warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty/NA/nan/null/"
-                      f"None) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
+        warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty or nan; "
+                      f"NA/N/A/null/None among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
                       "no train/val/test mask)", stacklevel=3)
     return ids, y, names, header[id_col], header[t_col]
 
@@ -222,8 +223,9 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
 
     Labels: re-coded to 0..C-1, names in ``data.class_names``: numbers in numeric order
     when every present label is numeric (``"1"`` and ``"1.0"`` are one class ``"1"``),
-    ``False < True`` for booleans in any case, else sorted strings. Missing labels (empty,
-    ``NA``, ``nan``, ``null``, ``None``) give ``y = -1`` (unlabelled: in no mask of
+    ``False < True`` for booleans in any case, else sorted strings. Missing labels (empty or
+    ``nan``; ``NA``, ``N/A``, ``null``, ``None`` too when every other label is numeric or
+    boolean, else those are classes) give ``y = -1`` (unlabelled: in no mask of
     :func:`~graphattn.data.social_splits.stratified_masks`) with a warning counting them;
     a file with no label at all is a :class:`DataFileError`.
 

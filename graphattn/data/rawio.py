@@ -2,7 +2,8 @@
 
 Plain or gzip-compressed bytes and UTF-8 text, integer tokens at C speed, CSV rows and
 JSON with :class:`~graphattn.data.download.DataFileError` on malformed content, label
-normalisation (missing labels, ``"1"`` = ``"1.0"``, booleans in any case), numpy
+normalisation (missing labels, ``"1"`` = ``"1.0"``, booleans in any case; the same
+canonical spelling for one name via :func:`canonical_label`), numpy
 set operations on int arrays (unique, unique pairs, undirected edge lists), zip member
 checks for :func:`~graphattn.data.download.find_file`, and dataset-name normalisation.
 """
@@ -21,7 +22,8 @@ import numpy as np
 from .download import DataFileError, PathLike
 
 __all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
-           "parse_json", "MISSING_LABELS", "as_number", "label_codes", "sorted_unique",
+           "parse_json", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
+           "label_codes", "sorted_unique",
            "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
 
 
@@ -88,7 +90,11 @@ def parse_json(text: str, what: str):
         raise DataFileError(f"{what}: invalid JSON (truncated?): {exc}") from exc
 
 
-#: label cells meaning "no label" (compared lower-cased, stripped): such nodes get y = -1
+#: label cells that always mean "no label" (compared lower-cased, stripped): y = -1
+ALWAYS_MISSING_LABELS = frozenset({"", "nan"})
+#: label cells meaning "no label" (compared lower-cased, stripped) when every other present
+#: label is a number or a boolean; ``"NA"``, ``"N/A"``, ``"null"``, ``"None"`` are real
+#: classes among string labels (``"NA"`` = North America), only ``""``/``"nan"`` never are
 MISSING_LABELS = frozenset({"", "na", "n/a", "nan", "null", "none"})
 
 
@@ -107,21 +113,47 @@ def as_number(s: str):
     return int(v) if v.is_integer() else v
 
 
-def label_codes(values: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
-    """Map label strings to 0..C-1 (missing ones, see :data:`MISSING_LABELS`, to -1).
+def _is_bool(s: str) -> bool:
+    return s.lower() in ("true", "false")
 
-    Labels are normalised before coding: when every present label is a number they are
-    compared as numbers (``"1"`` and ``"1.0"`` are one class, named ``"1"``) and ordered
-    numerically; when every one is a boolean (any case) they are ``"False" < "True"``;
-    otherwise they are stripped strings in sorted order.
+
+def canonical_label(name: str) -> str:
+    """The normalised spelling of one class name, as :func:`label_codes` writes it for
+    numeric or boolean labels: stripped; a number as its shortest int/float text
+    (``"1.0"``, ``"1e0"`` -> ``"1"``); a boolean capitalised (``"true"`` -> ``"True"``);
+    anything else just stripped. For comparing class names stored in a checkpoint (made
+    before labels were normalised) with those of a reloaded dataset: map both lists through
+    it. Only names are compared; a list whose *order* changed (old string order ``"10"`` <
+    ``"2"`` vs numeric ``"2"`` < ``"10"``) still differs, as its codes do."""
+    s = str(name).strip()
+    if _is_bool(s):
+        return s.capitalize()
+    x = as_number(s)
+    return s if x is None else str(x)
+
+
+def label_codes(values: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
+    """Map label strings to 0..C-1 (missing ones to -1).
+
+    Missing: ``""`` and ``"nan"`` (any case) always; ``"NA"``, ``"N/A"``, ``"null"`` and
+    ``"None"`` (any case, :data:`MISSING_LABELS`) only when every other present label is a
+    number or a boolean — among string labels they are classes. Labels are normalised
+    before coding (see :func:`canonical_label`): when every present label is a number
+    they are compared as numbers (``"1"`` and ``"1.0"`` are one class, named ``"1"``) and
+    ordered numerically; when every one is a boolean (any case) they are
+    ``"False" < "True"``; otherwise they are stripped strings in sorted order.
 
     Shapes: ``values`` (N,) -> codes (N,) int64 in -1..C-1, ``C`` class names.
     """
     vals = [v.strip() for v in values]
-    distinct = set(vals)
-    present = sorted(v for v in distinct if v.lower() not in MISSING_LABELS)
-    if present and all(v.lower() in ("true", "false") for v in present):
-        canon = {v: v.capitalize() for v in present}
+    cand = sorted(v for v in set(vals) if v.lower() not in ALWAYS_MISSING_LABELS)
+    others = [v for v in cand if v.lower() not in MISSING_LABELS]
+    if all(_is_bool(v) for v in others) or all(as_number(v) is not None for v in others):
+        present = others  # numbers/booleans (or nothing but missing words): NA etc. = missing
+    else:
+        present = cand  # string labels: "NA", "None"... are classes
+    if present and all(_is_bool(v) for v in present):
+        canon = {v: canonical_label(v) for v in present}
         names = sorted(set(canon.values()))
     else:
         nums = {v: as_number(v) for v in present}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -134,20 +134,12 @@ def _structural_check(kind: str, rows: Optional[int] = None):
 _FAILED_DOWNLOADS: Dict[str, str] = {}
 
 
-def _new_dirs(path: Path) -> List[Path]:
-    """The ancestors of ``path`` that do not exist yet, deepest first."""
-    out, p = [], path.parent
-    while not p.exists() and p != p.parent:
-        out.append(p)
-        p = p.parent
-    return out
-
-
 def _get(spec: dict, kind: str, root, download: bool) -> Path:
     """A local file (header check only), else a download checked against the row count.
 
-    A failed download removes the (empty) folders it created; a failed features download
-    is remembered per URL and not tried again in this process."""
+    A failed download leaves no empty folder behind (:func:`~graphattn.data.download.download_url`
+    removes the ones it made); a failed features download is remembered per URL and not
+    tried again in this process."""
     rels, url = spec[kind]
     base = data_root(root)
     if any((base / r).is_file() for r in rels):
@@ -163,17 +155,11 @@ def _get(spec: dict, kind: str, root, download: bool) -> Path:
     rows = None
     if spec.get("rows") and kind != "features":
         rows = spec["rows"][0 if kind == "edges" else 1]
-    created = _new_dirs(base / rels[0])
     try:
         return find_file(rels, url=url, root=root, check=_structural_check(kind, rows),
                          download=True)
-    except BaseException as exc:
-        for d in created:  # deepest first; only folders this attempt made, and only if empty
-            try:
-                d.rmdir()
-            except OSError:
-                break
-        if kind == "features" and isinstance(exc, DataFileError):
+    except DataFileError as exc:
+        if kind == "features":
             _FAILED_DOWNLOADS[url] = str(exc)
         raise
 

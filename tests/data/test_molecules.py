@@ -189,7 +189,7 @@ def test_csv_inference_skips_numeric_id_columns_and_handles_gzip(tmp_path):
     with gzip.open(src, "wt", newline="") as f:
         f.write("id,SMILES,name,logS,active\n0,CCO,ethanol,-0.2,1\n1,CCN,ethylamine,NA,0\n")
     with pytest.warns(TaskColumnWarning, match=r"'logS' \(row 2 has '-0.2'"):  # continuous: not a BCE task
-        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")  # smiles_col case-insensitive
+        ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache", binary=True)  # smiles_col case-insensitive
     assert ds.task_names == ["active"]
     assert ds.skipped == [] and len(ds) == 2
     assert ds.y[:, 0].tolist() == [1.0, 0.0]
