@@ -142,7 +142,9 @@ def train(args) -> int:
                "task_names": list(ds.task_names), "num_molecules": len(ds),
                "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
                **res}
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2))
+    from .train import write_metrics
+
+    write_metrics(out / "metrics.json", summary)  # strict JSON: a one-class task's NaN AUC -> null
     val, test = res.get("val", {}), res.get("test", {})
     fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
     best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
