@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .csr import to_csr
-from .functional import EDGE_IMPLS, SCORES, check_finite, edge_attention
+from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
 from .validation import check_edge_index, check_features, check_row_index, check_tensor_shape
 
@@ -122,21 +122,19 @@ class GraphSelfAttention(nn.Module):
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
         or poison (chunked path) the whole target row. With ``return_attention_weights`` the
         returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
-        check_features(x, self.in_channels, "x")
+        check_features(x, self.in_channels, "x", check_values=False)  # values: one sync below
         N, H, C = x.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
         csr = to_csr(edge_index, N)  # cached per edge_index tensor (range-checked on build)
         E = edge_index.size(1)
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
-            check_finite(attn_bias, "attn_bias", allow_neg_inf=True)
         edge_kv = None
         if self.lin_edge is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
             if edge_attr.dim() == 1:
                 edge_attr = edge_attr[:, None]
-            check_finite(edge_attr, "edge_attr")
             if edge_attr_index is None:
                 check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
                 edge_kv = self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
@@ -149,13 +147,17 @@ class GraphSelfAttention(nn.Module):
                              "build it with edge_dim=D to use edge features")
         elif edge_attr_index is not None:
             raise ValueError("edge_attr_index was given but the layer has no edge_dim")
+        # The user's tensors only, one device sync (skipped under torch.compile); q, k, v and
+        # the projected edge features derive from them, so the attention call skips its checks.
+        check_all_finite([("x", x, False), ("edge_attr", edge_attr if self.lin_edge is not None else None, False),
+                          ("attn_bias", attn_bias, True)])
         # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
         # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
         n_proj = 3 if self.score == "dot" else 2
         W, b = self.lin_qkv.weight.chunk(n_proj), (self.lin_qkv.bias.chunk(n_proj)
                                                    if self.lin_qkv.bias is not None else [None] * n_proj)
         parts = [F.linear(x, W[i], b[i]).view(N, H, C) for i in range(n_proj)]  # n x (N, H, C)
-        attend = (edge_attention if self.normalization == "softmax"
+        attend = (partial(edge_attention, _check=False) if self.normalization == "softmax"
                   else partial(normalized_edge_attention, normalization=self.normalization))
         if self.score == "dot":
             q, k, v = parts

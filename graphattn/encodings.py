@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 
+from .validation import check_edge_index
+
 __all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "sinusoidal_pe", "sinusoidal_pe_2d"]
 
 
@@ -80,20 +82,6 @@ def _component_eigs(adj, m: int, dense_threshold: int):
         vals, vecs = vals[order], vecs[:, order]
     # Column 0 spans the null space of a connected component (D^{1/2} 1): the trivial one.
     return np.clip(vals[1:m + 1], 0.0, 2.0), vecs[:, 1:m + 1]
-
-
-def _check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
-    """``data.edge_index``: an integer ``(2, E)`` tensor with ids in ``[0, num_nodes)``."""
-    if not isinstance(edge_index, Tensor) or edge_index.is_floating_point() or edge_index.is_complex():
-        raise TypeError(f"data.edge_index must be an integer tensor of shape (2, E), got "
-                        f"{edge_index.dtype if isinstance(edge_index, Tensor) else type(edge_index).__name__}")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"data.edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel():
-        lo, hi = (int(v) for v in torch.aminmax(edge_index))
-        if lo < 0 or hi >= num_nodes:
-            raise ValueError(f"data.edge_index has node ids in [{lo}, {hi}] but the graph has "
-                             f"num_nodes={num_nodes} (valid ids are 0..{num_nodes - 1})")
 
 
 class AddLaplacianPE(BaseTransform):
@@ -179,7 +167,7 @@ class AddLaplacianPE(BaseTransform):
         if num_nodes is None:
             raise ValueError("AddLaplacianPE needs data.num_nodes (or data.x) to be known")
         if edge_index is not None:
-            _check_edge_index(edge_index, num_nodes)
+            check_edge_index(edge_index, num_nodes, name="data.edge_index")
         pe, eigval, found = np.zeros((num_nodes, k)), np.zeros(k), 0
         if num_nodes > 1 and edge_index is not None and edge_index.numel() > 0:
             from scipy.sparse.csgraph import connected_components
@@ -234,7 +222,8 @@ class LapPEEncoder(nn.Module):
     Shapes:
         pe ``(N, K)``, eigvals ``(N, K)`` (read as zeros if omitted: pass them when
         ``use_eigvals``), mask ``(N, K)`` bool (optional; NaN entries in masked columns are
-        fine), batch ``(N,)`` -> ``(N, out_channels)``.
+        fine), batch ``(N,)`` -> ``(N, out_channels)``. ``num_graphs`` (optional forward
+        argument): B, saves reading ``batch.max()`` for the per-graph sign flips.
     """
 
     def __init__(self, k: int, out_channels: int, hidden_channels: Optional[int] = None,
@@ -260,7 +249,7 @@ class LapPEEncoder(nn.Module):
             raise ValueError(f"{name} must have shape ({n}, {self.k}) (N, K), got {tuple(t.shape)}")
 
     def forward(self, pe: Tensor, eigvals: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None) -> Tensor:
+                batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
         if pe.dim() != 2 or pe.size(1) != self.k:
             raise ValueError(f"pe must have shape (N, {self.k}) (N, K), got {tuple(pe.shape)}")
         n = pe.size(0)
@@ -272,7 +261,9 @@ class LapPEEncoder(nn.Module):
             mask = mask.bool()
             pe = torch.where(mask, pe, torch.zeros_like(pe))  # also clears NaN padding
         if self.training and not self.sign_invariant:
-            num_graphs = int(batch.max()) + 1 if batch is not None and n > 0 else 1
+            if num_graphs is None:  # known B (num_graphs >= batch.max() + 1) saves a device sync
+                num_graphs = int(batch.max()) + 1 if batch is not None and n > 0 else 1
+            num_graphs = max(int(num_graphs), 1)
             sign = torch.randint(0, 2, (num_graphs, self.k), device=pe.device).to(pe.dtype) * 2 - 1
             pe = pe * (sign[batch] if batch is not None else sign)  # (N, K)
         feats = [pe.unsqueeze(-1)]  # (N, K, 1)

@@ -19,7 +19,7 @@ recomputes the per-edge messages instead of storing them. On CPU a fused C++ ker
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -69,20 +69,44 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     return weights @ v
 
 
-def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or inf (``-inf`` kept when
-    ``allow_neg_inf``: a masked score). One ``aminmax`` reduction (NaN propagates into it)."""
-    if t is None or t.numel() == 0 or not t.is_floating_point():
-        return
+def _finite_flag(t: Tensor, allow_neg_inf: bool) -> Tensor:
+    """0-d bool tensor, True iff ``t`` is free of NaN/inf (``-inf`` allowed with
+    ``allow_neg_inf``). One ``aminmax`` pass (NaN propagates into it), no device sync."""
     lo, hi = torch.aminmax(t.detach())
     if allow_neg_inf:  # NaN shows in both; +inf only in hi (an all -inf tensor is fine)
-        ok = ~torch.isnan(lo) & (hi != float("inf"))
-    else:
-        ok = torch.isfinite(lo) & torch.isfinite(hi)
-    if not bool(ok):
-        bad = torch.isnan(t) | (t == float("inf")) if allow_neg_inf else ~torch.isfinite(t)
-        what = "NaN or +inf" if allow_neg_inf else "NaN or inf"
-        raise ValueError(f"{name} contains {what} values ({int(bad.sum())} of {t.numel()} entries)")
+        return ~torch.isnan(lo) & (hi != float("inf"))
+    return torch.isfinite(lo) & torch.isfinite(hi)
+
+
+def check_all_finite(items: Sequence[Tuple[str, Optional[Tensor], bool]]) -> None:
+    """Raise ``ValueError`` naming the first tensor of ``items`` that holds NaN or inf.
+
+    ``items``: ``(name, tensor or None, allow_neg_inf)`` triples (``allow_neg_inf``: ``-inf``
+    is fine, e.g. a masked score). One ``aminmax`` pass per tensor and a single blocking
+    ``bool()`` for all of them; the per-tensor counts are computed only when one fails.
+    Skipped under ``torch.compile`` (a data-dependent branch would break the graph).
+    """
+    if torch.compiler.is_compiling():
+        return
+    live = [(n, t, neg) for n, t, neg in items
+            if t is not None and t.numel() > 0 and t.is_floating_point()]
+    if not live:
+        return
+    flags = [_finite_flag(t, neg) for _, t, neg in live]
+    ok = flags[0] if len(flags) == 1 else torch.stack([f.to(flags[0].device) for f in flags]).all()
+    if bool(ok):  # the only sync on the success path
+        return
+    for (name, t, neg), flag in zip(live, flags):
+        if not bool(flag):
+            bad = torch.isnan(t) | (t == float("inf")) if neg else ~torch.isfinite(t)
+            what = "NaN or +inf" if neg else "NaN or inf"
+            raise ValueError(f"{name} contains {what} values ({int(bad.sum())} of {t.numel()} entries)")
+
+
+def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or inf (``-inf`` kept when
+    ``allow_neg_inf``). One tensor of :func:`check_all_finite`; batch several in one call."""
+    check_all_finite([(name, t, allow_neg_inf)])
 
 
 def _fused_ready() -> bool:
@@ -98,7 +122,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                    dropout: float = 0.0, training: bool = True,
                    return_attention_weights: bool = False, csr: Optional[EdgeCSR] = None,
                    batch: Optional[Tensor] = None,
-                   impl: str = "auto") -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                   impl: str = "auto", _check: bool = True) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     r"""Multi-head attention restricted to the edges of a graph.
 
     For every target node i, a softmax over its incoming edges j -> i only::
@@ -138,8 +162,11 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     Raises:
         ValueError: for bad shapes, and when ``q``, ``k``, ``v``, ``edge_key``,
             ``edge_value`` or ``att`` hold NaN/inf or ``bias`` holds NaN/+inf (one ``aminmax``
-            per tensor): the fused kernel would zero a NaN row and the chunked path return
-            NaN, so neither is allowed to happen silently.
+            per tensor, one device sync for all; skipped under ``torch.compile``): the fused
+            kernel would zero a NaN row and the chunked path return NaN, so neither is allowed
+            to happen silently. (``_check=False`` skips these value checks: internal callers
+            such as :class:`~graphattn.attention.GraphSelfAttention`, which check their own
+            inputs once, use it.)
 
     Gradients: first-order backward passes are hand-written (no ``(E, H, C)`` storage);
     second-order ones (``create_graph=True``, e.g. gradient penalties) are exact on the
@@ -175,11 +202,10 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         check_tensor_shape(att, (H, C), "att")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("edge_key", edge_key), ("att", att)):
-        check_finite(t, name)
-    if edge_value is not edge_key:
-        check_finite(edge_value, "edge_value")
-    check_finite(bias, "bias", allow_neg_inf=True)
+    if _check:  # callers that derive q, k, v, ... from checked inputs pass _check=False
+        check_all_finite([("q", q, False), ("k", k, False), ("v", v, False), ("edge_key", edge_key, False),
+                          ("edge_value", None if edge_value is edge_key else edge_value, False),
+                          ("att", att, False), ("bias", bias, True)])
     p_drop = dropout if training else 0.0
 
     dtype = q.dtype

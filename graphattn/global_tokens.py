@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .padding import check_batch
-from .validation import check_edge_index, check_row_index
+from .validation import check_edge_index, check_row_index, mark_index_checked
 
 __all__ = ["GlobalTokens", "TokenGraph"]
 
@@ -54,6 +54,12 @@ class GlobalTokens(nn.Module):
     rows and edge e uses row ``edge_attr_index[e]``; the output then keeps that form: the
     table gains the two token rows and :attr:`TokenGraph.edge_attr_index` covers every edge.
 
+    ``check_range=False`` (keyword): the caller has already range-checked ``edge_index`` and
+    ``batch`` (against ``num_graphs``); only their types and shapes are checked then, with no
+    device sync. (A model's forward checks once and passes it; standalone use keeps the
+    default.) The output ``edge_index`` / ``edge_attr_index`` are recorded as valid, so the
+    attention layers do not scan them again (:func:`~graphattn.validation.mark_index_checked`).
+
     Shapes:
         - input: x ``(N, C)``, edge_index ``(2, E)``, batch ``(N,)`` (None = one graph),
           edge_attr ``(E, D)``
@@ -77,15 +83,15 @@ class GlobalTokens(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, num_graphs: Optional[int] = None, *,
-                edge_attr_index: Optional[Tensor] = None) -> TokenGraph:
+                edge_attr_index: Optional[Tensor] = None, check_range: bool = True) -> TokenGraph:
         if x.dim() != 2 or x.size(1) != self.channels:
             raise ValueError(f"x must have shape (N, {self.channels}), got {tuple(x.shape)}")
         N, G, dev = x.size(0), self.num_tokens, x.device
-        check_edge_index(edge_index, N)  # an id >= N would silently hit a token
+        check_edge_index(edge_index, N, check_range=check_range)  # an id >= N would silently hit a token
         E = edge_index.size(1)
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=dev)
-        B = num_graphs = check_batch(batch, N, num_graphs)
+        B = num_graphs = check_batch(batch, N, num_graphs, check_range=check_range or num_graphs is None)
         batch = batch.long()
         edge_attr, edge_attr_index = self._check_edge_attr(edge_attr, edge_attr_index, E)
         nodes = torch.arange(N, device=dev)
@@ -112,6 +118,10 @@ class GlobalTokens(nn.Module):
                 edge_attr = torch.cat([edge_attr, self.edge_emb.to(edge_attr.dtype)], dim=0)
             else:
                 edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
+        # Built from checked parts: the attention layers' CSR build / row checks skip the scans.
+        mark_index_checked(edge_index, N + B * G)
+        if edge_attr_index is not None:
+            mark_index_checked(edge_attr_index, edge_attr.size(0))
         return TokenGraph(x, edge_index, edge_attr, batch, N, B, edge_attr_index)
 
     def _check_edge_attr(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor],
@@ -133,7 +143,7 @@ class GlobalTokens(nn.Module):
         if edge_attr.dim() != 2 or edge_attr.size(1) != D:
             raise ValueError(f"edge_attr must have shape (E, {D}), got {tuple(edge_attr.shape)}")
         if edge_attr_index is not None:
-            check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+            check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")  # cached when built valid
             return edge_attr, edge_attr_index.long()
         if edge_attr.size(0) != E:
             raise ValueError(f"edge_attr has {edge_attr.size(0)} rows but edge_index has {E} edges "

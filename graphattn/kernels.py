@@ -5,7 +5,8 @@ target node i and head h, ``sum_e softmax_e(scale * q[i,h]·(k[j,h] + ek[e,h]) +
 (v[j,h] + ev[e,h])`` over the incoming edges ``e = (j -> i)`` of ``csr`` in a single
 OpenMP-parallel sweep per target row (per-head max subtracted, so huge logits stay finite),
 and its backward without any per-edge ``(E, H, C)`` tensor except the gradients of the edge
-key/value themselves: only the per-(node, head) log-sum-exp is saved; the backward
+key/value themselves (and, when the value width differs from the key width, zero-padded
+copies of the given edge key/value): only the per-(node, head) log-sum-exp is saved; the backward
 recomputes the scores, computes grad q (and the per-edge gradients) in a target-major pass
 and grad k / grad v in a source-major pass over a compact int32 CSC copy (race-free, no
 atomics). Per-edge tensors may be given in the caller's edge order (``edge_order="input"``):
@@ -320,8 +321,11 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
             is made).
 
     Returns ``out`` ``(N, H, C)`` (a node with no incoming edge gets exactly 0), or
-    ``(out, weights)``. Differentiable w.r.t. ``q, k, v, bias, edge_key, edge_value``; no
-    ``(E, H, C)`` tensor is allocated apart from the gradients of ``edge_key``/``edge_value``.
+    ``(out, weights)``. Differentiable w.r.t. ``q, k, v, bias, edge_key, edge_value``. With
+    ``C' == C`` no ``(E, H, C)`` tensor is allocated apart from the gradients of
+    ``edge_key``/``edge_value``; with ``C' != C`` the given ``edge_key``/``edge_value`` are
+    first copied zero-padded to ``(E, H, max(C, C'))`` (one copy per distinct tensor),
+    and their gradients have that width before being cut back.
     Second derivatives (``create_graph=True``) are exact: that backward is rebuilt from plain
     torch ops (with ``(E, H, C)`` temporaries) instead of the C++ one. Under
     ``torch.compile`` this function is not traced (``torch.compiler.disable``): it runs

@@ -13,6 +13,7 @@ from .global_tokens import GlobalTokens
 from .model_parts import (FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe, gcn_normalized_graph,
                           graph_feature_input)
 from .padding import check_batch
+from .validation import check_edge_index
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
@@ -92,10 +93,17 @@ class GraphTransformer(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, *, pe_eigvals: Optional[Tensor] = None,
-                pe_mask: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+                pe_mask: Optional[Tensor] = None, check_range: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
         """``pe_eigvals`` / ``pe_mask`` ``(N, K)``: eigenvalues and padding mask stored by
-        :class:`~graphattn.encodings.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``)."""
-        if batch is not None:  # shape only: the ids are range-checked where they index (tokens, layouts)
+        :class:`~graphattn.encodings.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``).
+
+        ``edge_index`` is range-checked here, once per tensor (remembered, so the layers' CSR
+        build and the global tokens do not scan it again). ``batch`` is shape-checked here and
+        its ids range-checked where they index (global tokens, layouts) unless
+        ``check_range=False``: the caller already checked them against ``num_graphs`` (as
+        :class:`GraphClassifier` does), so no component repeats that per-batch sync."""
+        check_edge_index(edge_index, x.size(0))
+        if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)
         h = self.node_encoder(x)
         if self.pe_encoder is not None:
@@ -104,7 +112,7 @@ class GraphTransformer(nn.Module):
             if pe.shape != (x.size(0), self.pe_dim):
                 raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
             if self.pe_kind == "laplacian":
-                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch)
+                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs)
             else:
                 hp = self.pe_encoder(pe)
             if hp.numel() and not bool(torch.isfinite(hp).all()):
@@ -126,7 +134,8 @@ class GraphTransformer(nn.Module):
             edge_attr = None  # the model does not use edge features (build it with edge_dim=D)
         N, E = h.size(0), edge_index.size(1)
         if self.tokens is not None:
-            tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index)
+            tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index,
+                             check_range=check_range)
             h, edge_index, edge_attr, batch = tg.x, tg.edge_index, tg.edge_attr, tg.batch
             edge_attr_index = tg.edge_attr_index
         extra = {} if edge_attr_index is None else {"edge_attr_index": edge_attr_index}
@@ -327,7 +336,8 @@ class GraphClassifier(nn.Module):
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
         num_graphs = check_batch(batch, x.size(0), num_graphs)  # B; may exceed batch.max() + 1
-        h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, **pe_kwargs)
+        # batch is range-checked now: the backbone's tokens / layouts skip that per-batch sync
+        h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, check_range=False, **pe_kwargs)
         if self.readout == "token":
             g = tokens.mean(dim=1)  # (B, C)
         else:

@@ -50,7 +50,7 @@ def check_batch(batch: Tensor, num_nodes: int, num_graphs: Optional[int] = None,
         return num_graphs
     if num_nodes == 0:
         return 1 if num_graphs is None else num_graphs
-    lo, hi = (int(v) for v in torch.aminmax(batch))
+    lo, hi = torch.stack(torch.aminmax(batch)).tolist()  # one device sync
     if lo < 0:
         raise ValueError(f"batch contains negative graph ids (min {lo})")
     if num_graphs is None:
@@ -68,6 +68,8 @@ class GraphLayout:
         batch: ``(N,)`` graph id of every node (any order), or None for one graph.
         num_nodes: N (needed when ``batch`` is None).
         num_graphs: B (default: ``batch.max() + 1``); empty graphs are allowed.
+        check_range: with ``num_graphs`` given, ``False`` skips the scan of ``batch`` for ids
+            outside ``[0, num_graphs)`` (a caller that checked it already, e.g. a model's forward).
 
     Attributes:
         graph ``(N,)``, pos ``(N,)`` slot of each node; sizes ``(B,)``; ``mask`` ``(B, L)``
@@ -75,7 +77,7 @@ class GraphLayout:
     """
 
     def __init__(self, batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[int] = None,
-                 device=None):
+                 device=None, *, check_range: bool = True):
         if batch is None:
             device = device if device is not None else "cpu"
             self.graph = torch.zeros(num_nodes, dtype=torch.long, device=device)
@@ -83,7 +85,7 @@ class GraphLayout:
             self.sizes = torch.tensor([num_nodes], device=device)
             self.regular = True
         else:
-            B = check_batch(batch, num_nodes, num_graphs)
+            B = check_batch(batch, num_nodes, num_graphs, check_range=check_range or num_graphs is None)
             batch = batch.long()
             self.graph = batch
             self.sizes = torch.bincount(batch, minlength=B)

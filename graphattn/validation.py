@@ -1,14 +1,53 @@
 """Cheap, vectorised input checks with messages that name the argument and the problem."""
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["check_edge_index", "check_features", "check_row_index", "check_tensor_shape"]
+__all__ = ["check_edge_index", "check_features", "check_row_index", "check_tensor_shape",
+           "mark_index_checked"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+# Index tensors (edge_index, row ids) whose entries are known to lie in [0, bound): checked
+# once, or built from checked parts. Keyed like the CSR cache: identity, data pointer,
+# in-place version counter, shape, bound, device. A hit skips the aminmax scan and its device
+# sync; an in-place edit changes the version, a freed tensor drops its entry.
+_CHECKED: "OrderedDict[tuple, weakref.ref]" = OrderedDict()
+_CHECKED_SIZE = 64
+
+
+def _checked_key(t: Tensor, bound: int) -> Optional[tuple]:
+    if torch.compiler.is_compiling() or t.is_inference():  # no version counter to trust
+        return None
+    return (id(t), t.data_ptr(), t._version, tuple(t.shape), int(bound), str(t.device))
+
+
+def mark_index_checked(index: Tensor, bound: int) -> None:
+    """Record that the integer tensor ``index`` (unchanged since) holds ids in ``[0, bound)``:
+    later :func:`check_edge_index` (``bound`` = num_nodes) and :func:`check_row_index`
+    (``bound`` = num_rows) calls on this tensor skip the range scan and its device sync. For
+    tensors built from checked parts (e.g. a batch with global-token edges appended)."""
+    key = _checked_key(index, bound)
+    if key is None:
+        return
+    try:
+        ref = weakref.ref(index, lambda _r, key=key: _CHECKED.pop(key, None))
+    except TypeError:  # pragma: no cover - tensors are weak-referenceable
+        return
+    _CHECKED[key] = ref
+    while len(_CHECKED) > _CHECKED_SIZE:
+        _CHECKED.popitem(last=False)
+
+
+def _already_checked(index: Tensor, bound: int) -> bool:
+    key = _checked_key(index, bound)
+    ref = _CHECKED.get(key) if key is not None else None
+    return ref is not None and ref() is index
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index",
@@ -16,7 +55,8 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
     """``edge_index`` must be an integer ``(2, E)`` tensor with entries in ``[0, num_nodes)``.
 
     ``check_range=False`` checks only type and shape (the range check scans all edges; the
-    layers run it once per graph, when its CSR view is built and cached).
+    layers run it once per graph, when its CSR view is built and cached). A tensor that passed
+    the range check (unchanged since) is not scanned again, see :func:`mark_index_checked`.
     """
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
@@ -24,15 +64,16 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
         raise TypeError(f"{name} must have an integer dtype (torch.long), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel() == 0 or not check_range:
+    if edge_index.numel() == 0 or not check_range or _already_checked(edge_index, num_nodes):
         return
-    lo, hi = torch.aminmax(edge_index)
-    lo, hi = int(lo), int(hi)
+    lo, hi = torch.stack(torch.aminmax(edge_index)).tolist()  # one device sync
     if lo < 0:
-        raise ValueError(f"{name} contains negative node indices (min {lo})")
+        raise ValueError(f"{name} contains negative node indices (min {lo}; num_nodes={num_nodes}, "
+                         f"valid indices are 0..{num_nodes - 1})")
     if hi >= num_nodes:
-        raise ValueError(f"{name} refers to node {hi} but there are only {num_nodes} nodes "
+        raise ValueError(f"{name} refers to node {hi} but num_nodes={num_nodes} "
                          f"(valid indices are 0..{num_nodes - 1})")
+    mark_index_checked(edge_index, num_nodes)
 
 
 def check_tensor_shape(t: Tensor, shape: Sequence[Optional[int]], name: str) -> None:
@@ -46,27 +87,33 @@ def check_tensor_shape(t: Tensor, shape: Sequence[Optional[int]], name: str) -> 
 
 
 def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> None:
-    """``index`` must be an integer ``(length,)`` tensor of row ids in ``[0, num_rows)``."""
+    """``index`` must be an integer ``(length,)`` tensor of row ids in ``[0, num_rows)``
+    (the range scan is skipped for a tensor that passed it before, see :func:`mark_index_checked`)."""
     if not isinstance(index, Tensor) or index.dtype not in _INT_DTYPES:
         raise TypeError(f"{name} must be an integer tensor of shape ({length},), got "
                         f"{index.dtype if isinstance(index, Tensor) else type(index).__name__}")
     check_tensor_shape(index, (length,), name)
-    if index.numel():
-        lo, hi = (int(v) for v in torch.aminmax(index))
+    if index.numel() and not _already_checked(index, num_rows):
+        lo, hi = torch.stack(torch.aminmax(index)).tolist()  # one device sync
         if lo < 0 or hi >= num_rows:
             raise ValueError(f"{name} has row ids in [{lo}, {hi}] but the table has {num_rows} rows "
                              f"(valid ids are 0..{num_rows - 1})")
+        mark_index_checked(index, num_rows)
 
 
-def check_features(x: Tensor, in_channels: int, name: str = "x") -> None:
-    """Node features: a floating ``(N, in_channels)`` tensor without NaN or inf."""
+def check_features(x: Tensor, in_channels: int, name: str = "x", check_values: bool = True) -> None:
+    """Node features: a floating ``(N, in_channels)`` tensor without NaN or inf.
+
+    ``check_values=False`` checks type and shape only (a caller that checks several tensors
+    for NaN/inf with one sync, :func:`graphattn.functional.check_all_finite`). The value check
+    is skipped under ``torch.compile`` (it would break the graph)."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (N, {in_channels}), got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype} "
                         "(categorical features need an embedding first)")
     check_tensor_shape(x, (None, in_channels), name)
-    if x.numel() == 0:
+    if x.numel() == 0 or not check_values or torch.compiler.is_compiling():
         return
     lo, hi = torch.aminmax(x)  # NaN propagates into min/max: one cheap reduction, no (N, F) mask
     if not bool(torch.isfinite(lo) & torch.isfinite(hi)):

@@ -163,7 +163,7 @@ def test_laplacian_pe_rejects_bad_edge_weights(bad):
 
 @pytest.mark.parametrize("ei", [[[0, 5], [5, 0]], [[0, -1], [1, 0]]])
 def test_laplacian_pe_rejects_out_of_range_edges(ei):
-    with pytest.raises(ValueError, match=r"data.edge_index has node ids in .* num_nodes=3"):
+    with pytest.raises(ValueError, match=r"^data.edge_index (refers to node 5|contains negative node indices).* num_nodes=3"):
         AddLaplacianPE(2)(Data(edge_index=torch.tensor(ei), num_nodes=3))
     with pytest.raises(ValueError, match=r"shape \(2, E\)"):
         AddLaplacianPE(2)(Data(edge_index=torch.tensor([0, 1]), num_nodes=3))
