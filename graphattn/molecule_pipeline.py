@@ -92,7 +92,7 @@ def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
 def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
     """``(prob, y)`` of a whole loader, both ``(M, T)`` on the CPU (``y`` None for graphs
     without labels); for a :class:`~graphattn.ProbabilityEnsemble` ``prob`` is ``(members, M, T)``."""
-    from .models import ProbabilityEnsemble
+    from .ensemble import ProbabilityEnsemble
 
     model.eval()
     probs, ys = [], []
@@ -208,7 +208,7 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     """
     from torch_geometric.loader import DataLoader
 
-    from .models import ProbabilityEnsemble
+    from .ensemble import ProbabilityEnsemble
     from .train import save_checkpoint
 
     size = int(size)
@@ -277,7 +277,7 @@ def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
                          "its atom/bond features differ, so its predictions would be meaningless. "
                          "Retrain the model (graphattn train ...) with this version.")
     if meta.get("ensemble"):
-        from .models import ProbabilityEnsemble
+        from .ensemble import ProbabilityEnsemble
 
         model = ProbabilityEnsemble([build_model(meta["model"]) for _ in range(int(meta["ensemble"]["size"]))])
     else:
@@ -292,7 +292,7 @@ def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256, mem
     :class:`~graphattn.ProbabilityEnsemble`, every member's: ``(members, M, T)``."""
     from torch_geometric.loader import DataLoader
 
-    from .models import ProbabilityEnsemble
+    from .ensemble import ProbabilityEnsemble
 
     model.eval()
     prob, _ = _probabilities(model, DataLoader(list(graphs), batch_size=batch_size))

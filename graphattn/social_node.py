@@ -161,7 +161,7 @@ def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
     """``[X, ÂX, ..., Â^K X]`` with ``Â = D^-1/2 (A + I) D^-1/2`` (SIGN, Frasca et al. 2020;
     NAGphormer's hop tokens, Chen et al. 2023): K-hop smoothed copies of the features,
     computed once before training. Shape ``(N, F)`` -> ``(N, (K + 1) F)``."""
-    from .models import gcn_normalized_graph
+    from .model_parts import gcn_normalized_graph
 
     (row, col), w = gcn_normalized_graph(edge_index, x.size(0))  # (E' + N,) each
     out, cur = [x], x

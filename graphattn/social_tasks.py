@@ -13,8 +13,6 @@ the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/pred
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -22,6 +20,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from . import social_node as sn
+from .social_commands import _message, _node_accuracy, build_model, evaluate, explain, predict
 from .social_graph import GRAPH_DATASETS
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
@@ -167,13 +166,6 @@ def train(args) -> int:
     return _train_node(args, *job)
 
 
-def _message(exc: BaseException) -> str:
-    """An exception's message; a KeyError's without the quotes ``str`` adds."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1:
-        return str(exc.args[0])
-    return str(exc)
-
-
 def _check_inputs(args) -> None:
     """ValueError for options that contradict each other (instead of silently ignoring one)."""
     given = [f for f, v in (("a dataset name", args.dataset), ("--edges", args.edges),
@@ -247,170 +239,4 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
         if distributed.is_main():
             write_metrics(out / "metrics.json", res)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
-    return 0
-
-
-def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
-    """Rebuild a model from the ``meta["model"]`` of a checkpoint."""
-    from .baselines import ConvBaseline
-    from .models import GraphClassifier, NodeClassifier
-
-    classes = {"NodeClassifier": NodeClassifier, "GraphClassifier": GraphClassifier,
-               "ConvBaseline": ConvBaseline}
-    if model_spec["class"] not in classes:
-        raise ValueError(f"unknown model class {model_spec['class']!r}")
-    return classes[model_spec["class"]](**model_spec["kwargs"])
-
-
-# ----------------------------------------------------------------------------- evaluate / predict
-def _load(checkpoint: str):
-    from .train import load_checkpoint
-
-    ck = load_checkpoint(checkpoint)
-    meta = ck["meta"]
-    model = build_model(meta["model"])
-    model.load_state_dict(ck["model"])
-    model.eval()
-    return ck, meta, model
-
-
-def _node_data(meta: Dict[str, Any]):
-    """The graph of a node checkpoint, checked against what the model was trained on."""
-    from .data.rawio import canonical_label
-
-    data = sn.load_node_data(meta["data"])
-    # older versions named some classes differently ("1.0", "true"): compare canonical names
-    if [canonical_label(n) for n in data.class_names] != [canonical_label(n) for n in meta["class_names"]]:
-        raise ValueError(f"the labels now read ({list(data.class_names)}) differ from the classes the model "
-                         f"was trained on ({list(meta['class_names'])}): the target file changed")
-    want = meta["model"]["kwargs"].get("in_channels")
-    if want is not None and data.num_features != want:
-        raise ValueError(f"the node features now built have {data.num_features} columns, the model was "
-                         f"trained on {want}: the input files changed")
-    return data
-
-
-def _social_command(fn):
-    """Runs a checkpoint command; missing/changed input files give one clear line, exit 2."""
-    import functools
-
-    @functools.wraps(fn)
-    def run(args) -> int:
-        from .data.download import DataFileError
-
-        command = fn.__name__
-        for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None))):
-            if val:
-                print(f"graphattn {command}: {flag} is for molecule checkpoints; {args.checkpoint} is a "
-                      "social-network model (it reads the graph it was trained on)", file=sys.stderr)
-                return 2
-        try:
-            return fn(args)
-        except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
-            print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
-            return 2
-    return run
-
-
-def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
-    logits = sn.node_logits(model, meta["model"], data)
-    res = {}
-    for s in ("train", "val", "test"):
-        m = data[f"{s}_mask"] & (data.y >= 0)
-        res[s] = float((logits[m].argmax(-1) == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
-    return res
-
-
-@_social_command
-def evaluate(args) -> int:
-    """Accuracy of a checkpoint on the train/val/test split it was trained with."""
-    ck, meta, model = _load(args.checkpoint)
-    if meta["pipeline"] == "graph":
-        from .social_graph import evaluate_graph
-
-        res = evaluate_graph(model, meta)
-    else:
-        res = _node_accuracy(model, meta, _node_data(meta))
-    print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
-    print(json.dumps({"checkpoint": str(args.checkpoint),
-                      "accuracy": {s: (None if v != v else v) for s, v in res.items()}}))
-    return 0
-
-
-@_social_command
-def predict(args) -> int:
-    """Class probabilities per node (or per graph) as a CSV at --out."""
-    ck, meta, model = _load(args.checkpoint)
-    names = meta["class_names"]
-    out = Path(args.out) if args.out else Path(args.checkpoint).with_name("predictions.csv")
-    if out.is_dir():
-        out = out / "predictions.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if meta["pipeline"] == "graph":
-        from .social_graph import predict_graph
-
-        rows = predict_graph(model, meta)
-    else:
-        data = _node_data(meta)
-        prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
-        split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
-                 zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
-        ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
-        rows = [{"node": i, "node_id": nid, "split": split[i],
-                 "label": names[int(data.y[i])] if int(data.y[i]) >= 0 else "",  # "" = unlabelled
-                 "predicted": names[int(prob[i].argmax())],
-                 **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
-                for i, nid in enumerate(ids)]
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"Wrote {len(rows)} predictions to {out}")
-    return 0
-
-
-def _node_row(data, node: int) -> int:
-    """Row of the node whose id (in the input files; the row itself without ids) is ``node``."""
-    ids = getattr(data, "node_id", None)
-    if ids is None:
-        if not 0 <= node < data.num_nodes:
-            raise ValueError(f"--node must be in [0, {data.num_nodes}), got {node}")
-        return node
-    hit = (ids == node).nonzero().view(-1)
-    if hit.numel() == 0:
-        raise ValueError(f"--node {node} is not a node id of this graph (ids {int(ids.min())}..{int(ids.max())}, "
-                         f"{data.num_nodes} nodes)")
-    return int(hit[0])
-
-
-@_social_command
-def explain(args) -> int:
-    """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
-    ck, meta, model = _load(args.checkpoint)
-    if meta["pipeline"] != "node":
-        raise ValueError("ego-graph pictures need a node-classification checkpoint")
-    if meta["model"]["class"] != "NodeClassifier":
-        raise ValueError("attention pictures need our model (not a --baseline checkpoint)")
-    if args.hops < 1:
-        raise ValueError(f"--hops must be >= 1, got {args.hops}")
-    from .viz_social import draw_ego_attention, last_layer_attention
-
-    data = _node_data(meta)
-    if args.node is None:  # the first node (row 0), whatever its id in the files
-        node = 0
-        node_id = int(data.node_id[0]) if getattr(data, "node_id", None) is not None else 0
-    else:
-        node_id = args.node
-        node = _node_row(data, node_id)
-    logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
-    out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node_id}.png")
-    if out.is_dir():
-        out = out / f"explain_node{node_id}.png"
-    elif not out.suffix:
-        out = out.with_suffix(".png")
-    info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
-                              hops=args.hops)
-    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
-          f"{info['nodes']} nodes / {info['edges']} edges drawn; "
-          f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f}). Wrote {out}")
     return 0

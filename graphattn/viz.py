@@ -89,7 +89,7 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     probabilities are the ensemble's (mean over members) and the importances the mean of the
     members' (each scaled to max 1 first), rescaled to max 1.
     """
-    from .models import ProbabilityEnsemble
+    from .ensemble import ProbabilityEnsemble
 
     if isinstance(model, ProbabilityEnsemble):
         parts = [molecule_attention(m, data, residual) for m in model.members]

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn import cli, molecule_pipeline as mp, molecule_tasks  # noqa: E402
+from graphattn import cli, molecule_commands, molecule_pipeline as mp  # noqa: E402
 from graphattn.data import molecules  # noqa: E402
 from graphattn.data.molecules import (SIDER_TASKS, TOXICITY_DATASETS,  # noqa: E402
                                       InvalidSmilesError, MoleculeCSVDataset, TaskColumnWarning,
@@ -203,9 +203,9 @@ def test_predict_and_evaluate_read_gzip_and_loose_headers(run, tmp_path, capsys)
 
 # ----------------------------------------------------------------------------- 6. column collisions
 def test_output_columns_never_collide():
-    assert molecule_tasks._output_columns(["row", "error", "smiles", "a"], False) == (
+    assert molecule_commands._output_columns(["row", "error", "smiles", "a"], False) == (
         ["row_task", "error_task", "smiles_task", "a"], [])
-    assert molecule_tasks._output_columns(["a", "a_std", "row", "row_task"], True) == (
+    assert molecule_commands._output_columns(["a", "a_std", "row", "row_task"], True) == (
         ["a", "a_std_task", "row_task", "row_task_task"], ["a_std", "a_std_std", "row_std", "row_task_std"])
 
 

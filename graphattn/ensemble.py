@@ -1,0 +1,49 @@
+"""Several trained multi-task classifiers averaged into one model."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["ProbabilityEnsemble"]
+
+
+class ProbabilityEnsemble(nn.Module):
+    r"""Several independently trained multi-task binary classifiers as one model: the
+    probabilities of its members are averaged (chemprop's ``--ensemble_size``; members differ
+    in their initialisation and batch order, not in their data).
+
+    ``forward`` takes whatever the members take and returns the **logit of the mean
+    probability**, ``logit(mean_m σ(f_m(x)))`` (clamped to ``[-13.8, 13.8]``), so every caller
+    of a single model (``sigmoid`` for probabilities, ROC-AUC on the logits, the training
+    loop's evaluation) works unchanged. Averaging probabilities rather than logits is the
+    usual choice: one over-confident member cannot dominate.
+
+    Args:
+        members: the trained models (at least one), all with the same ``num_tasks``.
+
+    Shapes: the members' inputs -> logits ``(B, T)``; :meth:`member_probabilities` ``(M, B, T)``
+    for M members. Its state dict is the members' under ``members.<m>.``.
+    """
+
+    def __init__(self, members: Sequence[nn.Module]):
+        super().__init__()
+        members = list(members)
+        if not members:
+            raise ValueError("ProbabilityEnsemble needs at least one member")
+        tasks = {getattr(m, "num_tasks", None) for m in members}
+        if len(tasks) != 1:
+            raise ValueError(f"ensemble members disagree on num_tasks: {sorted(map(str, tasks))}")
+        self.members = nn.ModuleList(members)
+        self.num_tasks = tasks.pop()
+
+    def member_probabilities(self, *args, **kwargs) -> Tensor:
+        """``(M, B, T)``: each member's probabilities."""
+        return torch.stack([torch.sigmoid(m(*args, **kwargs).float()) for m in self.members])
+
+    def forward(self, *args, **kwargs) -> Tensor:
+        return torch.logit(self.member_probabilities(*args, **kwargs).mean(0), eps=1e-6)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({len(self.members)} x {type(self.members[0]).__name__})"

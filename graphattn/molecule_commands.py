@@ -1,0 +1,225 @@
+"""Molecule checkpoints: ``graphattn evaluate``, ``predict`` and ``explain`` rebuild the model,
+its featurizer and its descriptors from the checkpoint alone (training is in
+:mod:`graphattn.molecule_tasks`)."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import List, Tuple
+
+import torch
+from torch import nn
+
+from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
+
+__all__ = ["evaluate", "predict", "explain"]
+
+
+def _err(command: str, msg: str) -> int:
+    print(f"graphattn {command}: {msg}", file=sys.stderr)
+    return 2
+
+
+
+def _read_smiles_csv(path, smiles_col: str) -> List[str]:
+    """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do."""
+    from .data.molecules import find_column, read_csv_table
+
+    header, rows = read_csv_table(path)
+    try:
+        j = find_column(header, smiles_col, path)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; pass --smiles-col") from None
+    return [fields[j] for _, fields in rows]
+
+
+def _out_path(out, default_name: str) -> Path:
+    """``out``, or ``out/default_name`` when ``out`` is an existing folder or ends with a slash."""
+    path = Path(out)
+    if path.is_dir() or str(out).endswith(("/", "\\")):
+        return path / default_name
+    return path
+
+
+def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
+    """Names of the probability and (ensembles) std columns of ``predict``'s CSV, per task.
+
+    The std column of task ``t`` is ``t_std``. The probability column is ``t`` itself unless
+    that is ``row``, ``smiles``, ``error``, an std column or an earlier task's column: then
+    ``_task`` is appended (again, until it is unique). Deterministic for a checkpoint."""
+    std = [f"{t}_std" for t in tasks] if ensemble else []
+    taken = {"row", "smiles", "error", *std}
+    prob = []
+    for t in tasks:
+        col = t
+        while col in taken:
+            col += "_task"
+        taken.add(col)
+        prob.append(col)
+    return prob, std
+
+
+def _inputs(args, command: str) -> List[str]:
+    if args.smiles:
+        return list(args.smiles)
+    if args.csv:
+        return _read_smiles_csv(args.csv, args.smiles_col)
+    raise ValueError(f"{command}: give --smiles SMILES [...] or --csv FILE")
+
+
+# ----------------------------------------------------------------------------- evaluate / predict / explain
+def evaluate(args) -> int:
+    """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
+    from torch_geometric.loader import DataLoader
+
+    from .data.download import DataFileError
+
+    try:
+        model, meta = load_model(args.checkpoint)
+    except (ValueError, RuntimeError) as exc:
+        return _err("evaluate", str(exc))
+    tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
+    try:
+        if args.csv:
+            from .data.molecules import find_column, read_csv_table
+
+            header, _ = read_csv_table(args.csv, header_only=True)
+            find_column(header, args.smiles_col, args.csv)
+            folded = {}
+            for h in header:
+                folded.setdefault(h.lower(), []).append(h)
+            present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
+            if not present:
+                return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
+                                        f"(columns: {header})")
+            ds = load_dataset(csv_path=args.csv, smiles_col=args.smiles_col, pe_dim=k,
+                              tasks=[t if t in header else folded[t.lower()][0] for t in present],
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
+            parts = {"csv": ds}
+        else:
+            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], d["tasks"], k, d["limit"],
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
+            present = tasks
+            idx = split_indices(ds, d["split"], d["seed"])
+            parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
+    except (DataFileError, ValueError, OSError) as exc:
+        return _err("evaluate", str(exc))
+    model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    result = {"checkpoint": str(args.checkpoint), "tasks": present}
+    if args.csv:
+        # evaluate on the tasks present in the CSV only: reorder the model's outputs to them
+        cols = [tasks.index(t) for t in present]
+        model = _Columns(model, cols)
+    for name, part in parts.items():
+        res = split_metrics(model, DataLoader(part, batch_size=256), present)
+        result[name] = res
+        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"{name}: {res['num_molecules']} molecules | ROC-AUC {fmt(res['roc_auc'])} | "
+              f"PR-AUC {fmt(res['pr_auc'])} ({res.get('tasks_evaluated', 0)} tasks with both classes)")
+        print("  " + ", ".join(f"{t} {fmt(v)}" for t, v in res.get("roc_auc_per_task", {}).items()))
+    if args.csv and ds.skipped:
+        print(f"Skipped {len(ds.skipped)} invalid SMILES (file rows {', '.join(str(s[0]) for s in ds.skipped)})")
+    result["skipped_rows"] = [s[0] for s in ds.skipped] if args.csv else []
+    print(json.dumps({k: v for k, v in result.items()}, default=str))
+    return 0
+
+
+class _Columns(nn.Module):
+    """A model restricted to some of its output columns (for evaluate on a CSV)."""
+
+    def __init__(self, model: nn.Module, cols: List[int]):
+        super().__init__()
+        self.model, self.cols = model, cols
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)[:, self.cols]
+
+
+def predict(args) -> int:
+    """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
+    OUT is a folder; stdout without --out). Columns: ``row`` (1-based input position),
+    ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
+    columns (spread of its members' probabilities), ``error``. Every input gets a row; an
+    invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
+    (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
+    :func:`_output_columns`; a note goes to stderr)."""
+    try:
+        model, meta = load_model(args.checkpoint)
+        smiles = _inputs(args, "predict")
+    except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
+        return _err("predict", str(exc))
+    tasks = meta["task_names"]
+    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
+    ok = [i for i, g in enumerate(graphs) if not isinstance(g, str)]
+    prob = predict_proba(model, [graphs[i] for i in ok], members=True)
+    # an ensemble also reports how much its members disagree: <task>_std, the standard
+    # deviation of the members' probabilities (chemprop's ensemble uncertainty)
+    prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
+    for t, c in zip(tasks, prob_cols):
+        if c != t:
+            print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
+    std = prob.std(0, unbiased=False) if std_cols else None
+    prob = prob.mean(0) if std_cols else prob
+    rows = [{"row": i + 1, "smiles": s, **{c: "" for c in prob_cols + std_cols},
+             "error": g if isinstance(g, str) else ""} for i, (s, g) in enumerate(zip(smiles, graphs))]
+    for j, i in enumerate(ok):
+        rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
+        if std_cols:
+            rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
+    fields = ["row", "smiles", *prob_cols, *std_cols, "error"]
+    if args.out:
+        out = _out_path(args.out, "predictions.csv")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                w.writerows(rows)
+        except OSError as exc:
+            return _err("predict", f"cannot write {out}: {exc}")
+        print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
+    else:
+        w = csv.DictWriter(sys.stdout, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    for r in rows:
+        if r["error"]:
+            print(f"row {r['row']}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
+    return 0
+
+
+def explain(args) -> int:
+    """Draw each molecule with atoms and bonds coloured by attention rollout
+    (:func:`graphattn.viz.molecule_attention`) and the per-task probabilities as caption, to
+    --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
+    molecules ``<stem>_<i>.png``)."""
+    from .viz import draw_molecule_attention, molecule_attention
+
+    try:
+        model, meta = load_model(args.checkpoint)
+        smiles = _inputs(args, "explain")
+    except (ValueError, RuntimeError, OSError) as exc:
+        return _err("explain", str(exc))
+    if meta["model"]["class"] != "GraphClassifier":
+        return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
+    if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
+        return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
+    out = _out_path(args.out or "explain.png", "explain.png")
+    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
+    status = 0
+    for i, (s, g) in enumerate(zip(smiles, graphs)):
+        if isinstance(g, str):
+            print(f"graphattn explain: {s!r}: {g}", file=sys.stderr)
+            status = 1
+            continue
+        path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix or '.png'}")
+        prob, scores = molecule_attention(model, g)
+        lines = [f"{t} {p:.2f}" for t, p in zip(meta["task_names"], prob.tolist())]
+        legend = "\n".join(["colour: attention rollout (red = most attended)"]
+                           + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
+        draw_molecule_attention(s, scores, path, legend=legend)
+        top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), meta["task_names"]), reverse=True)[:3])
+        print(f"{s}: highest probabilities {top}; most attended atom #{int(scores.argmax())}. Wrote {path}")
+    return status
