@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .csr import EdgeCSR
+from .padding import check_batch
 
 __all__ = ["complete_graph_sizes", "sdpa_attention", "prefer_dense", "padded_length", "PAD_MULTIPLE"]
 
@@ -69,9 +70,10 @@ def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Option
         if E != N * N or N == 0:
             return None
         key = None
-    elif batch.is_inference():  # no version counter: not cached
-        return _check_complete(csr, batch)
     else:
+        check_batch(batch, N, check_range=False)  # type and shape (no sync); ids on a cache miss
+        if batch.is_inference():  # no version counter: not cached
+            return _check_complete(csr, batch)
         key = (batch.data_ptr(), batch._version, batch.numel())
     cache = csr.__dict__.setdefault("_complete", {})
     if key in cache:
@@ -89,8 +91,9 @@ def _check_complete(csr: EdgeCSR, batch: Optional[Tensor]) -> Optional[Tensor]:
         sizes = torch.tensor([N], device=csr.row.device)
         batch = torch.zeros(N, dtype=torch.long, device=csr.row.device)
     else:
-        if batch.numel() != N or N == 0:
+        if N == 0:
             return None
+        check_batch(batch, N)  # ids >= 0 (one sync; once per batch tensor, the answer is cached)
         if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):
             return None
         sizes = torch.bincount(batch)

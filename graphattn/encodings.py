@@ -36,6 +36,11 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def _check_float_dtype(dtype) -> None:
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype (sin/cos values in [-1, 1]), got {dtype!r}")
+
+
 def _fix_sign(vecs: np.ndarray) -> np.ndarray:
     """Make each column's entry of largest magnitude positive (first index wins near-ties)."""
     if vecs.size == 0:
@@ -63,6 +68,36 @@ def _single_thread_blas(n: int):
     return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
 
 
+#: shift-invert is tried when the reverse Cuthill-McKee bandwidth b of the Laplacian keeps a
+#: banded LU small (n * b below this); beyond it (expander-like social graphs) LU fill-in can
+#: take minutes and gigabytes, so plain Lanczos goes on instead
+_SHIFT_INVERT_BUDGET = 50_000_000
+
+
+def _sparse_smallest(lap, k: int):
+    """The k smallest eigenpairs of a sparse normalized Laplacian (n > k), deterministic.
+
+    Lanczos on the smallest algebraic eigenvalues (``which="SA"``) is fast on most graphs but
+    crawls when they are clustered (paths, long sequences: λ_j ≈ (πj/n)², 52 s for a 5000-node
+    path); after 1000 iterations it switches to shift-invert around -0.01 (``L + 0.01 I`` is
+    positive definite, 0.3 s there) when the graph is band-like enough for a cheap LU."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+    from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+
+    n = lap.shape[0]
+    v0 = np.random.default_rng(0).standard_normal(n)  # fixed start vector: deterministic
+    try:
+        return eigsh(lap, k=k, which="SA", v0=v0, maxiter=1000)
+    except ArpackNoConvergence:
+        pass
+    perm = reverse_cuthill_mckee(lap.tocsr(), symmetric_mode=True)
+    rows, cols = lap.tocsr()[perm][:, perm].nonzero()
+    bandwidth = int(np.abs(rows - cols).max()) if rows.size else 0
+    if n * max(bandwidth, 1) <= _SHIFT_INVERT_BUDGET:
+        return eigsh(lap.tocsc(), k=k, sigma=-1e-2, which="LM", v0=v0)
+    return eigsh(lap, k=k, which="SA", v0=v0)  # slow but sure
+
+
 def _component_eigs(adj, m: int, dense_threshold: int):
     """The m smallest non-trivial eigenpairs of one connected component (n >= 2 nodes)."""
     import scipy.sparse as sp
@@ -74,10 +109,7 @@ def _component_eigs(adj, m: int, dense_threshold: int):
         with _single_thread_blas(n):
             vals, vecs = np.linalg.eigh(lap.toarray())
     else:
-        from scipy.sparse.linalg import eigsh
-
-        v0 = np.random.default_rng(0).standard_normal(n)  # fixed start vector: deterministic
-        vals, vecs = eigsh(lap, k=m + 1, which="SA", v0=v0)
+        vals, vecs = _sparse_smallest(lap, m + 1)
         order = np.argsort(vals, kind="stable")
         vals, vecs = vals[order], vecs[:, order]
     # Column 0 spans the null space of a connected component (D^{1/2} 1): the trivial one.
@@ -103,7 +135,8 @@ class AddLaplacianPE(BaseTransform):
     * **Sign**: each eigenvector is flipped so that its entry of largest magnitude (first
       index among near-ties) is positive. Random flipping belongs to :class:`LapPEEncoder`.
     * **Solver**: components with ``<= dense_threshold`` nodes use dense ``numpy.linalg.eigh``;
-      larger ones ``scipy.sparse.linalg.eigsh`` with a fixed start vector. For a repeated
+      larger ones ``scipy.sparse.linalg.eigsh`` with a fixed start vector (Lanczos; shift-invert
+      for band-like graphs where Lanczos stalls, e.g. long paths). For a repeated
       eigenvalue the basis of its eigenspace is the solver's (fixed for a fixed solver).
 
     Use it as a ``pre_transform`` to compute the decomposition once per dataset.
@@ -159,6 +192,10 @@ class AddLaplacianPE(BaseTransform):
             adj.data[:] = 1.0
         if not self.is_undirected:
             adj = adj.maximum(adj.T).tocsr()
+        elif (abs(adj - adj.T) > 1e-12 * max(1.0, float(np.abs(adj.data).max(initial=0.0)))).nnz:
+            raise ValueError("AddLaplacianPE(is_undirected=True) got a graph whose edges (or edge weights) are "
+                             "not symmetric: add the reverse edges (torch_geometric.utils.to_undirected) or "
+                             "use is_undirected=False, which symmetrises A <- max(A, A^T)")
         adj.eliminate_zeros()
         return adj
 
@@ -231,7 +268,8 @@ class LapPEEncoder(nn.Module):
         super().__init__()
         self.k = _check_int("k", k, 1)
         self.out_channels = _check_int("out_channels", out_channels, 1)
-        self.hidden_channels = hidden_channels or out_channels
+        self.hidden_channels = (self.out_channels if hidden_channels is None
+                                else _check_int("hidden_channels", hidden_channels, 1))
         self.sign_invariant = sign_invariant
         self.use_eigvals = use_eigvals
         in_per_column = 2 if use_eigvals else 1
@@ -293,6 +331,7 @@ def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
     Shapes: returns ``(length, channels)``; ``channels`` must be even.
     """
     length = _check_int("length", length, 0)
+    _check_float_dtype(dtype)
     if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 2 or channels % 2:
         raise ValueError(f"channels must be a positive even int, got {channels!r}")
     if not base > 0:
@@ -319,6 +358,7 @@ def sinusoidal_pe_2d(height: int, width: int, channels: int, base: float = 10000
         raise ValueError(f"channels must be a positive multiple of 4 (half row, half column, each "
                          f"even), got {channels!r}")
     height, width = _check_int("height", height, 0), _check_int("width", width, 0)
+    _check_float_dtype(dtype)
     half = channels // 2
     rows = sinusoidal_pe(height, half, base, dtype=dtype, device=device)  # (H, C/2)
     cols = sinusoidal_pe(width, half, base, dtype=dtype, device=device)  # (W, C/2)

@@ -28,6 +28,7 @@ from .chunked import (CHUNK_BYTES, _ChunkedEdgeAttention, _chunk_edges, _leaky_g
                       differentiable_grads, edge_attention_autograd, input_aliases, score_backward)
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes, prefer_dense, sdpa_attention
+from .padding import check_batch
 from .validation import check_edge_index, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
@@ -183,6 +184,8 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     N, H, C = q.shape
     check_tensor_shape(k, (N, H, C), "k")
     check_tensor_shape(v, (N, H, None), "v")
+    if batch is not None:
+        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
     if csr is None:
         if edge_index is None:
             raise ValueError("edge_attention needs edge_index or csr")

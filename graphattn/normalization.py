@@ -1,7 +1,8 @@
 r"""Score normalizations over incoming edges: softmax, ReLU and sigmoid attention.
 
 Edge attention turns the scores ``s_e`` of the incoming edges ``e = (j -> i)`` of a target
-node ``i`` (``deg_i`` of them) into weights ``α_e``. :func:`edge_normalize` offers::
+node ``i`` (``deg_i`` of them, per head, not counting edges a ``-inf`` bias hides) into
+weights ``α_e``. :func:`edge_normalize` offers::
 
     "softmax":  α_e = exp(s_e - m_i) / Σ_{e'->i} exp(s_e' - m_i),  m_i = max_{e'->i} s_e'
                 (weights sum to 1; Vaswani et al. 2017)
@@ -34,7 +35,7 @@ from .chunked import _chunk_edges, aggregate_backward, score_backward
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes
 from .functional import SCORES
-from .padding import GraphLayout
+from .padding import GraphLayout, check_batch
 from .validation import check_edge_index, check_tensor_shape
 
 __all__ = ["NORMALIZATIONS", "edge_normalize", "normalized_edge_attention"]
@@ -75,11 +76,14 @@ def edge_normalize(scores: Tensor, index: Tensor, num_nodes: int, normalization:
         denom = scores.new_zeros(num_nodes, H).index_add(0, index, ex)
         alpha = ex / denom.clamp_min(torch.finfo(scores.dtype).tiny)[index]
     else:
-        deg = torch.bincount(index, minlength=num_nodes).to(scores.dtype)  # (N,) >= 1 at every target
+        # deg_i per head counts the edges a -inf score (bias) does not hide, as softmax would;
+        # clamped to 1 where every edge of a node is hidden (its weights are 0 either way)
+        visible = (scores > float("-inf")).to(scores.dtype)  # (E, H)
+        deg = scores.new_zeros(num_nodes, H).index_add_(0, index, visible).clamp_min(1.0)  # (N, H)
         if normalization == "relu":
-            alpha = F.relu(scores) / deg[index, None]
+            alpha = F.relu(scores) / deg[index]
         else:
-            alpha = torch.sigmoid(scores - torch.log(deg)[index, None])
+            alpha = torch.sigmoid(scores - torch.log(deg)[index])
     return alpha[:, 0] if squeeze else alpha
 
 
@@ -194,6 +198,8 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
     N, H, C = q.shape
     check_tensor_shape(k, (N, H, C), "k")
     check_tensor_shape(v, (N, H, None), "v")
+    if batch is not None:
+        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
     if csr is None:
         if edge_index is None:
             raise ValueError("normalized_edge_attention needs edge_index or csr")

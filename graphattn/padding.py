@@ -97,7 +97,7 @@ class GraphLayout:
                 order = torch.argsort(batch, stable=True)
                 self.pos = torch.empty_like(batch)
                 self.pos[order] = torch.arange(num_nodes, device=batch.device) - start[batch[order]]
-            self.regular = is_sorted and bool((self.sizes == self.sizes[0]).all())
+            self.regular = is_sorted and (B == 0 or bool((self.sizes == self.sizes[0]).all()))
         self.N = num_nodes
         self.B = int(self.sizes.numel())
         self.L = int(self.sizes.max()) if self.N else 0

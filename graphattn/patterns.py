@@ -132,10 +132,10 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
         if height % p or width % p:
             raise ValueError(f"patch_size={p} must divide height={height} and width={width}")
         height, width = height // p, width // p
+    if _check_int("kernel_size", kernel_size, 1) % 2 == 0:  # checked for "full" too (unused there)
+        raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
     if pattern == "full":
         return sequence_graph(height * width, "full", device=device)
-    if _check_int("kernel_size", kernel_size, 1) % 2 == 0:
-        raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
     rad = kernel_size // 2
     node = torch.arange(height * width, device=device)
     r, c = node // width, node % width
@@ -181,6 +181,9 @@ def sequences_to_batch(x: Union[Tensor, Sequence[Tensor]], pattern: PatternArg =
         raise TypeError("x must be a (B, L, F) tensor or a list of (L_b, F) tensors")
     if not seqs:
         raise ValueError("x holds no sequences (B = 0)")
+    if "device" in pattern_kwargs:
+        raise TypeError("sequences_to_batch takes no device argument: the batch is built on x's device "
+                        "(move x first, or call .to(device) on the result)")
     dims = {s.size(1) for s in seqs}
     if len(dims) != 1:
         raise ValueError(f"all sequences must have the same feature size F, got {sorted(dims)}")

@@ -106,8 +106,14 @@ class SynthesizerAttention(nn.Module):
         layout = GraphLayout(batch, N, num_graphs, device=x.device)
         if pos is None:
             pos = layout.pos
+        elif not isinstance(pos, Tensor) or pos.dtype.is_floating_point or pos.dtype.is_complex \
+                or pos.dtype == torch.bool:
+            raise TypeError(f"pos must be an integer tensor of shape ({N},), got "
+                            f"{pos.dtype if isinstance(pos, Tensor) else type(pos).__name__}")
         elif pos.shape != (N,):
             raise ValueError(f"pos must have shape ({N},), got {tuple(pos.shape)}")
+        elif N and int(pos.min()) < 0:
+            raise ValueError(f"pos must be >= 0 (positions in the graph), got {int(pos.min())}")
         top = int(pos.max()) + 1 if N else 0
         if top > self.max_nodes:
             raise ValueError(f"position {top - 1} is out of range: the layer was built with "
