@@ -42,6 +42,7 @@ from graphattn.train import fit, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
 MODELS = ("ours", "gcn", "gat", "transformer")
+EXTRA_MODELS = ("gin",)  # on request (--models ...,gin): GIN-0 with sum readout, the anchors' architecture
 
 
 def parse_grid(text):
@@ -131,7 +132,7 @@ def fmt(v):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", default=DEFAULT_SETS, help=f"comma-separated (default: {DEFAULT_SETS})")
-    p.add_argument("--models", default=",".join(MODELS), help="subset of ours,gcn,gat,transformer")
+    p.add_argument("--models", default=",".join(MODELS), help="subset of ours,gcn,gat,transformer,gin")
     p.add_argument("--seeds", default="0,1,2", help="node sets: one stratified split + init per seed")
     p.add_argument("--folds", type=int, default=10, help="graph sets: number of folds")
     p.add_argument("--fold-ids", default=None, help="graph sets: run only these folds (0-based, comma-separated)")
@@ -178,9 +179,9 @@ def main(argv=None):
         args.grid_points = parse_grid(args.grid)
     except ValueError as exc:
         p.error(str(exc))
-    bad = [m for m in args.models + args.grid_models if m not in MODELS]
+    bad = [m for m in args.models + args.grid_models if m not in MODELS + EXTRA_MODELS]
     if bad:
-        p.error(f"unknown models {bad}; choose from {MODELS}")
+        p.error(f"unknown models {bad}; choose from {MODELS + EXTRA_MODELS}")
     log = lambda s: print(s, flush=True)  # noqa: E731
     table = []
     for raw in args.datasets.split(","):

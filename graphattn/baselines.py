@@ -1,9 +1,10 @@
-"""PyG baselines of the same depth and width as our models: GCNConv, GATConv, TransformerConv.
+"""PyG baselines of the same depth and width as our models: GCNConv, GATConv, TransformerConv, GINConv.
 
-Used by ``graphattn train ... --baseline gcn|gat|transformer`` and by
+Used by ``graphattn train ... --baseline gcn|gat|transformer|gin`` and by
 ``examples/social_baselines.py`` to compare, in the same run and on the same splits, our
 :class:`~graphattn.NodeClassifier` / :class:`~graphattn.GraphClassifier` against the
-classic message-passing layers (Kipf & Welling 2017; Veličković et al. 2018; Shi et al. 2021).
+classic message-passing layers (Kipf & Welling 2017; Veličković et al. 2018; Shi et al. 2021;
+Xu et al. 2019).
 (Molecule baselines live in :mod:`graphattn.molecule_baselines`.)
 """
 from __future__ import annotations
@@ -16,14 +17,18 @@ from torch import Tensor, nn
 
 __all__ = ["ConvBaseline", "BASELINES"]
 
-BASELINES = ("gcn", "gat", "transformer")
+BASELINES = ("gcn", "gat", "transformer", "gin")
 
 
 def _conv(kind: str, in_channels: int, out_channels: int, heads: int, dropout: float) -> nn.Module:
-    from torch_geometric.nn import GATConv, GCNConv, TransformerConv
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, TransformerConv
 
     if kind == "gcn":
         return GCNConv(in_channels, out_channels)
+    if kind == "gin":  # GIN-0: MLP((1 + 0)·h_i + Σ_j h_j), the MLP of the GIN paper (2 layers, batch norm)
+        mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.BatchNorm1d(out_channels), nn.ReLU(),
+                            nn.Linear(out_channels, out_channels))
+        return GINConv(mlp, train_eps=False)
     if out_channels % heads != 0:
         raise ValueError(f"hidden_channels ({out_channels}) must be divisible by heads ({heads})")
     if kind == "gat":  # heads concatenated: H x (C / H) = C outputs, as our layer
@@ -42,7 +47,7 @@ class ConvBaseline(nn.Module):
     readout and the same MLP head as :class:`~graphattn.GraphClassifier`.
 
     Args:
-        kind (str): ``"gcn"``, ``"gat"`` or ``"transformer"``.
+        kind (str): ``"gcn"``, ``"gat"``, ``"transformer"`` or ``"gin"``.
         in_channels, hidden_channels, out_channels (int): F, C and the number of classes.
         num_layers (int, default 2), heads (int, default 4), dropout (float, default 0.5).
         graph_level (bool, default False): pool to one vector per graph.

@@ -61,7 +61,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
-                            "gine|gat, social networks gcn|gat|transformer (default: none)")
+                            "gine|gat, social networks gcn|gat|transformer|gin (default: none)")
 
 
 def _hparams(args) -> Dict[str, Any]:

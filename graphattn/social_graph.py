@@ -141,7 +141,9 @@ def graph_split(spec: Dict[str, Any], graphs, fold: Optional[int]) -> Tuple[Tens
 
 
 # ----------------------------------------------------------------------------- models
-def _baseline_readout(hp: Dict[str, Any]) -> str:
+def _baseline_readout(hp: Dict[str, Any], kind: str) -> str:
+    if kind == "gin":  # GIN's sum readout (what makes it as expressive as the WL test)
+        return "sum"
     readout = hp.get("baseline_readout") or hp["readout"]
     return "mean" if readout == "token" else readout  # the baselines have no global tokens
 
@@ -151,7 +153,7 @@ def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict
         return {"class": "ConvBaseline", "kwargs": dict(
             kind=baseline, in_channels=in_channels, hidden_channels=hp["hidden"], out_channels=num_classes,
             num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"], graph_level=True,
-            readout=_baseline_readout(hp))}
+            readout=_baseline_readout(hp, baseline))}
     return {"class": "GraphClassifier", "kwargs": dict(
         in_channels=in_channels, hidden_channels=hp["hidden"], num_tasks=num_classes, num_layers=hp["layers"],
         heads=hp["heads"], num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"], dropout=hp["dropout"],

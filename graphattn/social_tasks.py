@@ -4,7 +4,7 @@ graphs (IMDB, REDDIT, COLLAB, ... in the DGCNN/GIN text format, k-fold cross-val
 
 ``graphattn train karate`` trains our :class:`~graphattn.NodeClassifier` full-batch,
 ``--mini-batch`` switches to partition mini-batches (:mod:`graphattn.large_graph`),
-``--baseline gcn|gat|transformer`` trains a PyG model of the same depth and width instead,
+``--baseline gcn|gat|transformer|gin`` trains a PyG model of the same depth and width instead,
 ``imdb-binary --folds 10`` trains a :class:`~graphattn.GraphClassifier` per fold. Every run
 goes through the one loop :func:`graphattn.train.fit` and writes ``OUT/metrics.json`` and
 ``OUT/best.pt``; the checkpoint's ``meta`` holds everything needed to rebuild the data and
@@ -27,7 +27,7 @@ __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "p
            "build_model"]
 
 DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
-SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer")
+SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer", "gin")
 _ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "git": "github",
             "github_developers": "github", "deezer": "deezer_europe", "twitch-en": "twitch-engb",
             "twitch-pt": "twitch-ptbr", "imdb": "imdb-binary", "reddit": "reddit-binary",
