@@ -26,7 +26,10 @@ def _conv(kind: str, in_channels: int, out_channels: int, heads: int, dropout: f
     if kind == "gcn":
         return GCNConv(in_channels, out_channels)
     if kind == "gin":  # GIN-0: MLP((1 + 0)·h_i + Σ_j h_j), the MLP of the GIN paper (2 layers, batch norm)
-        mlp = nn.Sequential(nn.Linear(in_channels, out_channels), nn.BatchNorm1d(out_channels), nn.ReLU(),
+        from torch_geometric.nn.norm import BatchNorm  # batch norm that accepts a one-node batch
+
+        mlp = nn.Sequential(nn.Linear(in_channels, out_channels),
+                            BatchNorm(out_channels, allow_single_element=True), nn.ReLU(),
                             nn.Linear(out_channels, out_channels))
         return GINConv(mlp, train_eps=False)
     if out_channels % heads != 0:

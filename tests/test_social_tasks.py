@@ -321,3 +321,12 @@ def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
     assert m["test_accuracy_mean"] >= 0.75
     assert load_checkpoint(out / "best.pt")["meta"]["model"]["kwargs"]["kind"] == "gin"
     _run("evaluate", "--checkpoint", out / "best.pt")
+
+
+def test_gin_baseline_trains_on_a_one_node_batch():
+    from graphattn.baselines import ConvBaseline
+
+    model = ConvBaseline("gin", 3, 8, 2, graph_level=True, readout="sum").train()
+    out = model(torch.randn(1, 3), torch.empty(2, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+    out.sum().backward()
+    assert out.shape == (1, 2) and torch.isfinite(out).all()
