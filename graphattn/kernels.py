@@ -12,190 +12,30 @@ and grad k / grad v in a source-major pass over a compact int32 CSC copy (race-f
 atomics). Per-edge tensors may be given in the caller's edge order (``edge_order="input"``):
 the kernel reads them through ``csr.perm`` instead of permuting copies.
 
-The extension (``graphattn/csrc/edge_attention.cpp``) is compiled once with
-:func:`torch.utils.cpp_extension.load` (``-O3 -fopenmp``; no ``-march=native``, the hot loops
-carry a runtime-dispatched AVX2 clone instead, so the cache can be shared across machines)
-into ``$GRAPHATTN_BUILD_DIR`` or ``~/.cache/graphattn/torch_extensions``, in a folder keyed
-on the torch and Python versions and the source hash, and reused by later processes. Without
-ninja (``cpp_extension`` requires it) the same source is compiled with one direct compiler
-call instead (``GRAPHATTN_NO_NINJA=1`` forces that route).
-:func:`fused_available` returns ``False`` (and warns once) when the build fails, e.g. with
-no C++ compiler; ``GRAPHATTN_NO_CPP=1`` forces ``False`` without trying. A ``lock`` file left
-in the build folder by a killed build is removed once it is older than
-:data:`STALE_LOCK_SECONDS` (10 min) instead of blocking every later process forever.
+The extension is built and loaded by :mod:`graphattn.extension` (:func:`fused_available`).
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import platform
-import re
-import sys
-import threading
-import time
-import warnings
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import extension
 from .csr import EdgeCSR
+# the build helpers used to live here; kept importable from this module
+from .extension import STALE_LOCK_SECONDS, _clear_stale_lock, _disabled, build_directory, fused_available  # noqa: F401
 from .functional import differentiable_grads, edge_attention_autograd, input_aliases
 
 __all__ = ["fused_available", "fused_edge_attention", "build_directory", "set_pds_budget"]
 
-_SRC = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
-#: Every source of the extension (the attention kernel and the seeded dropout, one library).
-_SOURCES = (_SRC, _SRC.with_name("dropout.cpp"))
-_LOCK = threading.Lock()
-_EXT = None
-_TRIED = False
-_WARNED = False
-_ERROR: Optional[str] = None
 
-
-def _disabled() -> bool:
-    return os.environ.get("GRAPHATTN_NO_CPP", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def build_directory() -> Path:
-    """Folder the extension is built in (and cached across processes)."""
-    base = os.environ.get("GRAPHATTN_BUILD_DIR")
-    root = Path(base).expanduser() if base else Path.home() / ".cache" / "graphattn" / "torch_extensions"
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
-    tag = (f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-"
-           f"{platform.machine()}-{digest}")
-    return root / re.sub(r"[^A-Za-z0-9_.+-]", "_", tag)
-
-
-_NAME = "graphattn_edge_attention"
-_CFLAGS = ["-O3", "-fopenmp"]
-
-
-#: A ``lock`` file in the build folder older than this (seconds) is stale (a build takes seconds).
-STALE_LOCK_SECONDS = 600.0
-
-
-def _clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS,
-                      poll: float = 0.5) -> bool:
-    """Wait for a live build's ``lock`` to go away, but remove one older than ``max_age``.
-
-    ``torch.utils.cpp_extension.load`` serialises builds with a ``lock`` file in the build
-    folder and waits for as long as it exists; a process killed mid-build leaves it behind,
-    and every later process would hang. This waits at most until the lock is ``max_age``
-    seconds old, then deletes it (warning once) and returns ``True``.
-    """
-    lock = build_dir / "lock"
-    while True:
-        try:
-            age = time.time() - lock.stat().st_mtime
-        except FileNotFoundError:
-            return False
-        if age > max_age:
-            try:
-                lock.unlink()
-            except FileNotFoundError:
-                pass
-            warnings.warn(f"graphattn: removed a stale build lock ({lock}, {age / 60:.0f} min old) "
-                          "left by an interrupted build", RuntimeWarning, stacklevel=3)
-            return True
-        time.sleep(min(poll, max_age - age + 0.01))
-
-
-def _load():
-    from torch.utils import cpp_extension
-
-    build_dir = build_directory()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    verbose = os.environ.get("GRAPHATTN_VERBOSE_BUILD", "") not in ("", "0")
-    if cpp_extension.is_ninja_available() and not os.environ.get("GRAPHATTN_NO_NINJA"):
-        _clear_stale_lock(build_dir)
-        cpp_extension.load(
-            name=_NAME,
-            sources=[str(p) for p in _SOURCES],
-            extra_cflags=_CFLAGS,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build_dir),
-            is_python_module=False,  # ops are registered with TORCH_LIBRARY: no pybind11 headers
-            verbose=verbose,
-        )
-    else:
-        torch.ops.load_library(_build_without_ninja(build_dir, verbose))
-    return torch.ops.graphattn_ea
-
-
-def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
-    """Compile the extension with one direct compiler call (for machines without ninja).
-
-    The result is written to a temporary name and renamed into place, so concurrent
-    processes never load a half-written library; later processes reuse it.
-    """
-    import subprocess
-    import tempfile
-
-    from torch.utils import cpp_extension
-
-    lib = build_dir / f"{_NAME}_direct.so"
-    if lib.exists():
-        return str(lib)
-    cxx = os.environ.get("CXX", "c++")
-    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
-    abi = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    torch_lib = Path(torch.__file__).resolve().parent / "lib"
-    ldflags = ["-shared", "-fopenmp", f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch"]
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=build_dir)
-    os.close(fd)
-    errors = []
-    try:
-        for std in ("-std=c++20", "-std=c++17"):
-            cmd = [cxx, *map(str, _SOURCES), "-fPIC", std, *_CFLAGS, *abi, *includes, *ldflags, "-o", tmp]
-            if verbose:
-                print(" ".join(cmd), file=sys.stderr)
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode == 0:
-                os.replace(tmp, lib)
-                return str(lib)
-            errors.append(proc.stderr.strip()[-2000:])
-        raise RuntimeError(f"compiling {', '.join(p.name for p in _SOURCES)} failed:\n" + "\n".join(errors))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def fused_available() -> bool:
-    """Whether the fused C++ kernel can be used (builds it on the first call)."""
-    if _disabled():
-        return False
-    if _TRIED:
-        return _EXT is not None
-    return _try_build()
-
-
-@torch.compiler.disable  # file system and compiler calls: never traced by torch.compile
-def _try_build() -> bool:
-    global _EXT, _TRIED, _WARNED, _ERROR
-    with _LOCK:
-        if not _TRIED:
-            try:
-                _EXT = _load()
-            except Exception as exc:  # no compiler, no ninja, compile error, ...
-                _EXT = None
-                _ERROR = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-                if not _WARNED:
-                    _WARNED = True
-                    warnings.warn(
-                        "graphattn: could not build the fused C++ edge-attention kernel "
-                        f"({_ERROR}); using the pure PyTorch path. Install a C++ compiler and "
-                        "ninja (`pip install ninja`) for the fast path, or set GRAPHATTN_NO_CPP=1 "
-                        "to silence this warning.",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-            _TRIED = True
-    return _EXT is not None
+def __getattr__(name: str):  # build state (_ERROR, _TRIED, _EXT) now lives in graphattn.extension
+    if name in ("_ERROR", "_TRIED", "_EXT", "_WARNED"):
+        return getattr(extension, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _EMPTY = torch.empty(0)
@@ -210,7 +50,7 @@ def _csc_arrays(csr: EdgeCSR):
     """
     cached = csr.__dict__.get("_fused_csc")
     if cached is None:
-        cached = tuple(_EXT.build_csc(csr.rowptr, csr.col))
+        cached = tuple(extension.ops().build_csc(csr.rowptr, csr.col))
         object.__setattr__(csr, "_fused_csc", cached)  # EdgeCSR is frozen; same as csr.csc
     return cached
 
@@ -219,7 +59,7 @@ class _FusedEdgeAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, edge_key, edge_value, csr, eid, scale, shared, need_weights):
         ev = edge_key if shared else edge_value
-        out, lse, weights = _EXT.forward(q, k, v, bias, edge_key, ev, eid, csr.rowptr, csr.col,
+        out, lse, weights = extension.ops().forward(q, k, v, bias, edge_key, ev, eid, csr.rowptr, csr.col,
                                          scale, need_weights)
         # `out` is not saved: backward gets dout . out from the recomputed weights.
         ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, lse)
@@ -242,7 +82,7 @@ class _FusedEdgeAttention(torch.autograd.Function):
         cptr, cperm, ctgt = _csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
         dout = dout.to(q.dtype).contiguous()
         ev = edge_key if ctx.shared else edge_value
-        gq, gk, gv, gb, gek, gev = _EXT.backward(
+        gq, gk, gv, gb, gek, gev = extension.ops().backward(
             q, k, v, bias, edge_key, ev, ctx.eid, csr.rowptr, csr.col, cptr, cperm, ctgt, lse,
             dout, ctx.scale, bool(need_q), need_kv, bool(need_b), bool(need_ek), bool(need_ev),
             ctx.shared)
@@ -281,7 +121,7 @@ def set_pds_budget(elements: int) -> int:
     """
     if not fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable")
-    return int(_EXT.set_pds_budget(int(elements)))
+    return int(extension.ops().set_pds_budget(int(elements)))
 
 
 def _edge_tensor(t: Optional[Tensor], shape, name: str, dtype) -> Optional[Tensor]:
@@ -336,7 +176,7 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
                                return_attention_weights=return_attention_weights, edge_order=edge_order)
     if not fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable"
-                           + (f" ({_ERROR})" if _ERROR else ""))
+                           + (f" ({extension.build_error()})" if extension.build_error() else ""))
     if edge_order not in EDGE_ORDERS:
         raise ValueError(f"edge_order must be one of {EDGE_ORDERS}, got {edge_order!r}")
     if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[:2] != q.shape[:2]:
