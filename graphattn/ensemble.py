@@ -40,10 +40,10 @@ class ProbabilityEnsemble(nn.Module):
 
     def member_probabilities(self, *args, **kwargs) -> Tensor:
         """``(M, B, T)``: each member's probabilities."""
-        return torch.stack([torch.sigmoid(m(*args, **kwargs).float()) for m in self.members])
+        return torch.stack([torch.sigmoid(m(*args, **kwargs).double()) for m in self.members])  # float64: no ties near 1
 
     def forward(self, *args, **kwargs) -> Tensor:
-        return torch.logit(self.member_probabilities(*args, **kwargs).mean(0), eps=1e-6)
+        return torch.logit(self.member_probabilities(*args, **kwargs).mean(0), eps=1e-6).float()
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({len(self.members)} x {type(self.members[0]).__name__})"

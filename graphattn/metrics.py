@@ -29,7 +29,10 @@ def masked_bce_with_logits(logits: Tensor, y: Tensor,
         logits: ``(B, T)`` raw scores.
         y: ``(B, T)`` labels in {0, 1}, NaN = missing.
         pos_weight: optional ``(T,)`` weight of the positive class per task (see
-            :func:`compute_pos_weight`).
+            :func:`compute_pos_weight`), finite and > 0; moved to the logits' device.
+
+    1-D ``logits`` / ``y`` ``(B,)`` are one task (``pos_weight`` ``(1,)``). Labels other than
+    0, 1 and NaN (e.g. -1 as a missing-label code) are a ``ValueError``.
 
     Returns the mean over present labels (a scalar; 0 with a zero gradient if none is
     present). Missing entries contribute neither loss nor gradient.
@@ -37,33 +40,59 @@ def masked_bce_with_logits(logits: Tensor, y: Tensor,
     if logits.shape != y.shape:
         raise ValueError(f"logits and y must have the same shape, got {tuple(logits.shape)} "
                          f"and {tuple(y.shape)}")
-    if pos_weight is not None and pos_weight.shape != logits.shape[-1:]:
-        raise ValueError(f"pos_weight must have shape ({logits.shape[-1]},), got "
-                         f"{tuple(pos_weight.shape)}")
+    if pos_weight is not None:
+        tasks = logits.shape[-1] if logits.dim() == 2 else 1  # 1-D inputs are one task
+        if pos_weight.numel() != tasks or pos_weight.dim() > 1:
+            raise ValueError(f"pos_weight must have shape ({tasks},) (one weight per task), got "
+                             f"{tuple(pos_weight.shape)}")
+        pos_weight = pos_weight.to(device=logits.device, dtype=logits.dtype).reshape(tasks)
+        if logits.dim() < 2:
+            pos_weight = pos_weight.expand_as(logits) if logits.dim() == 1 else pos_weight.reshape(())
     mask = ~torch.isnan(y)
     target = torch.where(mask, y, torch.zeros_like(y)).to(logits.dtype)
+    _check_binary(target, pos_weight)
     loss = F.binary_cross_entropy_with_logits(logits, target, pos_weight=pos_weight,
                                               reduction="none")
     loss = torch.where(mask, loss, torch.zeros_like(loss))  # (B, T); no gradient when masked
     return loss.sum() / mask.sum().clamp(min=1)
 
 
-def compute_pos_weight(y: Tensor) -> Tensor:
-    """Per-task ``negatives / positives`` over present labels; 1.0 for a task without positives.
+def _check_binary(target: Tensor, pos_weight: Optional[Tensor] = None) -> None:
+    """ValueError for labels other than 0/1 (after masking NaN) or a non-positive / non-finite
+    ``pos_weight`` (one device sync for both)."""
+    bad_label = ((target != 0) & (target != 1)).any()
+    bad_weight = (~torch.isfinite(pos_weight) | (pos_weight <= 0)).any() if pos_weight is not None else None
+    flags = torch.stack([bad_label, bad_weight]) if bad_weight is not None else bad_label[None]
+    flags = flags.tolist()
+    if flags[0]:
+        odd = target[(target != 0) & (target != 1)]
+        raise ValueError(f"binary labels must be 0, 1 or NaN (missing), got {float(odd[0])!r} "
+                         f"({odd.numel()} such entries); encode missing labels as NaN")
+    if len(flags) > 1 and flags[1]:
+        raise ValueError(f"pos_weight must be finite and > 0, got {pos_weight.tolist()}")
 
-    ``y``: ``(N, T)`` with NaN = missing (e.g. the training split's ``dataset.y``).
+
+def compute_pos_weight(y: Tensor) -> Tensor:
+    """Per-task ``negatives / positives`` over present labels; 1.0 for a task that lacks
+    positives or negatives (nothing to balance).
+
+    ``y``: ``(N, T)`` with NaN = missing (e.g. the training split's ``dataset.y``); ``(N,)``
+    is one task. Returns ``(T,)``.
     """
+    if y.dim() == 1:
+        y = y[:, None]
     if y.dim() != 2:
-        raise ValueError(f"y must have shape (N, T), got {tuple(y.shape)}")
+        raise ValueError(f"y must have shape (N, T) or (N,), got {tuple(y.shape)}")
     mask = ~torch.isnan(y)
+    _check_binary(torch.where(mask, y, torch.zeros_like(y)))
     pos = ((y == 1) & mask).sum(0).float()
     neg = ((y == 0) & mask).sum(0).float()
-    return torch.where(pos > 0, neg / pos.clamp(min=1), torch.ones_like(pos))
+    return torch.where((pos > 0) & (neg > 0), neg / pos.clamp(min=1), torch.ones_like(pos))
 
 
 def _as_2d(a: ArrayLike) -> np.ndarray:
     if isinstance(a, Tensor):
-        a = a.detach().cpu().float().numpy()
+        a = a.detach().cpu().double().numpy()  # float64: no ties from rounding
     a = np.asarray(a, dtype=np.float64)
     return a.reshape(-1, 1) if a.ndim == 1 else a
 

@@ -103,7 +103,7 @@ def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
             if isinstance(model, ProbabilityEnsemble):
                 probs.append(model.member_probabilities(*args, **kwargs).cpu())
             else:
-                probs.append(torch.sigmoid(model(*args, **kwargs).float()).cpu())
+                probs.append(torch.sigmoid(model(*args, **kwargs).double()).cpu())  # float64: no ties near 1
             ys.append(None if getattr(b, "y", None) is None else b.y.float().cpu())
     if not probs:
         return torch.empty(0), torch.empty(0)

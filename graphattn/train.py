@@ -4,18 +4,15 @@ The loop knows nothing about graphs: a ``forward(model, batch, split) -> (logits
 callable adapts it to mini-batches of molecules (graph level) or to one full graph with
 split masks (node level). Checkpoints (``last.pt`` every epoch, ``best.pt`` on improvement)
 are written atomically and hold only tensors and plain Python values, so they load with
-``torch.load(weights_only=True)``; they carry the model config and any metadata the caller
-passes (featurizer version, task names, ...), the optimizer state and all RNG states, so
-``resume=True`` continues exactly where the last completed epoch ended.
+``torch.load(weights_only=True)`` (:mod:`graphattn.checkpoint`); they carry the metadata the
+caller passes (the CLI stores the model config, featurizer version, task names, ...), the task
+kind, the optimizer state and all RNG states (CPU and CUDA), so ``resume=True`` continues
+exactly where the last completed epoch ended.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import pickle
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
@@ -26,6 +23,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import distributed as D
+from .checkpoint import (CheckpointError, _check_same_run, _rng_state, _set_rng_state, check_meta,  # noqa: F401
+                         load_checkpoint, save_checkpoint, write_metrics)
 from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
 __all__ = ["TASK_KINDS", "set_seed", "task_loss", "compute_metrics", "evaluate", "fit",
@@ -35,10 +34,6 @@ TASK_KINDS = ("binary", "multiclass", "regression")
 #: primary metric per task kind and whether higher is better
 PRIMARY = {"binary": ("roc_auc", True), "multiclass": ("accuracy", True), "regression": ("mae", False)}
 Forward = Callable[[nn.Module, Any, str], Tuple[Tensor, Tensor]]
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, corrupt, or not safe to load."""
 
 
 def set_seed(seed: int) -> None:
@@ -69,8 +64,10 @@ def compute_metrics(kind: str, logits: Tensor, y: Tensor) -> Dict[str, Any]:
     classes; multiclass: accuracy; regression: MAE and RMSE (NaN targets ignored)."""
     _check_kind(kind)
     if kind == "binary":
-        roc = roc_auc_per_task(y.view_as(logits), torch.sigmoid(logits))
-        pr = pr_auc_per_task(y.view_as(logits), torch.sigmoid(logits))
+        # ranked on the logits (AUCs are invariant to the monotone sigmoid, which would turn
+        # logits above ~17 into ties at exactly 1.0 in float32)
+        roc = roc_auc_per_task(y.view_as(logits), logits)
+        pr = pr_auc_per_task(y.view_as(logits), logits)
         return {"roc_auc": mean_over_valid(roc), "pr_auc": mean_over_valid(pr),
                 "roc_auc_per_task": [None if math.isnan(v) else float(v) for v in roc]}
     if kind == "multiclass":
@@ -100,63 +97,6 @@ def evaluate(model: nn.Module, loader: Iterable, forward: Forward, kind: str, sp
     return res
 
 
-# ----------------------------------------------------------------------------- checkpoints
-def save_checkpoint(path, state: Dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file in the same folder, then an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``: a file that would run code is refused."""
-    path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a folder; give the file inside it (e.g. {path / 'best.pt'})")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    if magic != b"PK" and magic[:1] != b"\x80":  # torch.save writes a zip file (older torch: a pickle)
-        raise CheckpointError(f"{path} is not a graphattn checkpoint (not a file written by torch.save)")
-    try:
-        ck = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and "
-                              f"plain Python values (weights_only=True): {str(exc).splitlines()[0]}") from exc
-    # a text or other non-checkpoint file makes the unpickler fail in many ways (KeyError: 105, ...)
-    except (RuntimeError, EOFError, OSError, KeyError, ValueError, IndexError, TypeError) as exc:
-        raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated, corrupt or another "
-                              f"kind of file?): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                              ) from exc
-    if not isinstance(ck, dict):
-        raise CheckpointError(f"{path} is not a graphattn checkpoint (it holds a {type(ck).__name__}, not a dict)")
-    return ck
-
-
-def _rng_state() -> Dict[str, Any]:
-    np_state = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]}
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
-
-
 # ----------------------------------------------------------------------------- the loop
 def _better(score: float, best: Optional[float], higher: bool) -> bool:
     if best is None or math.isnan(best):
@@ -164,6 +104,35 @@ def _better(score: float, best: Optional[float], higher: bool) -> bool:
     if math.isnan(score):
         return False
     return score > best if higher else score < best
+
+
+def _score(rec: Dict[str, Any], key: str, higher: bool, log: Callable[[str], None], warned: set) -> float:
+    """The number early stopping compares (oriented so that ``higher`` is better): the
+    validation primary metric, else the validation loss (metric undefined there, e.g. no task
+    with both classes), else the training loss (no validation split)."""
+    val = rec.get("val")
+    if not val:
+        return -rec["loss"] if higher else rec["loss"]
+    if not math.isnan(val.get(key, float("nan"))):
+        return val[key]
+    if "val" not in warned:
+        warned.add("val")
+        log(f"Warning: validation {key} is undefined (e.g. no task has both classes in the validation "
+            "split); early stopping and best.pt follow the validation loss instead")
+    loss = val.get("loss", float("nan"))
+    return -loss if higher else loss
+
+
+def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 0):
+        raise ValueError(f"patience must be None or an int >= 0, got {patience!r}")
+    if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip)
+                                      and grad_clip > 0):
+        raise ValueError(f"grad_clip must be None (off) or a finite number > 0, got {grad_clip!r}")
+    if meta:
+        check_meta(meta)
 
 
 def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
@@ -182,10 +151,20 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         loaders: ``{"train": ..., "val": ..., "test": ...}`` (val/test optional) iterables of batches.
         forward: ``forward(model, batch, split) -> (logits, y)``.
         kind: ``"binary"`` (multi-task, NaN = missing), ``"multiclass"`` or ``"regression"``.
-        patience: stop after this many epochs without validation improvement (None = never).
+        patience: stop after this many epochs without validation improvement (None = never;
+            0 acts as 1: stop at the first epoch without improvement).
+        pos_weight: ``(T,)`` positive-class weights of the binary loss (finite, > 0).
+        grad_clip: clip the gradient norm to this value (> 0) before each step; None = off.
         out_dir: where ``last.pt``, ``best.pt`` and ``metrics.json`` go (None = keep in memory).
-        resume: continue from ``out_dir/last.pt`` if it exists.
-        meta: plain-data metadata stored in every checkpoint and in ``metrics.json``.
+        resume: continue from ``out_dir/last.pt`` if it exists (a new ``lr`` / ``weight_decay``
+            applies from the resumed epoch on; another ``kind`` or ``meta`` is refused).
+        meta: plain-data metadata (dicts, lists, str, int, float, bool, None, tensors) stored in
+            every checkpoint and in ``metrics.json``.
+
+    The validation metric that drives early stopping and ``best.pt`` is the kind's primary one
+    (ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
+    has both classes) the validation loss is used instead, with a warning. A non-finite
+    training loss stops the run with a ``FloatingPointError`` naming the epoch and batch.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
     Under ``torch.distributed`` (see :mod:`graphattn.distributed`) the model is wrapped in
@@ -196,6 +175,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     "history": [...], "seconds_per_epoch"}`` with the best model's weights loaded into ``model``.
     """
     _check_kind(kind)
+    _check_fit_args(epochs, patience, grad_clip, meta)
     from tqdm.auto import tqdm
 
     log = log or tqdm.write  # prints above the progress bar instead of through it
@@ -214,12 +194,18 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         for stale in out_dir.glob("*.pt.*.tmp"):  # left by a process killed while saving
             stale.unlink(missing_ok=True)
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
+    warned: set = set()
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
         _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
+        if ck.get("kind", kind) != kind:
+            raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was trained as kind={ck['kind']!r}, this "
+                                  f"run is kind={kind!r}; choose another output folder")
         try:
             net.load_state_dict(ck["model"])
             opt.load_state_dict(ck["optimizer"])
+            for group in opt.param_groups:  # the hyperparameters of this run, not the old ones
+                group["lr"], group["weight_decay"] = lr, weight_decay
         except (RuntimeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
                                   f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "
@@ -233,29 +219,36 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
 
     bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
-        if best["score"] is not None and patience is not None and epoch - best["epoch"] > patience:
+        if best["score"] is not None and patience is not None and epoch - best["epoch"] > max(patience, 1):
             break
         t0 = time.perf_counter()
         model.train()
         if sampler is not None:
             sampler.set_epoch(epoch)
-        total, count = 0.0, 0
-        for batch in train_loader:
+        total, count, batches = 0.0, 0, 0
+        for batches, batch in enumerate(train_loader, 1):
             logits, y = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"training loss is {value} at epoch {epoch}, batch {batches}: the "
+                                         "model diverged (try a lower learning rate) or a batch holds "
+                                         "non-finite features")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             opt.step()
-            total, count = total + float(loss.detach()) * y.size(0), count + y.size(0)
+            total, count = total + value * y.size(0), count + y.size(0)
+        if batches == 0:
+            raise ValueError("the train loader yielded no batches (empty training split?)")
         total, count = D.all_reduce_sum(total, count)
         rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
         for split in ("val", "test"):
             if split in loaders:
                 rec[split] = evaluate(net, loaders[split], forward, kind, split, pos_weight)
         history.append(rec)
-        score = rec.get("val", {}).get(key, -rec["loss"] if higher else rec["loss"])
+        score = _score(rec, key, higher, log, warned)
         improved = _better(score, best["score"], higher)
         if improved:
             best.update(score=score, epoch=epoch,
@@ -267,7 +260,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if out_dir is not None and main:
             state = {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
                      "history": history, "best_score": best["score"], "best_epoch": best["epoch"],
-                     "rng": _rng_state(), "meta": meta or {}}
+                     "rng": _rng_state(), "meta": meta or {}, "kind": kind}
             if improved:
                 save_checkpoint(out_dir / "best.pt", {**state, "model": best["state"]})
             save_checkpoint(out_dir / "last.pt", state)
@@ -283,52 +276,3 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if out_dir is not None and main:
         write_metrics(out_dir / "metrics.json", summary)
     return summary
-
-
-#: meta entries that may change when a run is resumed (e.g. more epochs); all others must match
-_RESUMABLE_META = ("hparams",)
-#: keys of a data spec that only say where the files are (data root moved, another machine)
-_LOCATION_KEYS = ("root", "display")
-
-
-def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
-    """Both data specs restricted to what both know: keys a later version added (absent from
-    an older run's meta) and location-only keys are not compared."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        keys = (set(old) & set(new)) - set(_LOCATION_KEYS)
-        pairs = {k: _comparable(old[k], new[k]) for k in keys}
-        return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
-    return old, new
-
-
-def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
-    """CheckpointError when ``--resume`` would continue another run (other data, tasks, model...)."""
-    keys = sorted((set(old) & set(new)) - set(_RESUMABLE_META))
-    differ = []
-    for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
-        a, b = _comparable(old[k], new[k]) if k == "data" else (old[k], new[k])
-        if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
-            differ.append(k)
-    if old and new and differ:
-        raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
-                              "run's); choose another output folder or train without --resume")
-
-
-def _json_safe(obj):
-    """NaN / inf -> None (strict JSON has no NaN), recursively; tensors and numpy scalars -> float."""
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (bool, int, str)) or obj is None:
-        return obj
-    try:
-        val = float(obj)
-    except (TypeError, ValueError):
-        return str(obj)
-    return val if math.isfinite(val) else None
-
-
-def write_metrics(path, summary: Dict[str, Any]) -> None:
-    """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split)."""
-    Path(path).write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False))

@@ -1,0 +1,153 @@
+"""Checkpoints of :func:`graphattn.train.fit`: atomic writes, safe loading, RNG state, resume checks.
+
+Checkpoints hold only tensors and plain Python values, so they load with
+``torch.load(weights_only=True)``; a file that would run code on loading is refused.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+import random
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import numpy as np
+import torch
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "check_meta", "write_metrics"]
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, corrupt, or not safe to load."""
+
+
+def save_checkpoint(path, state: Dict[str, Any]) -> None:
+    """``torch.save`` to a temporary file in the same folder, then an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``: a file that would run code is refused."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a folder; give the file inside it (e.g. {path / 'best.pt'})")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic != b"PK" and magic[:1] != b"\x80":  # torch.save writes a zip file (older torch: a pickle)
+        raise CheckpointError(f"{path} is not a graphattn checkpoint (not a file written by torch.save)")
+    try:
+        ck = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and "
+                              f"plain Python values (weights_only=True): {str(exc).splitlines()[0]}") from exc
+    # a text or other non-checkpoint file makes the unpickler fail in many ways (KeyError: 105, ...)
+    except (RuntimeError, EOFError, OSError, KeyError, ValueError, IndexError, TypeError) as exc:
+        raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated, corrupt or another "
+                              f"kind of file?): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                              ) from exc
+    if not isinstance(ck, dict):
+        raise CheckpointError(f"{path} is not a graphattn checkpoint (it holds a {type(ck).__name__}, not a dict)")
+    return ck
+
+
+def check_meta(meta: Dict[str, Any]) -> None:
+    """TypeError unless ``meta`` survives a ``torch.save`` / ``torch.load(weights_only=True)``
+    round trip (plain dicts, lists, str, int, float, bool, None, tensors): found before
+    training, not when the finished run's checkpoints refuse to load."""
+    buf = io.BytesIO()
+    torch.save(meta, buf)
+    buf.seek(0)
+    try:
+        torch.load(buf, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise TypeError("meta must hold only plain Python values and tensors (it is stored in checkpoints "
+                        f"loaded with weights_only=True): {str(exc).splitlines()[0]}") from None
+
+
+def _rng_state() -> Dict[str, Any]:
+    np_state = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # dropout masks on GPUs
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], n[1].numpy().astype(np.uint32), *n[2:]))
+
+
+#: meta entries that may change when a run is resumed (e.g. more epochs); all others must match
+_RESUMABLE_META = ("hparams",)
+#: keys of a data spec that only say where the files are (data root moved, another machine)
+_LOCATION_KEYS = ("root", "display")
+
+
+def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
+    """Both data specs restricted to what both know: keys a later version added (absent from
+    an older run's meta) and location-only keys are not compared."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = (set(old) & set(new)) - set(_LOCATION_KEYS)
+        pairs = {k: _comparable(old[k], new[k]) for k in keys}
+        return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
+    return old, new
+
+
+def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
+    """CheckpointError when ``--resume`` would continue another run (other data, tasks, model...)."""
+    keys = sorted((set(old) & set(new)) - set(_RESUMABLE_META))
+    differ = []
+    for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
+        a, b = _comparable(old[k], new[k]) if k == "data" else (old[k], new[k])
+        if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
+            differ.append(k)
+    if old and new and differ:
+        raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
+                              "run's); choose another output folder or train without --resume")
+
+
+def _json_safe(obj):
+    """NaN / inf -> None (strict JSON has no NaN), recursively; tensors and numpy scalars -> float."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (bool, int, str)) or obj is None:
+        return obj
+    if isinstance(obj, np.integer):
+        return int(obj)
+    try:
+        val = float(obj)
+    except (TypeError, ValueError):
+        return str(obj)
+    return val if math.isfinite(val) else None
+
+
+def write_metrics(path, summary: Dict[str, Any]) -> None:
+    """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False))
