@@ -10,6 +10,7 @@ fold-mean test curve — is printed too).
 
     python examples/social_baselines.py --datasets cora,facebook --seeds 0,1,2
     python examples/social_baselines.py --datasets imdb-binary --folds 10 --epochs 100
+    python examples/social_baselines.py --datasets imdb-binary --models ours,gin   # + GIN-0 (sum readout)
     python examples/social_baselines.py --datasets karate --epochs 1        # smoke run
     python examples/social_baselines.py --datasets cora --seeds 0,1,2 \
         --grid "lr=0.005,0.01;dropout=0.5,0.7;weight_decay=5e-4,5e-3"      # same grid for every model
