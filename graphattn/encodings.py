@@ -72,8 +72,8 @@ class AddLaplacianPE(BaseTransform):
             that batching concatenates them; ``None`` to skip. (default: ``"lap_eigval"``)
         mask_attr_name (str, optional): attribute for the mask; ``None`` to skip.
             (default: ``"lap_pe_mask"``)
-        is_undirected (bool): skip symmetrising ``A`` (promise that edges come in both
-            directions with equal weights). (default: ``False``)
+        is_undirected (bool): the edges already come in both directions with equal weights:
+            ``A`` is not symmetrised but checked (a ``ValueError`` otherwise). (default: ``False``)
         dense_threshold (int): largest component solved densely. (default: ``300``)
 
     Shapes:

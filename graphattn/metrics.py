@@ -31,8 +31,8 @@ def masked_bce_with_logits(logits: Tensor, y: Tensor,
         pos_weight: optional ``(T,)`` weight of the positive class per task (see
             :func:`compute_pos_weight`), finite and > 0; moved to the logits' device.
 
-    1-D ``logits`` / ``y`` ``(B,)`` are one task (``pos_weight`` ``(1,)``). Labels other than
-    0, 1 and NaN (e.g. -1 as a missing-label code) are a ``ValueError``.
+    1-D ``logits`` / ``y`` ``(B,)`` are one task (``pos_weight`` ``(1,)``). Labels outside
+    [0, 1] other than NaN (e.g. -1 as a missing-label code) are a ``ValueError``.
 
     Returns the mean over present labels (a scalar; 0 with a zero gradient if none is
     present). Missing entries contribute neither loss nor gradient.
@@ -58,16 +58,19 @@ def masked_bce_with_logits(logits: Tensor, y: Tensor,
 
 
 def _check_binary(target: Tensor, pos_weight: Optional[Tensor] = None) -> None:
-    """ValueError for labels other than 0/1 (after masking NaN) or a non-positive / non-finite
-    ``pos_weight`` (one device sync for both)."""
-    bad_label = ((target != 0) & (target != 1)).any()
+    """ValueError for labels outside [0, 1] (after masking NaN; soft labels are fine) or a
+    non-positive / non-finite ``pos_weight`` (one device sync for both; skipped while
+    ``torch.compile`` traces)."""
+    if torch.compiler.is_compiling():
+        return
+    bad_label = ((target < 0) | (target > 1)).any()
     bad_weight = (~torch.isfinite(pos_weight) | (pos_weight <= 0)).any() if pos_weight is not None else None
     flags = torch.stack([bad_label, bad_weight]) if bad_weight is not None else bad_label[None]
     flags = flags.tolist()
     if flags[0]:
-        odd = target[(target != 0) & (target != 1)]
-        raise ValueError(f"binary labels must be 0, 1 or NaN (missing), got {float(odd[0])!r} "
-                         f"({odd.numel()} such entries); encode missing labels as NaN")
+        odd = target[(target < 0) | (target > 1)]
+        raise ValueError(f"binary labels must be 0, 1 (or soft labels in [0, 1]) or NaN (missing), got "
+                         f"{float(odd[0])!r} ({odd.numel()} such entries); encode missing labels as NaN")
     if len(flags) > 1 and flags[1]:
         raise ValueError(f"pos_weight must be finite and > 0, got {pos_weight.tolist()}")
 

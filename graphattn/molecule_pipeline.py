@@ -298,5 +298,5 @@ def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256, mem
     prob, _ = _probabilities(model, DataLoader(list(graphs), batch_size=batch_size))
     if prob.numel() == 0:
         return torch.empty(*((len(model.members),) if members and isinstance(model, ProbabilityEnsemble) else ()),
-                           0, model.num_tasks)
+                           0, model.num_tasks, dtype=torch.float64)
     return prob if members or prob.dim() == 2 else prob.mean(0)

@@ -132,10 +132,11 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
         if height % p or width % p:
             raise ValueError(f"patch_size={p} must divide height={height} and width={width}")
         height, width = height // p, width // p
-    if _check_int("kernel_size", kernel_size, 1) % 2 == 0:  # checked for "full" too (unused there)
-        raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
+    _check_int("kernel_size", kernel_size, 1)  # a positive int for every pattern (unused by "full")
     if pattern == "full":
         return sequence_graph(height * width, "full", device=device)
+    if kernel_size % 2 == 0:
+        raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
     rad = kernel_size // 2
     node = torch.arange(height * width, device=device)
     r, c = node // width, node % width

@@ -107,6 +107,7 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
         hp["baseline_layers"] = None
     if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
+        # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
         hp["baseline_readout"] = None
     hp["heads"] = args.heads
     return hp

@@ -112,9 +112,10 @@ class SynthesizerAttention(nn.Module):
                             f"{pos.dtype if isinstance(pos, Tensor) else type(pos).__name__}")
         elif pos.shape != (N,):
             raise ValueError(f"pos must have shape ({N},), got {tuple(pos.shape)}")
-        elif N and int(pos.min()) < 0:
-            raise ValueError(f"pos must be >= 0 (positions in the graph), got {int(pos.min())}")
-        top = int(pos.max()) + 1 if N else 0
+        lo, hi = torch.stack(torch.aminmax(pos)).tolist() if N else (0, -1)  # one sync
+        if lo < 0:
+            raise ValueError(f"pos must be >= 0 (positions in the graph), got {lo}")
+        top = hi + 1
         if top > self.max_nodes:
             raise ValueError(f"position {top - 1} is out of range: the layer was built with "
                              f"max_nodes={self.max_nodes} (fixed-size inputs only)")

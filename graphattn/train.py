@@ -106,20 +106,28 @@ def _better(score: float, best: Optional[float], higher: bool) -> bool:
     return score > best if higher else score < best
 
 
+def _diverged(epoch: int, bad) -> None:
+    where = f"batch {bad[0]} (loss {bad[1]})" if bad else "a batch of another rank"
+    raise FloatingPointError(f"training loss is not finite at epoch {epoch}, {where}: the model diverged "
+                             "(try a lower learning rate) or a batch holds non-finite features")
+
+
 def _score(rec: Dict[str, Any], key: str, higher: bool, log: Callable[[str], None], warned: set) -> float:
     """The number early stopping compares (oriented so that ``higher`` is better): the
     validation primary metric, else the validation loss (metric undefined there, e.g. no task
-    with both classes), else the training loss (no validation split)."""
+    with both classes), else the training loss (no or an empty validation split)."""
     val = rec.get("val")
-    if not val:
-        return -rec["loss"] if higher else rec["loss"]
-    if not math.isnan(val.get(key, float("nan"))):
+    if val and not math.isnan(val.get(key, float("nan"))):
         return val[key]
-    if "val" not in warned:
-        warned.add("val")
-        log(f"Warning: validation {key} is undefined (e.g. no task has both classes in the validation "
-            "split); early stopping and best.pt follow the validation loss instead")
-    loss = val.get("loss", float("nan"))
+    if val and not math.isnan(val.get("loss", float("nan"))):
+        why, source = f"validation {key} is undefined (e.g. no task has both classes in the validation split)", "val"
+    else:
+        why, source = ("the validation split is empty" if val else None), "train"
+    if why and why not in warned:
+        warned.add(why)
+        log(f"Warning: {why}; early stopping and best.pt follow the "
+            f"{'validation' if source == 'val' else 'training'} loss instead")
+    loss = val["loss"] if source == "val" else rec["loss"]
     return -loss if higher else loss
 
 
@@ -225,15 +233,15 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         model.train()
         if sampler is not None:
             sampler.set_epoch(epoch)
-        total, count, batches = 0.0, 0, 0
+        total, count, batches, bad = 0.0, 0, 0, None
         for batches, batch in enumerate(train_loader, 1):
             logits, y = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             value = float(loss.detach())
-            if not math.isfinite(value):
-                raise FloatingPointError(f"training loss is {value} at epoch {epoch}, batch {batches}: the "
-                                         "model diverged (try a lower learning rate) or a batch holds "
-                                         "non-finite features")
+            if not math.isfinite(value) and bad is None:
+                bad = (batches, value)
+                if not D.is_distributed():  # under DDP every rank stops together after the epoch
+                    _diverged(epoch, bad)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip is not None:
@@ -243,6 +251,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if batches == 0:
             raise ValueError("the train loader yielded no batches (empty training split?)")
         total, count = D.all_reduce_sum(total, count)
+        if not math.isfinite(total):  # the same sum on every rank: all raise, none waits
+            _diverged(epoch, bad)
         rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
         for split in ("val", "test"):
             if split in loaders:

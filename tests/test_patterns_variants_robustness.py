@@ -95,5 +95,6 @@ def test_small_argument_checks():
             ga.GlobalTokens(4, bad)
     with pytest.raises(ValueError, match="kernel_size"):
         ga.image_graph(3, 3, "full", kernel_size="x")
+    assert ga.image_graph(3, 3, "full", kernel_size=4).shape == (2, 81)  # unused by "full": any size
     with pytest.raises(TypeError, match="device"):
         ga.sequences_to_batch(torch.randn(2, 3, 4), device="cpu")

@@ -107,8 +107,9 @@ def test_patience_zero_stops_at_the_first_epoch_without_improvement():
 
 def test_binary_loss_inputs_are_checked():
     logits = torch.randn(6, 2)
-    with pytest.raises(ValueError, match="0, 1 or NaN"):
+    with pytest.raises(ValueError, match="binary labels must be 0, 1"):
         masked_bce_with_logits(logits, torch.tensor([[0.0, -1.0]] * 6))
+    assert torch.isfinite(masked_bce_with_logits(logits, torch.full((6, 2), 0.9)))  # soft labels are fine
     for bad in (torch.tensor([1.0, -2.0]), torch.tensor([1.0, float("inf")]), torch.tensor([0.0, 1.0])):
         with pytest.raises(ValueError, match="pos_weight"):
             masked_bce_with_logits(logits, torch.ones(6, 2), bad)
@@ -121,3 +122,13 @@ def test_binary_loss_inputs_are_checked():
     # float64 weights with float32 logits; a task with only positives is not switched off
     assert masked_bce_with_logits(logits, torch.ones(6, 2), torch.ones(2, dtype=torch.float64)).dtype == torch.float32
     assert compute_pos_weight(torch.ones(4, 1)).item() == 1.0
+
+
+def test_empty_validation_loader_falls_back_to_the_training_loss():
+    loaders, fwd = _binary_data()
+    lines = []
+    res = fit(_model(), {**loaders, "val": []}, fwd, kind="binary", epochs=40, lr=0.05, patience=2,
+              progress=False, log=lines.append)
+    assert any("validation split is empty" in s and "training loss" in s for s in lines)
+    train_losses = [h["loss"] for h in res["history"]]
+    assert res["best_epoch"] == int(np.argmin(train_losses)) + 1
