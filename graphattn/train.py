@@ -107,7 +107,7 @@ def _better(score: float, best: Optional[float], higher: bool) -> bool:
 
 
 def _diverged(epoch: int, bad) -> None:
-    where = f"batch {bad[0]} (loss {bad[1]})" if bad else "a batch of another rank"
+    where = f"batch {bad[0]} (loss {bad[1]})" if bad else "the same step on another rank"
     raise FloatingPointError(f"training loss is not finite at epoch {epoch}, {where}: the model diverged "
                              "(try a lower learning rate) or a batch holds non-finite features")
 
@@ -233,15 +233,15 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         model.train()
         if sampler is not None:
             sampler.set_epoch(epoch)
-        total, count, batches, bad = 0.0, 0, 0, None
+        total, count, batches = 0.0, 0, 0
         for batches, batch in enumerate(train_loader, 1):
             logits, y = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             value = float(loss.detach())
-            if not math.isfinite(value) and bad is None:
-                bad = (batches, value)
-                if not D.is_distributed():  # under DDP every rank stops together after the epoch
-                    _diverged(epoch, bad)
+            # under DDP the ranks agree first (one scalar all-reduce): a rank raising alone would
+            # leave the others waiting in the gradient all-reduce of backward()
+            if D.all_reduce_sum(0.0 if math.isfinite(value) else 1.0)[0] > 0:
+                _diverged(epoch, (batches, value) if not math.isfinite(value) else None)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip is not None:
@@ -251,8 +251,6 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if batches == 0:
             raise ValueError("the train loader yielded no batches (empty training split?)")
         total, count = D.all_reduce_sum(total, count)
-        if not math.isfinite(total):  # the same sum on every rank: all raise, none waits
-            _diverged(epoch, bad)
         rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
         for split in ("val", "test"):
             if split in loaders:

@@ -76,3 +76,38 @@ def test_two_gloo_ranks_match_single_process(tmp_path):
     assert losses_2 == pytest.approx(losses_1, rel=1e-4, abs=1e-5)
     assert ddp["val"]["accuracy"] == pytest.approx(single["val"]["accuracy"])
     assert sorted(os.listdir(tmp_path / "ddp")) == ["best.pt", "last.pt", "metrics.json"]  # rank 0 only
+
+
+def nan_worker(rank, world, store, out_dir):
+    import datetime
+
+    torch.set_num_threads(1)
+    # a short timeout: a rank left waiting in the all-reduce fails the test instead of hanging it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    torch.manual_seed(0)
+    model = GraphClassifier(4, 16, 2, num_layers=1, heads=2)
+
+    def nan_on_rank0(m, b, split):
+        logits, y = forward(m, b, split)
+        return (logits * float("nan") if rank == 0 and split == "train" else logits), y
+
+    data = dataset()
+    try:
+        fit(model, {"train": DataLoader(data, batch_size=GLOBAL_BATCH, shuffle=True)}, nan_on_rank0,
+            kind="multiclass", epochs=2, progress=False)
+        outcome = "finished"
+    except FloatingPointError as exc:
+        outcome = str(exc)
+    with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+        f.write(outcome)
+    dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed not available")
+def test_nan_loss_on_one_rank_stops_every_rank(tmp_path):
+    # raising on rank 0 alone would leave rank 1 waiting in DDP's gradient all-reduce
+    mp.spawn(nan_worker, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = ((tmp_path / f"rank{r}.txt").read_text() for r in (0, 1))
+    assert "epoch 1, batch 1" in r0
+    assert "epoch 1" in r1 and "another rank" in r1 and "batch 1" not in r1

@@ -132,3 +132,17 @@ def test_empty_validation_loader_falls_back_to_the_training_loss():
     assert any("validation split is empty" in s and "training loss" in s for s in lines)
     train_losses = [h["loss"] for h in res["history"]]
     assert res["best_epoch"] == int(np.argmin(train_losses)) + 1
+
+
+def test_ensemble_logits_keep_confident_predictions_apart():
+    # mean probabilities in float64 and a 1e-12 clamp: logits 18 and 24 must not tie (they did at 1e-6)
+    from graphattn import ProbabilityEnsemble
+
+    class Fixed(nn.Module):
+        num_tasks = 1
+
+        def forward(self, x):
+            return x
+
+    out = ProbabilityEnsemble([Fixed(), Fixed()])(torch.tensor([[18.0], [24.0], [-24.0]]))
+    assert out.dtype == torch.float32 and out[1, 0] > out[0, 0] > 17 and out[2, 0] < -23
