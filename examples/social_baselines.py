@@ -156,6 +156,10 @@ def main(argv=None):
     p.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction)
     p.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: training labels as input columns (UniMP), for every model")
+    p.add_argument("--consistency", type=int, default=None,
+                   help="S dropout passes per step + GRAND's consistency loss (every model alike)")
+    p.add_argument("--consistency-weight", type=float, default=None)
+    p.add_argument("--consistency-temperature", type=float, default=None)
     p.add_argument("--grid", default=None,
                    help="node sets: 'lr=a,b;dropout=c,d;weight_decay=e,f' tried for every model, "
                         "chosen per seed by validation accuracy")

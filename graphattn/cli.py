@@ -45,7 +45,8 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
 
 
 _AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
-             "folds": 2, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0}
+             "folds": 2, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
+             "consistency": 0, "consistency_weight": 0}
 _FRACTIONS = ("dropout", "attn_dropout", "input_dropout", "propagation_dropout")
 
 
@@ -63,6 +64,9 @@ def check_train_numbers(args) -> None:
         val = getattr(args, name, None)
         if val is not None and not val > 0:
             raise ValueError(f"--lr must be > 0, got {val}")
+    val = getattr(args, "consistency_temperature", None)
+    if val is not None and not 0.0 < val <= 1.0:
+        raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")
     val = getattr(args, "weight_decay", None)
     if val is not None and val < 0:
         raise ValueError(f"--weight-decay must be >= 0, got {val}")

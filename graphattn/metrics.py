@@ -8,14 +8,14 @@ the MoleculeNet / chemprop convention.
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["masked_bce_with_logits", "compute_pos_weight", "roc_auc_per_task",
+__all__ = ["masked_bce_with_logits", "consistency_loss", "compute_pos_weight", "roc_auc_per_task",
            "pr_auc_per_task", "mean_over_valid", "accuracy"]
 
 ArrayLike = Union[Tensor, np.ndarray, list]
@@ -73,6 +73,27 @@ def _check_binary(target: Tensor, pos_weight: Optional[Tensor] = None) -> None:
                          f"{float(odd[0])!r} ({odd.numel()} such entries); encode missing labels as NaN")
     if len(flags) > 1 and flags[1]:
         raise ValueError(f"pos_weight must be finite and > 0, got {pos_weight.tolist()}")
+
+
+def consistency_loss(logits: Sequence[Tensor], temperature: float = 0.5) -> Tensor:
+    """GRAND's consistency regulariser (Feng et al., NeurIPS 2020, eq. 7): the class
+    distributions of S stochastic forward passes (dropout on) are pulled towards their
+    sharpened mean ``p̄^(1/T) / Σ_c p̄_c^(1/T)`` (a fixed target: no gradient flows into it).
+    Not in PyG. Returns ``mean_s mean_i Σ_c (p_s[i, c] − target[i, c])²``.
+
+    Args:
+        logits: S >= 2 tensors ``(N, C)`` of raw scores of the same nodes.
+        temperature: T in (0, 1]; smaller sharpens more (T = 1: the plain mean).
+    """
+    if len(logits) < 2:
+        raise ValueError(f"consistency_loss needs at least 2 forward passes, got {len(logits)}")
+    if not 0.0 < float(temperature) <= 1.0:
+        raise ValueError(f"temperature must be in (0, 1], got {temperature}")
+    probs = torch.stack([z.float().softmax(-1) for z in logits])  # (S, N, C)
+    with torch.no_grad():
+        sharp = probs.mean(0).pow(1.0 / float(temperature))
+        target = sharp / sharp.sum(-1, keepdim=True).clamp(min=1e-12)
+    return (probs - target).pow(2).sum(-1).mean()
 
 
 def compute_pos_weight(y: Tensor) -> Tensor:

@@ -19,7 +19,6 @@ validation/test labels never are. It is a property of the data, so the PyG basel
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -27,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .metrics import consistency_loss
+
 __all__ = ["NODE_DATASETS", "load_node_data", "hop_features", "node_defaults", "node_model_spec", "node_forward",
-           "node_logits", "node_inputs", "describe_node", "EvalCache", "label_columns", "masked_label_input"]
+           "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
 
 
 def _musae_names():
@@ -46,6 +47,7 @@ _BASE = dict(hidden=64, layers=2, epochs=150, lr=3e-3, dropout=0.3, weight_decay
              global_tokens=0, pe_dim=0, patience=50, attn_dropout=0.0, input_dropout=None,
              self_loops=False, propagation=0, propagation_alpha=0.1, propagation_learned=False,
              gcn_weight=0.0, gcn_layers=1, propagation_dropout=0.0, label_input=False,
+             consistency=0, consistency_weight=1.0, consistency_temperature=0.5,
              baseline_layers=None)  # depth of the PyG baselines where it differs from ours' (None: layers)
 _PER_DATASET = {
     "karate": dict(hidden=32, epochs=100, lr=1e-2, dropout=0.2, weight_decay=5e-4, patience=None),
@@ -187,7 +189,8 @@ def node_model_spec(baseline: str, data, hp: Dict[str, Any]) -> Dict[str, Any]:
         kwargs = dict(kind=baseline, in_channels=data.num_features, hidden_channels=hp["hidden"],
                       out_channels=num_classes, num_layers=hp.get("baseline_layers") or hp["layers"],
                       heads=hp["heads"], dropout=hp["dropout"])
-        return {"class": "ConvBaseline", "kwargs": kwargs, "input_dropout": 0.0, "label_input": labels}
+        return {"class": "ConvBaseline", "kwargs": kwargs, "input_dropout": 0.0, "label_input": labels,
+                **_consistency(hp)}
     kwargs = dict(in_channels=data.num_features, hidden_channels=hp["hidden"], num_classes=num_classes,
                   num_layers=hp["layers"], heads=hp["heads"], num_global_tokens=hp["global_tokens"],
                   pe_dim=hp["pe_dim"], dropout=hp["dropout"], attn_dropout=hp.get("attn_dropout", 0.0),
@@ -203,7 +206,17 @@ def node_model_spec(baseline: str, data, hp: Dict[str, Any]) -> Dict[str, Any]:
         kwargs["propagation_dropout"] = float(hp["propagation_dropout"])
     in_drop = hp.get("input_dropout")
     return {"class": "NodeClassifier", "kwargs": kwargs, "label_input": labels,
-            "input_dropout": hp["dropout"] if in_drop is None else in_drop}
+            "input_dropout": hp["dropout"] if in_drop is None else in_drop, **_consistency(hp)}
+
+
+def _consistency(hp: Dict[str, Any]) -> Dict[str, Any]:
+    """The training regime's consistency entry of a model spec (every model alike, like the
+    label input); empty when off, so older specs and checkpoints stay as they were."""
+    samples = int(hp.get("consistency", 0) or 0)
+    if samples < 2:
+        return {}
+    return {"consistency": {"samples": samples, "weight": float(hp.get("consistency_weight", 1.0)),
+                            "temperature": float(hp.get("consistency_temperature", 0.5))}}
 
 
 def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
@@ -253,18 +266,30 @@ def masked_label_input(x: Tensor, data, rate: float = LABEL_RATE) -> Tuple[Tenso
 
 
 def node_forward(spec: Dict[str, Any]):
-    """``forward(model, data, split) -> (logits[mask], y[mask])`` for full-batch training."""
+    """``forward(model, data, split) -> (logits[mask], y[mask])`` for full-batch training.
+
+    With ``spec["consistency"] = {"samples": S, "weight": λ, "temperature": T}`` (S >= 2) a
+    training step makes S forward passes and returns ``(logits, y, λ · consistency_loss)``
+    (:func:`graphattn.metrics.consistency_loss`, GRAND's regulariser)."""
     cache = EvalCache()
 
     def forward(model, data, split):
         inp = node_inputs(data)
         mask = data[f"{split}_mask"]
-        if model.training and spec.get("label_input"):
-            x, mask = masked_label_input(inp["x"], data)
-            logits = _call(model, spec, x, inp["edge_index"], inp["pe"])
-        else:
+        if not model.training:
             logits = cache(model, id(data), lambda: _call(model, spec, inp["x"], inp["edge_index"], inp["pe"]))
-        return logits[mask], data.y[mask]
+            return logits[mask], data.y[mask]
+        cons = spec.get("consistency") or {}
+        outs, ys, every = [], [], []
+        for _ in range(max(int(cons.get("samples", 1)), 1)):  # S passes, each with its own dropout
+            x, m = masked_label_input(inp["x"], data) if spec.get("label_input") else (inp["x"], mask)
+            logits = _call(model, spec, x, inp["edge_index"], inp["pe"])
+            outs.append(logits[m]), ys.append(data.y[m]), every.append(logits)
+        if len(every) == 1:
+            return outs[0], ys[0]
+        # the supervised loss averages over the passes; GRAND's consistency term covers every node
+        aux = float(cons.get("weight", 1.0)) * consistency_loss(every, float(cons.get("temperature", 0.5)))
+        return torch.cat(outs), torch.cat(ys), aux
 
     return forward
 
@@ -277,45 +302,11 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     return _call(model, spec, inp["x"], inp["edge_index"], inp["pe"])
 
 
-def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
-                  mini_batch: bool = False) -> str:
-    kw = model_spec["kwargs"]
-    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
-            f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
-            + (", self-loops" if kw.get("self_loops") else "")
-            + (f", {'learned (GPR) ' if kw.get('propagation_learned') else 'APPNP '}propagation "
-               f"K={kw['propagation']} a={kw['propagation_alpha']}" if kw.get("propagation") else "")
-            + (f", edge dropout {kw['propagation_dropout']}" if kw.get("propagation_dropout") else "")
-            + (f", GCN branch w={kw['gcn_weight']}" if kw.get("gcn_weight") else "")
-            + (f" ({kw['gcn_layers']} layers)" if kw.get("gcn_layers", 1) > 1 else ""))
-    counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
-    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
-            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
-            f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
-            f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
-            f"dropout {hp['dropout']}; {'mini-batch (partitions)' if mini_batch else 'full batch'}, "
-            f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
 
+def __getattr__(name: str):
+    # moved to graphattn.social_tasks (the CLI's run description and data spec); old paths kept
+    if name in ("describe_node", "data_spec"):
+        from . import social_tasks
 
-def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
-    """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
-    from .data.download import data_root
-
-    spec: Dict[str, Any] = {"level": "node", "split": list(SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
-    if name is not None:
-        spec.update(name=name, display=name, root=str(data_root().resolve()))
-        return spec
-    if not args.target:
-        raise ValueError("--edges needs --target (the CSV with node ids and labels)")
-    paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
-    for k, p in paths.items():
-        if p is not None and not Path(p).is_file():
-            raise ValueError(f"--{k} {p}: no such file")
-    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
-                target_col=args.target_col,
-                **{k: (str(Path(p).resolve()) if p else None) for k, p in paths.items()})
-    return spec
-
-
-def accuracy_str(res: Dict[str, float]) -> str:
-    return " | ".join(f"{s} acc {v:.4f}" for s, v in res.items() if not math.isnan(v))
+        return getattr(social_tasks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -92,6 +92,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="node sets: each node also attends to itself")
     g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
                    help="node sets: training labels as input columns (UniMP), for every model alike")
+    g.add_argument("--consistency", type=int, default=None,
+                   help="node sets: S >= 2 dropout passes per training step with GRAND's consistency "
+                        "loss on every node (0 or 1 = off), for every model alike")
+    g.add_argument("--consistency-weight", type=float, default=None, help="node sets: weight of that loss (1.0)")
+    g.add_argument("--consistency-temperature", type=float, default=None,
+                   help="node sets: sharpening temperature in (0, 1] of its target (0.5)")
 
 
 # ----------------------------------------------------------------------------- train
@@ -100,7 +106,8 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
                  "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
-                 "self_loops", "label_input", "local_mpnn", "readout"):
+                 "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
+                 "local_mpnn", "readout"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
@@ -147,6 +154,10 @@ def train(args) -> int:
             raise ValueError("--local-mpnn is a molecule / graph-set option (node sets: see --gcn-weight, "
                              "--propagation)")
         if graph_level:
+            cons = [f"--{k.replace('_', '-')}" for k in ("consistency", "consistency_weight", "consistency_temperature")
+                    if getattr(args, k, None) is not None]
+            if cons:
+                raise ValueError(f"{', '.join(cons)}: node classification option(s), not for graph sets")
             if args.mini_batch:
                 raise ValueError("--mini-batch is for node classification on one large graph")
             from .social_graph import prepare_graph
@@ -155,7 +166,7 @@ def train(args) -> int:
         else:
             if args.folds:
                 raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
-            job = _prepare_node(args, sn.data_spec(args, None if args.edges else name))
+            job = _prepare_node(args, data_spec(args, None if args.edges else name))
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
         hint = " (on the command line: --target-col NAME)" if "target_col" in _message(exc) else ""
         print(f"graphattn train: {_message(exc)}{hint}", file=sys.stderr)
@@ -195,6 +206,10 @@ def _prepare_node(args, spec: Dict[str, Any]):
         if getattr(args, "label_input", None):
             raise ValueError("--label-input needs full-batch training (not --mini-batch)")
         hp["label_input"] = False  # the partition loader has no masked label input
+    if args.mini_batch and int(hp.get("consistency") or 0) > 1:
+        if getattr(args, "consistency", None):
+            raise ValueError("--consistency needs full-batch training (not --mini-batch)")
+        hp["consistency"] = 0
     if hp.get("pe_dim") or hp.get("label_input"):
         spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
         data = sn.load_node_data(spec)
@@ -212,7 +227,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     out = _out_dir(args, spec["display"])
     meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp}
-    print(sn.describe_node(spec, data, model_spec, hp, args.mini_batch))
+    print(describe_node(spec, data, model_spec, hp, args.mini_batch))
     if args.mini_batch:
         from .large_graph import node_loaders
 
@@ -241,3 +256,47 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
             write_metrics(out / "metrics.json", res)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
+
+
+# ----------------------------------------------------------------------------- node runs
+
+def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+                  mini_batch: bool = False) -> str:
+    kw = model_spec["kwargs"]
+    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
+            f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
+            + (", self-loops" if kw.get("self_loops") else "")
+            + (f", {'learned (GPR) ' if kw.get('propagation_learned') else 'APPNP '}propagation "
+               f"K={kw['propagation']} a={kw['propagation_alpha']}" if kw.get("propagation") else "")
+            + (f", edge dropout {kw['propagation_dropout']}" if kw.get("propagation_dropout") else "")
+            + (f", GCN branch w={kw['gcn_weight']}" if kw.get("gcn_weight") else "")
+            + (f" ({kw['gcn_layers']} layers)" if kw.get("gcn_layers", 1) > 1 else ""))
+    counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
+    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
+            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
+            f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
+            f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
+            f"dropout {hp['dropout']}; {'mini-batch (partitions)' if mini_batch else 'full batch'}, "
+            + ("consistency loss S={samples} w={weight} T={temperature}, ".format(**model_spec["consistency"])
+               if model_spec.get("consistency") else "") +
+            f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
+
+
+def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
+    """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
+    from .data.download import data_root
+
+    spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
+    if name is not None:
+        spec.update(name=name, display=name, root=str(data_root().resolve()))
+        return spec
+    if not args.target:
+        raise ValueError("--edges needs --target (the CSV with node ids and labels)")
+    paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
+    for k, p in paths.items():
+        if p is not None and not Path(p).is_file():
+            raise ValueError(f"--{k} {p}: no such file")
+    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
+                target_col=args.target_col,
+                **{k: (str(Path(p).resolve()) if p else None) for k, p in paths.items()})
+    return spec

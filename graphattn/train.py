@@ -1,7 +1,8 @@
 """One training loop for every task: fit / evaluate, metrics, early stopping, checkpoints, resume.
 
 The loop knows nothing about graphs: a ``forward(model, batch, split) -> (logits, y)``
-callable adapts it to mini-batches of molecules (graph level) or to one full graph with
+callable (in training optionally ``(logits, y, aux_loss)``: a scalar added to the task loss,
+e.g. a consistency regulariser) adapts it to mini-batches of molecules (graph level) or to one full graph with
 split masks (node level). Checkpoints (``last.pt`` every epoch, ``best.pt`` on improvement)
 are written atomically and hold only tensors and plain Python values, so they load with
 ``torch.load(weights_only=True)`` (:mod:`graphattn.checkpoint`); they carry the metadata the
@@ -86,7 +87,7 @@ def evaluate(model: nn.Module, loader: Iterable, forward: Forward, kind: str, sp
     model.eval()
     outs, ys = [], []
     for batch in loader:
-        logits, y = forward(model, batch, split)
+        logits, y = forward(model, batch, split)[:2]
         outs.append(logits.float().cpu())
         ys.append(y.float().cpu())
     if not outs:
@@ -157,7 +158,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
 
     Args:
         loaders: ``{"train": ..., "val": ..., "test": ...}`` (val/test optional) iterables of batches.
-        forward: ``forward(model, batch, split) -> (logits, y)``.
+        forward: ``forward(model, batch, split) -> (logits, y)``; in training it may return
+            ``(logits, y, aux)`` with a scalar tensor ``aux`` added to the task loss (the loss
+            logged and checked for finiteness is the sum).
         kind: ``"binary"`` (multi-task, NaN = missing), ``"multiclass"`` or ``"regression"``.
         patience: stop after this many epochs without validation improvement (None = never;
             0 acts as 1: stop at the first epoch without improvement).
@@ -235,8 +238,10 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             sampler.set_epoch(epoch)
         total, count, batches = 0.0, 0, 0
         for batches, batch in enumerate(train_loader, 1):
-            logits, y = forward(model, batch, "train")
+            logits, y, *aux = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
+            if aux and aux[0] is not None:
+                loss = loss + aux[0]
             value = float(loss.detach())
             # under DDP the ranks agree first (one scalar all-reduce): a rank raising alone would
             # leave the others waiting in the gradient all-reduce of backward()
