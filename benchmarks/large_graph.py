@@ -59,6 +59,9 @@ def main(argv=None) -> dict:
     a = p.parse_args(argv)
     if a.quick:
         a.nodes, a.edges, a.epochs, a.batch_nodes = 50_000, 500_000, 1, 10_000
+    for name in ("epochs", "hidden", "layers", "heads", "parts_per_batch", "features", "blocks"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Union
 
+import torch
 from torch import Tensor, nn
 
 from .attention import GraphSelfAttention
+from .csr import plain_tensor
 from .dropout import Dropout
 from .variants import make_global_attention
 
@@ -119,13 +121,16 @@ class GraphTransformerBlock(nn.Module):
     def _local(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor],
                edge_attr_index: Optional[Tensor], local_edges: Optional[int]) -> Tensor:
         E = edge_index.size(1) if local_edges is None else int(local_edges)
+        edge_index = edge_index[:, :E]
+        if edge_index.dtype != torch.long:  # PyG's scatter in GINConv/GINEConv needs int64 ids
+            edge_index = plain_tensor(edge_index).long()
         if self.local_mpnn == "gin":
-            return self.local(x, edge_index[:, :E])
+            return self.local(x, edge_index)
         if edge_attr_index is not None:  # table form: PyG's GINEConv takes one row per edge
             edge_attr = edge_attr.index_select(0, edge_attr_index[:E])
         else:
             edge_attr = edge_attr[:E]
-        return self.local(x, edge_index[:, :E], edge_attr)
+        return self.local(x, edge_index, edge_attr)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, heads={self.heads}, norm={self.norm!r})"

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
-    bench.add_argument("name", nargs="?", default="attention")
+    bench.add_argument("name", nargs="?", default="attention",
+                       help="script of benchmarks/ (default attention; e.g. large_graph, tox21_epoch, variants)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
@@ -151,7 +152,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{args.name}.py"
         if not script.exists():
-            print(f"graphattn bench: no benchmark {script}", file=sys.stderr)
+            known = sorted(f.stem for f in script.parent.glob("[!_]*.py")) if script.parent.is_dir() else []
+            print(f"graphattn bench: no benchmark {args.name!r} in {script.parent}"
+                  + (f"; choose one of {', '.join(known)}" if known else
+                     " (the benchmarks ship with the source checkout, not with the wheel)"), file=sys.stderr)
             return 2
         sys.argv = [str(script), *args.rest]
         runpy.run_path(str(script), run_name="__main__")

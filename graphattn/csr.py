@@ -87,7 +87,9 @@ def _build(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
     edge_index = plain_tensor(edge_index)
     check_edge_index(edge_index, num_nodes)  # once per graph: the result is cached
     src, dst = edge_index[0].long(), edge_index[1].long()
-    if dst.numel() < 2 or bool((dst[1:] >= dst[:-1]).all()):  # already target-sorted
+    # already target-sorted: skip the sort (not under torch.compile, where the check would
+    # break the graph on a data-dependent branch; a stable sort of sorted ids is the identity)
+    if not torch.compiler.is_compiling() and (dst.numel() < 2 or bool((dst[1:] >= dst[:-1]).all())):
         perm = torch.arange(dst.numel(), device=dst.device)
     else:
         perm = torch.argsort(dst, stable=True)
@@ -109,6 +111,14 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
     """
     if not cache or edge_index.is_inference():  # inference tensors have no version counter
         return _build(edge_index, num_nodes)
+    if torch.compiler.is_compiling():
+        # traced, the identity-keyed lookup would guard the compiled frame on this tensor
+        # object and recompile for every new graph: it runs eagerly behind a graph break
+        return _cached_untraced(edge_index, num_nodes)
+    return _cached(edge_index, num_nodes)
+
+
+def _cached(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
     key = (id(edge_index), edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape),
            int(num_nodes), str(edge_index.device))
     hit = _CACHE.get(key)
@@ -124,6 +134,9 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return csr
+
+
+_cached_untraced = torch.compiler.disable(_cached)
 
 
 def clear_csr_cache() -> None:

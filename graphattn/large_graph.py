@@ -26,35 +26,77 @@ __all__ = ["partition_nodes", "PartitionBatches", "node_loaders", "sbm_graph", "
 
 
 def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: str = "bfs",
-                    seed: int = 0, max_rounds: int = 50) -> Tensor:
+                    seed: int = 0, max_rounds: Optional[int] = None) -> Tensor:
     """Assign every node to one of ``num_parts`` parts of at most ``ceil(N / P)`` nodes.
 
-    ``"bfs"``: ``P`` random seed nodes grow in parallel, one hop per round (each unassigned
-    node joins the part of a random assigned neighbour, while that part has room); nodes
-    left over (other components, or blocked by full parts) fill the remaining room at
-    random. ``"random"``: a seeded random balanced assignment. Vectorised: ``O(E)`` work per
-    round and ``O(N + E)`` memory. Returns ``part`` ``(N,)`` int64 in ``[0, P)``.
+    ``"bfs"``: ``P`` random seed nodes grow in parallel, one hop per round along the edges
+    (source -> target; PyG's undirected graphs hold both directions): each unassigned
+    neighbour of a node added in the last round joins that node's part (a random one among
+    several), while the part has room. A part that can grow no further (its component is
+    used up, or it is walled in) but still has room restarts from a random unassigned node
+    (from twice as many when the last restart grew nothing), so graphs made of many small
+    components keep their components whole. Work is ``O(E)``
+    over all rounds (each node's edges are expanded once), memory ``O(N + E)``.
+    ``"random"``: a seeded random balanced assignment.
+
+    Args:
+        edge_index: ``(2, E)`` integer edges with ids in ``[0, num_nodes)``.
+        num_nodes: N >= 0.  num_parts: P >= 1 (more parts than nodes: N parts of one node).
+        max_rounds: stop growing after this many rounds (None = until every node is placed);
+            nodes left then fill the remaining room at random.
+
+    Returns ``part`` ``(N,)`` int64 in ``[0, min(P, N))``.
     """
     if method not in ("bfs", "random"):
         raise ValueError(f"method must be 'bfs' or 'random', got {method!r}")
-    N = int(num_nodes)
-    P = max(1, min(int(num_parts), N))
+    N, P = _count("num_nodes", num_nodes, 0), _count("num_parts", num_parts, 1)
+    if max_rounds is not None:
+        _count("max_rounds", max_rounds, 0)
+    _check_edges(edge_index, N)
+    P = max(1, min(P, N))
     gen = torch.Generator().manual_seed(int(seed))
-    cap = -(-N // P)
-    if method == "random" or P == 1:
+    cap = -(-N // P) if N else 0
+    if method == "random" or P == 1 or N == 0:
         return (torch.randperm(N, generator=gen) % P).long()
-    label = torch.full((N,), -1, dtype=torch.int32)
-    label[torch.randperm(N, generator=gen)[:P]] = torch.arange(P, dtype=torch.int32)
-    size = torch.ones(P, dtype=torch.long)
-    row, col = edge_index[0], edge_index[1]
-    grown = P
-    for _ in range(max_rounds):
-        lr = label[row]
-        m = (lr >= 0) & (label[col] < 0)
-        m &= (size < cap)[lr.clamp(min=0).long()]
-        if not bool(m.any()):
-            break
-        c, lab = col[m].long(), lr[m].long()
+    row, order = torch.sort(edge_index[0].long(), stable=True)
+    nbr = edge_index[1][order].to(torch.int32)  # (E,) targets grouped by source (CSR)
+    del order
+    ptr = torch.zeros(N + 1, dtype=torch.long)
+    ptr[1:] = torch.cumsum(torch.bincount(row, minlength=N), 0)
+    del row
+    label = torch.full((N,), -1, dtype=torch.long)
+    size = torch.zeros(P, dtype=torch.long)
+    # restart nodes are taken in this random order; nodes without out-edges grow nothing, so
+    # they are only reached from others or, at the end, fill the remaining room
+    pool = torch.randperm(N, generator=gen)
+    pool, pos = pool[(ptr[pool + 1] > ptr[pool])], 0
+
+    def restart(parts: Tensor) -> Tensor:  # one unassigned node for each entry of ``parts`` (while any)
+        nonlocal pos
+        k, seeds = parts.numel(), []
+        while len(seeds) < k and pos < pool.numel():
+            chunk = pool[pos:pos + max(4 * k, 1024)]
+            free = (label[chunk] < 0).nonzero().view(-1)[:k - len(seeds)]
+            seeds.extend(chunk[free].tolist())
+            pos += int(free[-1]) + 1 if len(seeds) == k else chunk.numel()
+        seeds_t = torch.tensor(seeds, dtype=torch.long)
+        label[seeds_t] = parts[:seeds_t.numel()]
+        size.add_(torch.bincount(parts[:seeds_t.numel()], minlength=P))
+        return seeds_t
+
+    frontier = restart(torch.arange(P))
+    burst, stuck_before = torch.ones(P, dtype=torch.long), torch.zeros(P, dtype=torch.bool)
+    rounds = 0
+    while frontier.numel() and (max_rounds is None or rounds < max_rounds):
+        rounds += 1
+        counts = ptr[frontier + 1] - ptr[frontier]
+        total = int(counts.sum())
+        starts = torch.repeat_interleave(ptr[frontier], counts)
+        offs = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        c = nbr[starts + offs].long()  # neighbours of the frontier
+        lab = torch.repeat_interleave(label[frontier], counts)
+        m = (label[c] < 0) & (size[lab] < cap)
+        c, lab = c[m], lab[m]
         perm = torch.randperm(c.numel(), generator=gen)  # random winner among proposals
         c, lab = c[perm], lab[perm]
         c_sorted, idx = torch.sort(c, stable=True)
@@ -66,17 +108,43 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
         rank = torch.arange(lab_sorted.numel()) - (torch.cumsum(counts, 0) - counts)[lab_sorted]
         ok = rank < (cap - size)[lab_sorted]
         c, lab = c[idx[ok]], lab_sorted[ok]
-        label[c] = lab.to(torch.int32)
+        label[c] = lab
         size += torch.bincount(lab, minlength=P)
-        if c.numel() < min(grown, max(1, N // 1000)):  # the frontier stalls against full parts
-            break
-        grown = c.numel()
+        stuck = ((size < cap) & (torch.bincount(lab, minlength=P) == 0)).nonzero().view(-1)
+        frontier = c
+        was = torch.zeros(P, dtype=torch.bool)
+        was[stuck] = True
+        burst = torch.where(was & stuck_before, burst * 2, torch.ones_like(burst))
+        stuck_before = was
+        if stuck.numel() and pos < pool.numel():  # parts that stopped growing start again elsewhere;
+            # a part stuck again right after a restart doubles its number of new starts (only
+            # scattered leftovers remain: few rounds instead of one per leftover node)
+            again = torch.repeat_interleave(stuck, torch.minimum(burst[stuck], cap - size[stuck]))
+            frontier = torch.cat([frontier, restart(again[torch.randperm(again.numel(), generator=gen)])])
     rest = (label < 0).nonzero().view(-1)
-    if rest.numel():  # fill the remaining room at random
+    if rest.numel():  # rounds ran out: fill the remaining room at random
         slots = torch.repeat_interleave(torch.arange(P), (cap - size).clamp(min=0))
         slots = slots[torch.randperm(slots.numel(), generator=gen)[:rest.numel()]]
-        label[rest] = slots.to(torch.int32)
-    return label.long()
+        label[rest] = slots
+    return label
+
+
+def _count(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, Tensor)) or int(value) != value or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _check_edges(edge_index: Tensor, num_nodes: int) -> None:
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError("edge_index must be a (2, E) tensor, got "
+                         f"{tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__}")
+    if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
+    if edge_index.numel():
+        lo, hi = torch.aminmax(edge_index)
+        if int(lo) < 0 or int(hi) >= num_nodes:
+            raise ValueError(f"edge_index holds node ids in [{int(lo)}, {int(hi)}], outside [0, {num_nodes})")
 
 
 class PartitionBatches:
@@ -89,16 +157,24 @@ class PartitionBatches:
         shuffle (bool, default False): draw new random groups every iteration (training),
             from the global torch RNG so that a resumed run continues identically.
 
-    Yields ``Data(x, edge_index, y, train_mask, val_mask, test_mask[, pe], n_id, key)``
-    with ``n_id`` the global ids of the batch's nodes and ``key`` the tuple of its parts.
+    Yields ``Data(x, edge_index[, edge_attr], y, train_mask, val_mask, test_mask[, pe], n_id,
+    key)`` with ``n_id`` the global ids of the batch's nodes and ``key`` the tuple of its
+    parts; ``edge_attr`` (one row per edge) is cut out with its edges.
     """
 
     node_keys: Sequence[str] = ("x", "y", "train_mask", "val_mask", "test_mask", "pe", "lap_pe")
 
     def __init__(self, data: Data, part: Tensor, parts_per_batch: int = 1, shuffle: bool = False):
         N = data.num_nodes
-        if part.shape != (N,):
-            raise ValueError(f"part must have shape ({N},), got {tuple(part.shape)}")
+        if not isinstance(part, Tensor) or part.shape != (N,) or part.is_floating_point() or part.dtype == torch.bool:
+            raise ValueError(f"part must be an integer tensor of shape ({N},), got "
+                             f"{tuple(part.shape) if isinstance(part, Tensor) else type(part).__name__}"
+                             f"{' ' + str(part.dtype) if isinstance(part, Tensor) else ''}")
+        if N and int(part.min()) < 0:
+            raise ValueError(f"part holds a negative part id ({int(part.min())})")
+        _count("parts_per_batch", parts_per_batch, 1)
+        _check_edges(data.edge_index, N)
+        part = part.long()
         self.data, self.shuffle = data, shuffle
         self.num_parts = int(part.max()) + 1 if N else 0
         self.parts_per_batch = max(1, min(int(parts_per_batch), self.num_parts))
@@ -113,6 +189,8 @@ class PartitionBatches:
             torch.bincount(src_part, minlength=self.num_parts), 0)])
         del src_part
         self.row, self.col = row[order].to(torch.int32), col[order].to(torch.int32)  # (E,) each
+        ea = getattr(data, "edge_attr", None)  # edge features follow their edges into the batches
+        self.edge_attr = ea[order] if isinstance(ea, Tensor) and ea.size(0) == row.numel() else None
         del order
         self._local = torch.full((N,), -1, dtype=torch.int64)  # global -> batch-local id
         self._in = torch.zeros(self.num_parts, dtype=torch.bool)
@@ -134,6 +212,8 @@ class PartitionBatches:
         n_id = torch.cat([self.nodes_by_part[self.node_ptr[p]:self.node_ptr[p + 1]] for p in parts.tolist()])
         rows = torch.cat([self.row[self.edge_ptr[p]:self.edge_ptr[p + 1]] for p in parts.tolist()])
         cols = torch.cat([self.col[self.edge_ptr[p]:self.edge_ptr[p + 1]] for p in parts.tolist()])
+        attr = None if self.edge_attr is None else torch.cat(
+            [self.edge_attr[self.edge_ptr[p]:self.edge_ptr[p + 1]] for p in parts.tolist()])
         self._in[parts] = True
         keep = self._in[self.part[cols.long()].long()]
         self._in[parts] = False
@@ -141,6 +221,8 @@ class PartitionBatches:
         edge_index = torch.stack([self._local[rows[keep].long()], self._local[cols[keep].long()]])  # (2, E_b)
         self._local[n_id] = -1
         out = Data(edge_index=edge_index, num_nodes=n_id.numel(), n_id=n_id)
+        if attr is not None:
+            out.edge_attr = attr[keep]
         for k in self.node_keys:
             v = getattr(self.data, k, None)
             if isinstance(v, Tensor) and v.size(0) == self.data.num_nodes:
@@ -157,16 +239,33 @@ class PartitionBatches:
 def default_partitioning(num_nodes: int, batch_nodes: int = 50_000, parts_per_batch: int = 4
                          ) -> Tuple[int, int]:
     """(P, q): about ``batch_nodes`` nodes per mini-batch, at least 2 mini-batches."""
-    q = parts_per_batch
-    P = max(2 * q, math.ceil(q * num_nodes / batch_nodes))
+    q = _count("parts_per_batch", parts_per_batch, 1)
+    P = max(2 * q, math.ceil(q * num_nodes / _count("batch_nodes", batch_nodes, 1)))
     return min(P, max(1, num_nodes)), q
 
 
 def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_parts: Optional[int] = None,
                  parts_per_batch: Optional[int] = None, batch_nodes: int = 50_000, method: str = "bfs"):
-    """``(loaders, forward)`` for :func:`graphattn.train.fit` in mini-batch mode."""
-    from .social_node import EvalCache, _call, node_inputs
+    """``(loaders, forward)`` for :func:`graphattn.train.fit` in mini-batch mode.
 
+    Args:
+        data: the whole graph (``x``, ``edge_index``, ``y``, ``train/val/test_mask``, optional
+            ``pe``, ``edge_attr``).
+        model_spec: the model recipe (:func:`graphattn.social_node.node_model_spec`).
+        seed: seed of the partition.
+        num_parts, parts_per_batch: P parts, q per mini-batch (default: about
+            ``batch_nodes`` nodes per mini-batch, q = 4; :func:`default_partitioning`).
+        batch_nodes (int, default 50,000): target mini-batch size when P is not given.
+        method: ``"bfs"`` or ``"random"`` (:func:`partition_nodes`).
+
+    Returns ``({"train", "val", "test"}: PartitionBatches, forward)``; training batches are
+    re-drawn groups of parts, evaluation covers every node once.
+    """
+    from .social_node import EvalCache, _run, node_inputs
+
+    for name, v in (("num_parts", num_parts), ("parts_per_batch", parts_per_batch)):
+        if v is not None:
+            _count(name, v, 1)
     P, q = default_partitioning(data.num_nodes, batch_nodes)
     P, q = num_parts or P, parts_per_batch or q
     part = partition_nodes(data.edge_index, data.num_nodes, P, method=method, seed=seed)
@@ -179,7 +278,7 @@ def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_part
 
     def forward(model, batch, split):
         inp = node_inputs(batch)
-        logits = cache(model, batch.key, lambda: _call(model, model_spec, inp["x"], inp["edge_index"], inp["pe"]))
+        logits = cache(model, batch.key, lambda: _run(model, model_spec, inp))
         mask = batch[f"{split}_mask"]
         return logits[mask], batch.y[mask]
 
@@ -200,16 +299,31 @@ def sbm_graph(num_nodes: int, num_edges: int, num_blocks: int = 10, p_in: float 
     per block plus Gaussian noise of std ``noise`` (weak alone, so the graph matters).
     Masks: random 60/20/20. Peak memory ≈ 40 bytes per undirected edge.
     """
+    N, B = _count("num_nodes", num_nodes, 2), _count("num_blocks", num_blocks, 1)
+    num_edges, chunk = _count("num_edges", num_edges, 0), _count("chunk", chunk, 1)
+    _count("num_features", num_features, 1)
+    if B > N:
+        raise ValueError(f"num_blocks ({B}) must be <= num_nodes ({N})")
+    for name, v, ok, what in (("p_in", p_in, lambda v: 0 <= v <= 1, "in [0, 1]"),
+                              ("noise", noise, lambda v: v >= 0, ">= 0"), ("power", power, lambda v: v > 1, "> 1")):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and ok(v)):
+            raise ValueError(f"{name} must be a finite number {what}, got {v!r}")
+    sizes = torch.bincount(torch.arange(N) * B // N, minlength=B)
+    inside = int((sizes * (sizes - 1) // 2).sum())
+    most = inside if p_in == 1 else N * (N - 1) // 2  # distinct undirected pairs that can be drawn
+    if num_edges > most:
+        raise ValueError(f"num_edges ({num_edges:,}) exceeds the {most:,} distinct node pairs this graph can "
+                         f"have ({N:,} nodes{', edges inside blocks only (p_in = 1)' if p_in == 1 else ''})")
     gen = torch.Generator().manual_seed(int(seed))
-    N, B = int(num_nodes), int(num_blocks)
     y = torch.arange(N) * B // N  # (N,) contiguous blocks
     theta = (1.0 - torch.rand(N, generator=gen, dtype=torch.float64)).pow(-1.0 / (power - 1.0)).clamp(max=1e3)
     cum = torch.cumsum(theta, 0)  # (N,) float64
     starts = torch.searchsorted(y, torch.arange(B))  # first node of every block
     base = torch.where(starts > 0, cum[(starts - 1).clamp(min=0)], torch.zeros(B, dtype=torch.float64))
     mass = cum[torch.cat([starts[1:], torch.tensor([N])]) - 1] - base
-    keys = torch.zeros(0, dtype=torch.long)
+    keys, idle = torch.zeros(0, dtype=torch.long), 0
     while keys.numel() < num_edges:
+        before = keys.numel()
         m = min(chunk, int(1.1 * (num_edges - keys.numel())) + 1000)
         s = torch.searchsorted(cum, torch.rand(m, generator=gen, dtype=torch.float64) * cum[-1]).clamp(max=N - 1)
         u = torch.rand(m, generator=gen, dtype=torch.float64)
@@ -221,6 +335,10 @@ def sbm_graph(num_nodes: int, num_edges: int, num_blocks: int = 10, p_in: float 
         lo, hi = torch.minimum(s[ok], d[ok]), torch.maximum(s[ok], d[ok])
         keys = torch.unique(torch.cat([keys, lo * N + hi]))
         del s, u, inside, b, target, d, ok, lo, hi
+        idle = idle + 1 if keys.numel() == before else 0
+        if idle >= 100:  # nearly every pair is taken and the heavy-tailed draws keep hitting them
+            raise RuntimeError(f"sbm_graph: stuck at {keys.numel():,} of {num_edges:,} distinct edges; "
+                               "ask for fewer edges (or a larger power: a flatter degree distribution)")
     keys = keys[torch.randperm(keys.numel(), generator=gen)[:num_edges]]
     row, col = keys // N, keys % N
     del keys

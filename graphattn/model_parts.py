@@ -141,6 +141,10 @@ class GraphFeatureNorm(nn.Module):
         if features.dim() != 2 or features.size(1) != self.dim or features.size(0) == 0:
             raise ValueError(f"fit needs graph features of shape (M >= 1, {self.dim}), got {tuple(features.shape)}")
         f = features.to(self.mean.device, torch.float64)
+        if not torch.isfinite(f).all():
+            bad = (~torch.isfinite(f)).any(0).nonzero().view(-1).tolist()
+            raise ValueError(f"fit: graph features contain NaN or infinite values (columns {bad[:10]}"
+                             f"{', ...' if len(bad) > 10 else ''})")
         std = f.std(0, unbiased=False) if f.size(0) > 1 else torch.zeros_like(f[0])
         self.mean.copy_(f.mean(0))
         self.std.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))

@@ -106,6 +106,9 @@ class GraphTransformer(nn.Module):
         if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)
         h = self.node_encoder(x)
+        if self.pe_encoder is None and pe is not None:
+            raise ValueError(f"pe of shape {tuple(pe.shape)} was given, but the model was built with pe_dim=0: "
+                             "build it with pe_dim=K (or pass pe=None)")
         if self.pe_encoder is not None:
             if pe is None:
                 raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
@@ -130,8 +133,9 @@ class GraphTransformer(nn.Module):
                 edge_attr = self.edge_encoder(codes)  # (U, C)
             else:
                 edge_attr = self.edge_encoder(edge_attr)  # (E, C)
-        elif edge_attr is not None:
-            edge_attr = None  # the model does not use edge features (build it with edge_dim=D)
+        elif edge_attr is not None:  # silently dropping them would train without the user's edge features
+            raise ValueError(f"edge_attr of shape {tuple(edge_attr.shape)} was given, but the model has no edge "
+                             "encoder: build it with edge_dim=D (or pass edge_attr=None)")
         N, E = h.size(0), edge_index.size(1)
         if self.tokens is not None:
             tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index,

@@ -111,8 +111,10 @@ class NodeClassifier(nn.Module):
         ``(E' + N,)``; cached per edge_index tensor (the CSR of the attention is too), keyed
         like the CSR cache on identity, data pointer, in-place version counter, shape and N,
         so an in-place edit of ``edge_index`` rebuilds it. Inference-mode tensors have no
-        version counter and are never cached."""
-        if edge_index.is_inference():
+        version counter and are never cached, nor is anything under inference mode or torch.compile."""
+        # not cached: inference tensors (no version counter), anything built under
+        # inference_mode (it could not be saved for a later backward), and under torch.compile
+        if edge_index.is_inference() or torch.is_inference_mode_enabled() or torch.compiler.is_compiling():
             return gcn_normalized_graph(edge_index, N)
         key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), int(N))
         c = self._graph_cache

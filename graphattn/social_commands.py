@@ -184,5 +184,7 @@ def explain(args) -> int:
                               hops=args.hops)
     print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
           f"{info['nodes']} nodes / {info['edges']} edges drawn; "
-          f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f}). Wrote {out}")
+          + (f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f})"
+             if info["top_source"] is not None else "no neighbours to attend to (isolated node)")
+          + f". Wrote {out}")
     return 0

@@ -175,7 +175,7 @@ def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
 
 def node_inputs(data) -> Dict[str, Tensor]:
     pe = getattr(data, "pe", None) if getattr(data, "pe", None) is not None else getattr(data, "lap_pe", None)
-    return {"x": data.x, "edge_index": data.edge_index, "pe": pe}
+    return {"x": data.x, "edge_index": data.edge_index, "pe": pe, "edge_attr": getattr(data, "edge_attr", None)}
 
 
 # ----------------------------------------------------------------------------- models
@@ -220,11 +220,19 @@ def _consistency(hp: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
-          pe: Optional[Tensor]) -> Tensor:
+          pe: Optional[Tensor], edge_attr: Optional[Tensor] = None) -> Tensor:
     if spec["class"] == "ConvBaseline":
         return model(x, edge_index)
     x = F.dropout(x, spec.get("input_dropout", 0.0), model.training)
-    return model(x, edge_index, pe=pe if spec["kwargs"].get("pe_dim") else None)
+    kw = spec["kwargs"]  # PE and edge features only reach a model built for them
+    return model(x, edge_index, edge_attr if kw.get("edge_dim") else None, pe=pe if kw.get("pe_dim") else None)
+
+
+
+def _run(model: nn.Module, spec: Dict[str, Any], inp: Dict[str, Optional[Tensor]],
+         x: Optional[Tensor] = None) -> Tensor:
+    """:func:`_call` on the inputs of :func:`node_inputs` (``x`` replaces theirs when given)."""
+    return _call(model, spec, inp["x"] if x is None else x, inp["edge_index"], inp["pe"], inp["edge_attr"])
 
 
 class EvalCache:
@@ -277,13 +285,13 @@ def node_forward(spec: Dict[str, Any]):
         inp = node_inputs(data)
         mask = data[f"{split}_mask"]
         if not model.training:
-            logits = cache(model, id(data), lambda: _call(model, spec, inp["x"], inp["edge_index"], inp["pe"]))
+            logits = cache(model, id(data), lambda: _run(model, spec, inp))
             return logits[mask], data.y[mask]
         cons = spec.get("consistency") or {}
         outs, ys, every = [], [], []
         for _ in range(max(int(cons.get("samples", 1)), 1)):  # S passes, each with its own dropout
             x, m = masked_label_input(inp["x"], data) if spec.get("label_input") else (inp["x"], mask)
-            logits = _call(model, spec, x, inp["edge_index"], inp["pe"])
+            logits = _run(model, spec, inp, x)
             outs.append(logits[m]), ys.append(data.y[m]), every.append(logits)
         if len(every) == 1:
             return outs[0], ys[0]
@@ -299,7 +307,7 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     """Eval-mode logits of every node of the whole graph (no autograd graph is kept)."""
     model.eval()
     inp = node_inputs(data)
-    return _call(model, spec, inp["x"], inp["edge_index"], inp["pe"])
+    return _run(model, spec, inp)
 
 
 

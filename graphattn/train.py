@@ -49,12 +49,14 @@ def _check_kind(kind: str) -> None:
 
 
 def task_loss(kind: str, logits: Tensor, y: Tensor, pos_weight: Optional[Tensor] = None) -> Tensor:
-    """binary: masked multi-task BCE (NaN labels ignored); multiclass: CE; regression: MSE (NaN ignored)."""
+    """binary: masked multi-task BCE (NaN labels ignored); multiclass: CE; regression: MSE (NaN
+    ignored). No labels at all give a zero loss (with a graph, so every rank still steps alike)."""
     _check_kind(kind)
     if kind == "binary":
         return masked_bce_with_logits(logits, y.view_as(logits).to(logits.dtype), pos_weight)
-    if kind == "multiclass":
-        return F.cross_entropy(logits, y.long().view(-1))
+    if kind == "multiclass":  # a batch without labelled nodes (mini-batch partitions): zero loss
+        y = y.long().view(-1)
+        return F.cross_entropy(logits, y) if y.numel() else logits.sum() * 0.0
     y = y.view_as(logits).to(logits.dtype)
     mask = ~torch.isnan(y)
     return F.mse_loss(logits[mask], y[mask]) if bool(mask.any()) else logits.sum() * 0.0

@@ -60,6 +60,9 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
     """
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
+    if edge_index.layout != torch.strided:
+        raise TypeError(f"{name} is a sparse {edge_index.layout} tensor (an adjacency matrix?); pass the "
+                        f"(2, E) index tensor instead, e.g. adj.coalesce().indices()")
     if edge_index.dtype not in _INT_DTYPES:
         raise TypeError(f"{name} must have an integer dtype (torch.long), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
