@@ -157,10 +157,15 @@ def parse_args(argv=None):
     p.add_argument("--jobs", type=int, default=1,
                    help="cases run concurrently (>1 distorts timings; for smoke tests only)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "attention.json",
-                   help="JSON results (a CSV is written beside it)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON results (a CSV is written beside it); default benchmarks/results/attention.json, "
+                        "with --quick runs/bench_attention_quick.json (the committed results stay as they are)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = (Path("runs") / "bench_attention_quick.json" if args.quick
+                    else Path(__file__).resolve().parent / "results" / "attention.json")
+    return args
 
 
 def main(argv=None) -> int:

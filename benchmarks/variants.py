@@ -132,10 +132,13 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="tiny sizes, all cases in this process")
     p.add_argument("--merge", nargs="+", default=(), metavar="JSON",
                    help="earlier results of this script: their cases are kept unless re-run here")
-    p.add_argument("--out", default="benchmarks/results/variants.json")
+    p.add_argument("--out", default=None, help="default benchmarks/results/variants.json; with --quick "
+                                               "runs/bench_variants_quick.json (committed results untouched)")
     p.add_argument("--png", default=None, help="default: <out stem>.png")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.out is None:
+        a.out = "runs/bench_variants_quick.json" if a.quick else "benchmarks/results/variants.json"
     if a.quick:
         a.lengths, a.tokens, a.steps, a.acc_length, a.acc_steps, a.eval_seqs = [32, 64], 128, 1, 32, 3, 8
         a.eval_every, a.graph_epochs, a.sbm_nodes, a.sbm_edges = 2, 2, 1000, 5000

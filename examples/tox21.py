@@ -24,7 +24,8 @@ from graphattn import molecule_pipeline as mp
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=mp.SPLITS)
     p.add_argument("--models", nargs="+", default=["ours", "baseline"], choices=["ours", "baseline"])

@@ -148,6 +148,20 @@ def _json_safe(obj):
 
 
 def write_metrics(path, summary: Dict[str, Any]) -> None:
-    """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(_json_safe(summary), indent=2, allow_nan=False))
+    """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split), written
+    atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only."""
+    from .distributed import is_main
+
+    if not is_main():
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -24,7 +24,11 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-decay", type=float, default=None, help="L2 weight decay (default: per dataset)")
     g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and random splits "
+                                                      "(default 0)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's; small molecules and graphs are often "
+                        "fastest with 1 on a busy machine)")
     g.add_argument("--out", default=None, help="output folder (metrics.json, best.pt, last.pt)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -35,8 +39,8 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
-    m.add_argument("--heads", type=int, default=4)
-    m.add_argument("--dropout", type=float, default=None)
+    m.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    m.add_argument("--dropout", type=float, default=None, help="dropout (default: per dataset)")
     m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
     m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
     m.add_argument("--readout", default=None, choices=["mean", "sum", "max", "token"],
@@ -45,7 +49,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
 
 
 _AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
-             "folds": 2, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
+             "folds": 2, "threads": 1, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
              "consistency": 0, "consistency_weight": 0}
 _FRACTIONS = ("dropout", "attn_dropout", "input_dropout", "propagation_dropout")
 
@@ -121,8 +125,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .train import CheckpointError
 
     if args.command == "train":
+        from .cli_options import given_options
+
+        args.given_options = given_options(args, build_parser().parse_args(["train"]))
         try:
             check_train_numbers(args)
+            if args.threads is not None:
+                import torch
+
+                torch.set_num_threads(args.threads)
         except ValueError as exc:
             print(f"graphattn train: {exc}", file=sys.stderr)
             return 2
@@ -143,7 +154,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"graphattn train: {exc}", file=sys.stderr)
             return 2
         known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)
-        print(f"graphattn train: unknown dataset {args.dataset!r}; choose one of {', '.join(known)} "
+        what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
+        print(f"graphattn train: {what}; choose one of {', '.join(known)} "
               "or give --csv FILE, --edges E --target T, or --tu-text FILE", file=sys.stderr)
         return 2
     if args.command == "bench":

@@ -62,11 +62,13 @@ def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[s
 
 
 def _inputs(args, command: str) -> List[str]:
+    if args.smiles and args.csv:
+        raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
     if args.smiles:
         return list(args.smiles)
     if args.csv:
         return _read_smiles_csv(args.csv, args.smiles_col)
-    raise ValueError(f"{command}: give --smiles SMILES [...] or --csv FILE")
+    raise ValueError("give --smiles SMILES [...] or --csv FILE")
 
 
 # ----------------------------------------------------------------------------- evaluate / predict / explain
@@ -194,7 +196,8 @@ def explain(args) -> int:
     """Draw each molecule with atoms and bonds coloured by attention rollout
     (:func:`graphattn.viz.molecule_attention`) and the per-task probabilities as caption, to
     --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
-    molecules ``<stem>_<i>.png``)."""
+    molecules ``<stem>_<i>.png``). An invalid SMILES is reported on stderr and skipped; the
+    exit status is 2 only when no molecule could be drawn."""
     from .viz import draw_molecule_attention, molecule_attention
 
     try:
@@ -202,17 +205,21 @@ def explain(args) -> int:
         smiles = _inputs(args, "explain")
     except (ValueError, RuntimeError, OSError) as exc:
         return _err("explain", str(exc))
+    social = [f for f, v in (("--node", getattr(args, "node", None) is not None),
+                             ("--hops", getattr(args, "hops", 1) != 1)) if v]
+    if social:
+        return _err("explain", f"{', '.join(social)}: for social-network checkpoints (a node's ego-graph); "
+                               "a molecule checkpoint explains --smiles / --csv")
     if meta["model"]["class"] != "GraphClassifier":
         return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
     if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
         return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
     out = _out_path(args.out or "explain.png", "explain.png")
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
-    status = 0
+    drawn = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):
-        if isinstance(g, str):
-            print(f"graphattn explain: {s!r}: {g}", file=sys.stderr)
-            status = 1
+        if isinstance(g, str):  # reported per input, like predict's error column; the others are drawn
+            print(f"graphattn explain: input {i + 1} {s!r}: {g}", file=sys.stderr)
             continue
         path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix or '.png'}")
         prob, scores = molecule_attention(model, g)
@@ -222,4 +229,5 @@ def explain(args) -> int:
         draw_molecule_attention(s, scores, path, legend=legend)
         top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), meta["task_names"]), reverse=True)[:3])
         print(f"{s}: highest probabilities {top}; most attended atom #{int(scores.argmax())}. Wrote {path}")
-    return status
+        drawn += 1
+    return 0 if drawn else 2  # nothing drawn: every input was invalid

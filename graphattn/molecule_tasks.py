@@ -17,9 +17,10 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict
 
-from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, descriptor_set, load_dataset, model_spec, run_ensemble,
+from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, build_model, descriptor_set, load_dataset, model_spec, run_ensemble,
                                 split_indices)
 
+from .cli_options import check_applicable
 from .molecule_commands import _err, evaluate, explain, predict
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
@@ -98,6 +99,10 @@ def train(args) -> int:
     if social:  # parsed for the social tasks: refuse rather than silently ignore them
         return _err("train", f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
                              "option(s), not used for molecules")
+    try:
+        check_applicable(args, "molecule", baseline)
+    except ValueError as exc:
+        return _err("train", str(exc))
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
         return _err("train", "--readout token needs --global-tokens >= 1")
     ensemble = 1 if args.ensemble is None else args.ensemble
@@ -116,6 +121,10 @@ def train(args) -> int:
         return _err("train", str(exc))
     tasks = list(ds.task_names) if args.tasks else None
     spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
+    try:  # option clashes (e.g. --hidden not divisible by --heads) are input errors, not tracebacks
+        build_model(spec)
+    except ValueError as exc:
+        return _err("train", str(exc))
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,

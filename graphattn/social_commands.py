@@ -183,7 +183,10 @@ def explain(args) -> int:
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
                               hops=args.hops)
     print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
-          f"{info['nodes']} nodes / {info['edges']} edges drawn; "
+          f"{info['nodes']} nodes / {info['edges']} edges drawn"
+          + (f" (of the {info['ego_nodes']} nodes within {args.hops} hops)"
+             if info["ego_nodes"] > info["nodes"] else "")
+          + "; "
           + (f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f})"
              if info["top_source"] is not None else "no neighbours to attend to (isolated node)")
           + f". Wrote {out}")

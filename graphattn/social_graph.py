@@ -233,7 +233,8 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     from .social_tasks import _out_dir, _threads_for
     from .train import write_metrics
 
-    _threads_for(sum(g.edge_index.size(1) for g in graphs[:64]) // max(1, min(len(graphs), 64)) * args.batch_size)
+    _threads_for(sum(g.edge_index.size(1) for g in graphs[:64]) // max(1, min(len(graphs), 64)) * args.batch_size,
+                 args)
     names = [str(v) for v in graphs.label_values]
     model_spec = graph_model_spec(args.baseline, graphs[0].num_features, len(names), hp)
     out = _out_dir(args, spec["display"] + (f"-{args.folds}fold" if args.folds else ""))

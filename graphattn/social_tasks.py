@@ -21,6 +21,7 @@ import torch
 
 from . import social_node as sn
 from .social_commands import _message, _node_accuracy, build_model, evaluate, explain, predict
+from .cli_options import check_applicable
 from .social_graph import GRAPH_DATASETS
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
@@ -120,10 +121,11 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     return hp
 
 
-def _threads_for(num_edges: int) -> None:
+def _threads_for(num_edges: int, args=None) -> None:
     """One intra-op thread for small graphs: thread start-up costs more than the work (and
-    on a busy machine several threads per process make a 34-node epoch 50x slower)."""
-    if num_edges < 20_000:
+    on a busy machine several threads per process make a 34-node epoch 50x slower); an
+    explicit ``--threads`` wins."""
+    if getattr(args, "threads", None) is None and num_edges < 20_000:
         torch.set_num_threads(1)
 
 
@@ -162,10 +164,15 @@ def train(args) -> int:
                 raise ValueError("--mini-batch is for node classification on one large graph")
             from .social_graph import prepare_graph
 
+            check_applicable(args, "graph", args.baseline or "none")
             job = prepare_graph(args, name)
         else:
             if args.folds:
                 raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
+            if getattr(args, "distributed", False) and not args.mini_batch:
+                raise ValueError("--distributed needs batches to share between the ranks: a full-batch node "
+                                 "set is one batch; add --mini-batch (partition mini-batches)")
+            check_applicable(args, "node", args.baseline or "none")
             job = _prepare_node(args, data_spec(args, None if args.edges else name))
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
         hint = " (on the command line: --target-col NAME)" if "target_col" in _message(exc) else ""
@@ -220,7 +227,7 @@ def _prepare_node(args, spec: Dict[str, Any]):
 def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     from .train import fit, set_seed
 
-    _threads_for(data.edge_index.size(1))
+    _threads_for(data.edge_index.size(1), args)
     set_seed(args.seed)
     model_spec = sn.node_model_spec(args.baseline, data, hp)
     model = build_model(model_spec)

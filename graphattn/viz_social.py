@@ -59,9 +59,18 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     subset, _, _, mask = k_hop_subgraph(node, hops, edge_index, relabel_nodes=False,
                                         num_nodes=data.num_nodes)
     into = edge_index[1] == node
-    if subset.numel() > max_nodes:  # keep the neighbours the centre attends to most
+    total = int(subset.numel())
+    if total > max_nodes:  # the centre, the neighbours it attends to most, then hop by hop
         order = torch.argsort(alpha[into], descending=True)
-        keep = torch.unique(torch.cat([torch.tensor([node]), edge_index[0, into][order][:max_nodes - 1]]))
+        keep = [node] + [int(j) for j in edge_index[0, into][order].tolist() if int(j) != node]
+        keep = list(dict.fromkeys(keep))[:max_nodes]
+        for h in range(2, hops + 1):
+            if len(keep) >= max_nodes:
+                break
+            ring, _, _, _ = k_hop_subgraph(node, h, edge_index, num_nodes=data.num_nodes)
+            seen = set(keep)
+            keep += [int(v) for v in ring.tolist() if int(v) not in seen][:max_nodes - len(keep)]
+        keep = torch.tensor(sorted(keep))
         mask = torch.isin(edge_index[0], keep) & torch.isin(edge_index[1], keep)
         subset = keep
     ei, a = edge_index[:, mask], alpha[mask]
@@ -98,7 +107,10 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     label = label if label is not None and label >= 0 else None  # -1: unlabelled node
     ax.set_title(f"node {name(node)}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
                  + (f", label {class_names[label]}" if label is not None else "")
-                 + f"\n{hops}-hop ego-graph; arrows j→{name(node)} coloured by how much {name(node)} attends to j",
+                 + f"\n{hops}-hop ego-graph"
+                 + (f" ({subset.numel()} of its {total} nodes: the most attended first)"
+                    if total > subset.numel() else "")
+                 + f"; arrows j→{name(node)} coloured by how much {name(node)} attends to j",
                  fontsize=10)
     ax.axis("off")
     out = Path(out)
@@ -107,7 +119,7 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     plt.close(fig)
     src, w = edge_index[0, into], alpha[into]
     top = int(torch.argmax(w)) if w.numel() else None
-    return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(),
+    return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "ego_nodes": total,
             "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
             "label": class_names[label] if label is not None else None,
             "top_source": int(name(int(src[top]))) if top is not None else None,

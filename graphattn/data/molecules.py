@@ -84,6 +84,10 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
                         f"{path}: row {start} has {len(fields)} fields but the header "
                         f"has {len(header)}; the file is truncated or malformed")
                 rows.append((start, fields))
+    except FileNotFoundError as exc:
+        raise DataFileError(f"{path}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise DataFileError(f"{path} is a folder, not a CSV file") from exc
     except (OSError, EOFError, UnicodeDecodeError, csv.Error, gzip.BadGzipFile) as exc:
         raise DataFileError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc}); "
                             "the file is truncated or corrupt") from exc

@@ -1,0 +1,65 @@
+"""Which ``graphattn train`` options apply to which task, so that an option that would be
+silently ignored is refused instead (one table for the molecule and the social pipelines).
+
+``graphattn.cli.main`` records the options the user actually gave (``args.given_options``:
+every destination whose value differs from the parser's default); each pipeline calls
+:func:`check_applicable` once it knows what it trains. Without that record (``train``
+called directly with a namespace) nothing is checked.
+"""
+from __future__ import annotations
+
+from typing import Dict, FrozenSet, Iterable
+
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options"]
+
+#: option destinations by the task they belong to (and the name used in the error message)
+GROUPS: Dict[str, FrozenSet[str]] = {
+    "molecule": frozenset({"csv", "smiles_col", "tasks", "split", "pos_weight", "descriptors", "ensemble"}),
+    "--edges input": frozenset({"edges", "target", "features", "target_col"}),
+    "graph-set": frozenset({"tu_text", "folds"}),
+    "node-classification": frozenset({
+        "mini_batch", "attn_dropout", "input_dropout", "propagation", "propagation_alpha", "propagation_learned",
+        "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops", "label_input", "consistency",
+        "consistency_weight", "consistency_temperature"}),
+    "graph-level": frozenset({"readout", "local_mpnn", "batch_size", "limit"}),
+}
+#: the groups each task reads
+APPLIES = {"molecule": ("molecule", "graph-level"), "node": ("--edges input", "node-classification"),
+           "graph": ("graph-set", "graph-level")}
+#: options that shape only our model, per task (a --baseline model does not read them)
+OURS_ONLY = {
+    "molecule": frozenset({"global_tokens", "pe_dim", "local_mpnn", "readout"}),
+    "node": frozenset({"global_tokens", "pe_dim", "attn_dropout", "input_dropout", "propagation",
+                       "propagation_alpha", "propagation_learned", "propagation_dropout", "gcn_weight",
+                       "gcn_layers", "self_loops"}),
+    "graph": frozenset({"global_tokens", "pe_dim", "local_mpnn"}),
+}
+_TASK_NAMES = {"molecule": "molecules", "node": "node classification", "graph": "graph sets"}
+
+
+def given_options(args, defaults) -> FrozenSet[str]:
+    """Destinations of ``args`` whose value differs from ``defaults`` (a namespace or dict)."""
+    base = vars(defaults) if not isinstance(defaults, dict) else defaults
+    return frozenset(k for k, v in vars(args).items() if k in base and base[k] != v)
+
+
+def _flags(names: Iterable[str]) -> str:
+    return ", ".join(f"--{n.replace('_', '-')}" for n in sorted(names))
+
+
+def check_applicable(args, task: str, baseline: str = "none") -> None:
+    """ValueError naming every given option that ``task`` (``"molecule"``, ``"node"`` or
+    ``"graph"``) would not read, and with ``baseline`` != ``"none"`` every option of our model."""
+    given = getattr(args, "given_options", None)
+    if given is None:
+        return
+    for group, names in GROUPS.items():
+        if group in APPLIES[task]:
+            continue
+        bad = given & names
+        if bad:
+            raise ValueError(f"{_flags(bad)}: {group} option(s), not used for {_TASK_NAMES[task]}")
+    if baseline and baseline != "none":
+        bad = given & OURS_ONLY[task]
+        if bad:
+            raise ValueError(f"{_flags(bad)}: option(s) of our model, not used by --baseline {baseline}")
