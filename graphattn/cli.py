@@ -7,6 +7,7 @@ the right one (by dataset name, by input-file option, or by the checkpoint's ``p
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import List, Optional
@@ -68,6 +69,9 @@ def check_train_numbers(args) -> None:
         val = getattr(args, name, None)
         if val is not None and not val > 0:
             raise ValueError(f"--lr must be > 0, got {val}")
+    val = getattr(args, "consistency_weight", None)
+    if val is not None and not math.isfinite(val):
+        raise ValueError(f"--consistency-weight must be a finite number >= 0, got {val}")
     val = getattr(args, "consistency_temperature", None)
     if val is not None and not 0.0 < val <= 1.0:
         raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")

@@ -16,6 +16,7 @@ the graph.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
@@ -33,10 +34,11 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
     (source -> target; PyG's undirected graphs hold both directions): each unassigned
     neighbour of a node added in the last round joins that node's part (a random one among
     several), while the part has room. A part that can grow no further (its component is
-    used up, or it is walled in) but still has room restarts from a random unassigned node
-    (from twice as many when the last restart grew nothing), so graphs made of many small
-    components keep their components whole. Work is ``O(E)``
-    over all rounds (each node's edges are expanded once), memory ``O(N + E)``.
+    used up, or it is walled in) but still has room restarts from random unassigned nodes
+    (up to 0.1 % of those left, shared by the stuck parts), so graphs made of many small
+    components keep their components whole. Every part gets at least one node (P <= N).
+    Work: ``O(E)`` for the growth (each node's edges are expanded once) plus ``O(P)`` per
+    round; memory ``O(N + E)``.
     ``"random"``: a seeded random balanced assignment.
 
     Args:
@@ -58,18 +60,18 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
     cap = -(-N // P) if N else 0
     if method == "random" or P == 1 or N == 0:
         return (torch.randperm(N, generator=gen) % P).long()
-    row, order = torch.sort(edge_index[0].long(), stable=True)
+    order = torch.argsort(edge_index[0], stable=True)
     nbr = edge_index[1][order].to(torch.int32)  # (E,) targets grouped by source (CSR)
     del order
     ptr = torch.zeros(N + 1, dtype=torch.long)
-    ptr[1:] = torch.cumsum(torch.bincount(row, minlength=N), 0)
-    del row
+    ptr[1:] = torch.cumsum(torch.bincount(edge_index[0].long(), minlength=N), 0)
     label = torch.full((N,), -1, dtype=torch.long)
     size = torch.zeros(P, dtype=torch.long)
-    # restart nodes are taken in this random order; nodes without out-edges grow nothing, so
-    # they are only reached from others or, at the end, fill the remaining room
+    # (re)start nodes are taken in this random order, nodes with out-edges first (the others
+    # grow nothing: they only seed a part when there are too few of the former)
     pool = torch.randperm(N, generator=gen)
-    pool, pos = pool[(ptr[pool + 1] > ptr[pool])], 0
+    grows = ptr[pool + 1] > ptr[pool]
+    pool, pos = torch.cat([pool[grows], pool[~grows]]), 0
 
     def restart(parts: Tensor) -> Tensor:  # one unassigned node for each entry of ``parts`` (while any)
         nonlocal pos
@@ -85,7 +87,6 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
         return seeds_t
 
     frontier = restart(torch.arange(P))
-    burst, stuck_before = torch.ones(P, dtype=torch.long), torch.zeros(P, dtype=torch.bool)
     rounds = 0
     while frontier.numel() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
@@ -112,14 +113,11 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
         size += torch.bincount(lab, minlength=P)
         stuck = ((size < cap) & (torch.bincount(lab, minlength=P) == 0)).nonzero().view(-1)
         frontier = c
-        was = torch.zeros(P, dtype=torch.bool)
-        was[stuck] = True
-        burst = torch.where(was & stuck_before, burst * 2, torch.ones_like(burst))
-        stuck_before = was
-        if stuck.numel() and pos < pool.numel():  # parts that stopped growing start again elsewhere;
-            # a part stuck again right after a restart doubles its number of new starts (only
-            # scattered leftovers remain: few rounds instead of one per leftover node)
-            again = torch.repeat_interleave(stuck, torch.minimum(burst[stuck], cap - size[stuck]))
+        if stuck.numel() and pos < pool.numel():  # parts that stopped growing start again elsewhere,
+            # from up to 0.1 % of the unassigned nodes between them (at least one each): graphs of
+            # many small components need few rounds, and seeds rarely share a component
+            per = max(1, (N - int(size.sum())) // 1000 // stuck.numel())
+            again = torch.repeat_interleave(stuck, (cap - size[stuck]).clamp(max=per))
             frontier = torch.cat([frontier, restart(again[torch.randperm(again.numel(), generator=gen)])])
     rest = (label < 0).nonzero().view(-1)
     if rest.numel():  # rounds ran out: fill the remaining room at random
@@ -130,9 +128,13 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
 
 
 def _count(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, Tensor)) or int(value) != value or value < low:
+    try:  # Python and numpy integers, 0-d integer tensors
+        v = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        v = None
+    if v is None or v < low:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return int(value)
+    return v
 
 
 def _check_edges(edge_index: Tensor, num_nodes: int) -> None:

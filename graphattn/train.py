@@ -204,7 +204,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     out_dir = Path(out_dir) if out_dir is not None else None
     if out_dir is not None and main and out_dir.is_dir():
-        for stale in out_dir.glob("*.pt.*.tmp"):  # left by a process killed while saving
+        for stale in [*out_dir.glob("*.pt.*.tmp"), *out_dir.glob("metrics.json.*.tmp")]:  # killed while saving
             stale.unlink(missing_ok=True)
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
     warned: set = set()

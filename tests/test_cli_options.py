@@ -90,13 +90,15 @@ def test_predict_and_explain_inputs(run, capsys, tmp_path):
 def test_threads_option_sets_torch_threads(run):
     n = torch.get_num_threads()
     try:
-        torch.set_num_threads(2)
-        parser_args = ["train", "karate", "--threads", "1", "--epochs", "1", "--no-progress"]
+        torch.set_num_threads(1)
+        # karate is small: without --threads the social path would pick 1 thread; an explicit value wins
+        parser_args = ["train", "karate", "--threads", "2", "--epochs", "1", "--no-progress"]
         assert cli.main([*parser_args, "--out", str(run[0].parent / "k")]) == 0
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(n)
     assert cli.main(["train", "karate", "--threads", "0"]) == 2
+    assert cli.main(["train", "karate", "--consistency", "2", "--consistency-weight", "nan"]) == 2
 
 
 def test_metrics_are_written_by_rank_zero_only(tmp_path, monkeypatch):

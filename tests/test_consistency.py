@@ -101,8 +101,15 @@ def test_fit_adds_the_auxiliary_loss_and_still_learns(one_thread):
     res = fit(model, {s: [data] for s in ("train", "val", "test")}, forward, kind="multiclass", epochs=40,
               lr=1e-2, progress=False, log=lambda s: None)
     assert len(seen) == 40 and all(v > 0 for v in seen)
-    assert res["history"][0]["loss"] > res["history"][-1]["loss"]  # the logged loss includes the term
+    assert res["history"][0]["loss"] > res["history"][-1]["loss"]
     assert res["train"]["accuracy"] > 0.8
+
+    def constant(m, batch, split):  # a fixed auxiliary term must show up in the optimised loss
+        out = sn.node_forward(mspec)(m, batch, split)
+        return (*out[:2], torch.tensor(5.0)) if len(out) == 3 else out
+
+    res = fit(model, {"train": [data]}, constant, kind="multiclass", epochs=1, progress=False, log=lambda s: None)
+    assert 5.0 < res["history"][0]["loss"] < 6.0
 
 
 def test_cli_round_trip_and_option_checks(tmp_path, capsys, monkeypatch):

@@ -76,6 +76,15 @@ def test_bfs_partitions_follow_paths_grids_and_small_components():
                                                                                        idx[1:].reshape(-1)])
     grid = _und(torch.cat([h, v], 1))
     assert _kept(grid, partition_nodes(grid, n * n, 8)) > 0.85
+    a = torch.arange(0, 20_000, 2)  # 10,000 separate pairs, few parts: whole pairs, few rounds
+    pairs = _und(torch.stack([a, a + 1]))
+    assert _kept(pairs, partition_nodes(pairs, 20_000, 4)) > 0.98
+    # every part gets a node even when few nodes have edges; numpy integers are accepted
+    import numpy as np
+
+    for seed in range(5):
+        sizes = torch.bincount(partition_nodes(torch.tensor([[0], [1]]), 21, np.int64(10), seed=seed), minlength=10)
+        assert int(sizes.min()) >= 1 and int(sizes.max()) <= 3
     # isolated nodes and an empty edge set: every node placed, sizes capped
     iso = partition_nodes(torch.zeros(2, 0, dtype=torch.long), 50, 4)
     assert iso.shape == (50,) and torch.bincount(iso).max() <= 13
