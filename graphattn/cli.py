@@ -122,8 +122,15 @@ def _pipeline_of(checkpoint: str) -> str:
     return meta["pipeline"]
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"graphattn: {category.__name__}: {message}\n"  # no echo of the source line that warned
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    import warnings
+
+    warnings.formatwarning = _one_line_warning
     from . import molecule_tasks, social_tasks
 
     from .train import CheckpointError
