@@ -22,7 +22,6 @@ def _err(command: str, msg: str) -> int:
     return 2
 
 
-
 def _read_smiles_csv(path, smiles_col: str) -> List[str]:
     """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do."""
     from .data.molecules import find_column, read_csv_table

@@ -22,7 +22,6 @@ def _message(exc: BaseException) -> str:
     return str(exc)
 
 
-
 def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
     """Rebuild a model from the ``meta["model"]`` of a checkpoint."""
     from .baselines import ConvBaseline

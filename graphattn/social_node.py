@@ -230,7 +230,6 @@ def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
     return model(x, edge_index, edge_attr if kw.get("edge_dim") else None, pe=pe if kw.get("pe_dim") else None)
 
 
-
 def _run(model: nn.Module, spec: Dict[str, Any], inp: Dict[str, Optional[Tensor]],
          x: Optional[Tensor] = None) -> Tensor:
     """:func:`_call` on the inputs of :func:`node_inputs` (``x`` replaces theirs when given)."""
@@ -310,7 +309,6 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     model.eval()
     inp = node_inputs(data)
     return _run(model, spec, inp)
-
 
 
 def __getattr__(name: str):
