@@ -24,15 +24,9 @@ from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 
 from .spectral import _component_eigs, _fix_sign
-from .validation import check_edge_index
+from .validation import check_edge_index, check_int as _check_int
 
 __all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "sinusoidal_pe", "sinusoidal_pe_2d"]
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_float_dtype(dtype) -> None:

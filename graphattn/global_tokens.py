@@ -1,14 +1,13 @@
 """Learnable global tokens: extra nodes that see, and are seen by, every node of their graph."""
 from __future__ import annotations
 
-from numbers import Integral
 from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from .padding import check_batch
-from .validation import check_edge_index, check_row_index, mark_index_checked
+from .validation import check_edge_index, check_int, check_row_index, mark_index_checked
 
 __all__ = ["GlobalTokens", "TokenGraph"]
 
@@ -70,9 +69,7 @@ class GlobalTokens(nn.Module):
 
     def __init__(self, channels: int, num_tokens: int = 1, edge_dim: Optional[int] = None):
         super().__init__()
-        for name, val in (("channels", channels), ("num_tokens", num_tokens)):
-            if isinstance(val, bool) or not isinstance(val, Integral) or val < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {val!r}")
+        channels, num_tokens = check_int("channels", channels, 1), check_int("num_tokens", num_tokens, 1)
         self.channels, self.num_tokens, self.edge_dim = channels, num_tokens, edge_dim
         self.tokens = nn.Parameter(torch.empty(num_tokens, channels))
         self.edge_emb = nn.Parameter(torch.empty(2, edge_dim)) if edge_dim is not None else None

@@ -16,12 +16,13 @@ the graph.
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+
+from .validation import check_edge_index, check_int
 
 __all__ = ["partition_nodes", "PartitionBatches", "node_loaders", "sbm_graph", "saved_tensor_bytes"]
 
@@ -51,10 +52,10 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
     """
     if method not in ("bfs", "random"):
         raise ValueError(f"method must be 'bfs' or 'random', got {method!r}")
-    N, P = _count("num_nodes", num_nodes, 0), _count("num_parts", num_parts, 1)
+    N, P = check_int("num_nodes", num_nodes, 0), check_int("num_parts", num_parts, 1)
     if max_rounds is not None:
-        _count("max_rounds", max_rounds, 0)
-    _check_edges(edge_index, N)
+        check_int("max_rounds", max_rounds, 0)
+    check_edge_index(edge_index, N)
     P = max(1, min(P, N))
     gen = torch.Generator().manual_seed(int(seed))
     cap = -(-N // P) if N else 0
@@ -127,28 +128,6 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
     return label
 
 
-def _count(name: str, value, low: int) -> int:
-    try:  # Python and numpy integers, 0-d integer tensors
-        v = operator.index(value) if not isinstance(value, bool) else None
-    except TypeError:
-        v = None
-    if v is None or v < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return v
-
-
-def _check_edges(edge_index: Tensor, num_nodes: int) -> None:
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError("edge_index must be a (2, E) tensor, got "
-                         f"{tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__}")
-    if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
-        raise ValueError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
-    if edge_index.numel():
-        lo, hi = torch.aminmax(edge_index)
-        if int(lo) < 0 or int(hi) >= num_nodes:
-            raise ValueError(f"edge_index holds node ids in [{int(lo)}, {int(hi)}], outside [0, {num_nodes})")
-
-
 class PartitionBatches:
     """Iterable of induced subgraphs, each the union of ``parts_per_batch`` parts.
 
@@ -174,8 +153,8 @@ class PartitionBatches:
                              f"{' ' + str(part.dtype) if isinstance(part, Tensor) else ''}")
         if N and int(part.min()) < 0:
             raise ValueError(f"part holds a negative part id ({int(part.min())})")
-        _count("parts_per_batch", parts_per_batch, 1)
-        _check_edges(data.edge_index, N)
+        check_int("parts_per_batch", parts_per_batch, 1)
+        check_edge_index(data.edge_index, N)
         part = part.long()
         self.data, self.shuffle = data, shuffle
         self.num_parts = int(part.max()) + 1 if N else 0
@@ -241,8 +220,8 @@ class PartitionBatches:
 def default_partitioning(num_nodes: int, batch_nodes: int = 50_000, parts_per_batch: int = 4
                          ) -> Tuple[int, int]:
     """(P, q): about ``batch_nodes`` nodes per mini-batch, at least 2 mini-batches."""
-    q = _count("parts_per_batch", parts_per_batch, 1)
-    P = max(2 * q, math.ceil(q * num_nodes / _count("batch_nodes", batch_nodes, 1)))
+    q = check_int("parts_per_batch", parts_per_batch, 1)
+    P = max(2 * q, math.ceil(q * num_nodes / check_int("batch_nodes", batch_nodes, 1)))
     return min(P, max(1, num_nodes)), q
 
 
@@ -267,7 +246,7 @@ def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_part
 
     for name, v in (("num_parts", num_parts), ("parts_per_batch", parts_per_batch)):
         if v is not None:
-            _count(name, v, 1)
+            check_int(name, v, 1)
     P, q = default_partitioning(data.num_nodes, batch_nodes)
     P, q = num_parts or P, parts_per_batch or q
     part = partition_nodes(data.edge_index, data.num_nodes, P, method=method, seed=seed)
@@ -301,9 +280,9 @@ def sbm_graph(num_nodes: int, num_edges: int, num_blocks: int = 10, p_in: float 
     per block plus Gaussian noise of std ``noise`` (weak alone, so the graph matters).
     Masks: random 60/20/20. Peak memory ≈ 40 bytes per undirected edge.
     """
-    N, B = _count("num_nodes", num_nodes, 2), _count("num_blocks", num_blocks, 1)
-    num_edges, chunk = _count("num_edges", num_edges, 0), _count("chunk", chunk, 1)
-    _count("num_features", num_features, 1)
+    N, B = check_int("num_nodes", num_nodes, 2), check_int("num_blocks", num_blocks, 1)
+    num_edges, chunk = check_int("num_edges", num_edges, 0), check_int("chunk", chunk, 1)
+    check_int("num_features", num_features, 1)
     if B > N:
         raise ValueError(f"num_blocks ({B}) must be <= num_nodes ({N})")
     for name, v, ok, what in (("p_in", p_in, lambda v: 0 <= v <= 1, "in [0, 1]"),

@@ -10,11 +10,12 @@ same size, :meth:`GraphLayout.pad` and :meth:`GraphLayout.unpad` are free views.
 """
 from __future__ import annotations
 
-import operator
 from typing import Optional
 
 import torch
 from torch import Tensor
+
+from .validation import check_int
 
 __all__ = ["GraphLayout", "check_batch"]
 
@@ -38,14 +39,7 @@ def check_batch(batch: Tensor, num_nodes: int, num_graphs: Optional[int] = None,
     if batch.dim() != 1 or batch.numel() != num_nodes:
         raise ValueError(f"batch must have shape ({num_nodes},) (one graph id per node), got {tuple(batch.shape)}")
     if num_graphs is not None:
-        try:
-            if isinstance(num_graphs, bool):
-                raise TypeError
-            num_graphs = operator.index(num_graphs)  # int, numpy or 0-d integer tensor
-        except TypeError:
-            raise ValueError(f"num_graphs must be an int >= 0, got {num_graphs!r}") from None
-        if num_graphs < 0:
-            raise ValueError(f"num_graphs must be an int >= 0, got {num_graphs!r}")
+        num_graphs = check_int("num_graphs", num_graphs, 0)  # int, numpy or 0-d integer tensor
     if not check_range:
         return num_graphs
     if num_nodes == 0:

@@ -1,6 +1,7 @@
 """Cheap, vectorised input checks with messages that name the argument and the problem."""
 from __future__ import annotations
 
+import operator
 import weakref
 from collections import OrderedDict
 from typing import Optional, Sequence
@@ -8,7 +9,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["check_edge_index", "check_features", "check_row_index", "check_tensor_shape",
+__all__ = ["check_edge_index", "check_features", "check_int", "check_row_index", "check_tensor_shape",
            "mark_index_checked"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -48,6 +49,18 @@ def _already_checked(index: Tensor, bound: int) -> bool:
     key = _checked_key(index, bound)
     ref = _CHECKED.get(key) if key is not None else None
     return ref is not None and ref() is index
+
+
+def check_int(name: str, value, minimum: int) -> int:
+    """``value`` as a Python int (Python / numpy integers, 0-d integer tensors; not bool),
+    else a ValueError naming ``name``; it must be ``>= minimum``."""
+    try:
+        v = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or v < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return v
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index",

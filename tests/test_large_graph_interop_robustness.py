@@ -96,8 +96,8 @@ def test_bfs_partitions_follow_paths_grids_and_small_components():
     (lambda ei: partition_nodes(ei, 3, 0), "num_parts"),
     (lambda ei: partition_nodes(ei, 3, 2.5), "num_parts"),
     (lambda ei: partition_nodes(ei[0], 3, 2), r"\(2, E\)"),
-    (lambda ei: partition_nodes(ei - 1, 3, 2), "outside"),
-    (lambda ei: partition_nodes(ei.float(), 3, 2), "integer"),
+    (lambda ei: partition_nodes(ei - 1, 3, 2), "negative node indices"),
+    (lambda ei: partition_nodes(ei + 1, 3, 2), "refers to node 3"),
     (lambda ei: PartitionBatches(Data(edge_index=ei, num_nodes=3), torch.tensor([0, 1, 0]), 0), "parts_per_batch"),
     (lambda ei: PartitionBatches(Data(edge_index=ei, num_nodes=3), torch.tensor([0, -1, 0])), "negative"),
     (lambda ei: PartitionBatches(Data(edge_index=ei, num_nodes=3), torch.tensor([0.0, 1.0, 0.0])), "integer"),
@@ -116,6 +116,19 @@ def test_bfs_partitions_follow_paths_grids_and_small_components():
 def test_bad_arguments_name_themselves(call, match):
     with pytest.raises(ValueError, match=match):
         call(torch.tensor([[0, 1, 2], [1, 2, 0]]))
+
+
+def test_float_edge_index_and_other_int_types():
+    with pytest.raises(TypeError, match="integer dtype"):
+        partition_nodes(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), 2, 2)
+    import numpy as np
+
+    from graphattn.validation import check_int
+
+    assert check_int("k", np.int64(3), 1) == 3 and check_int("k", torch.tensor(2), 0) == 2
+    for bad in (True, 2.5, torch.tensor(2.0), "3", 0):
+        with pytest.raises(ValueError, match="k must be an int >= 1"):
+            check_int("k", bad, 1)
 
 
 def test_sbm_graph_can_be_complete():
