@@ -18,7 +18,7 @@ __all__ = ["DEVICES", "resolve_device", "synchronize", "PeakMemory", "memory_lab
 DEVICES = ("cpu", "cuda")
 
 # autograd node name fragment -> backend (first match wins)
-_BACKEND_NODES = (("Fused", "fused C++"), ("ChunkedEdgeAttention", "chunked PyTorch"),
+_BACKEND_NODES = (("Triton", "fused Triton"), ("Fused", "fused C++"), ("ChunkedEdgeAttention", "chunked PyTorch"),
                   ("ScaledDotProduct", "SDPA"), ("_EdgeAggregate", "chunked PyTorch (relu/sigmoid)"))
 
 

@@ -53,7 +53,9 @@ def build_layer(row: dict, device: str = "cpu"):
         layer = graphattn.GraphSelfAttention(IN_CHANNELS, OUT_CHANNELS, heads=HEADS, impl=row["impl"])
         why = ""
         if row["impl"] == "auto" and device != "cpu":
-            why = "the fused kernel is CPU-only"
+            from graphattn.triton_attention import triton_available
+
+            why = "" if triton_available(device) else "no triton: the chunked path runs"
         elif row["impl"] == "auto":
             try:
                 from graphattn import kernels
@@ -123,14 +125,15 @@ def bandwidth_worker(spec: dict) -> dict:
     import torch
 
     torch.set_num_threads(spec["threads"])
+    device = spec.get("device", "cpu")
     row_bytes = HEADS * OUT_CHANNELS * DTYPE_BYTES
-    res = {"copy_GBps": H.measure_copy_bandwidth(spec["copy_bytes"]) / 1e9, "row_bytes": row_bytes,
-           "gather_GBps": {}}
+    res = {"copy_GBps": H.measure_copy_bandwidth(spec["copy_bytes"], device=device) / 1e9,
+           "row_bytes": row_bytes, "gather_GBps": {}, "device": device}
     for name, case in spec["cases"].items():
         N, E = case_size(case)  # k and v tables: 2N rows; k_j and v_j per edge: 2E gathers
         # at least 1M gathers so small (cache-resident) tables are timed over enough work
         res["gather_GBps"][name] = H.measure_gather_bandwidth(
-            2 * N, row_bytes, min(max(2 * E, 1_000_000), 4_000_000)) / 1e9
+            2 * N, row_bytes, min(max(2 * E, 1_000_000), 4_000_000), device=device) / 1e9
     return res
 
 
@@ -147,7 +150,8 @@ def parse_args(argv=None):
                    help="keep repeating until this many timed seconds (default 2, quick 0)")
     p.add_argument("--threads", type=int, default=2, help="torch / OpenMP threads per case")
     p.add_argument("--device", default="cpu", choices=D.DEVICES,
-                   help="cuda: synchronized timers, peak CUDA memory; 'ours (auto)' (fused, CPU-only) skipped")
+                   help="cuda: synchronized timers, peak CUDA memory ('ours (auto)' = the Triton kernels there, "
+                        "when triton is installed)")
     p.add_argument("--tuned-malloc", action="store_true",
                    help="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1e11 for every row")
     p.add_argument("--mem-cap-gb", type=float, default=20.0,
@@ -186,10 +190,6 @@ def main(argv=None) -> int:
         names = [n for n, c in CASES.items() if c["group"] in groups]
     row_names = args.rows or list(ROWS)
     cuda = args.device == "cuda"
-    if cuda and "ours (auto)" in row_names:  # auto = the chunked path there: 'ours (chunked)'
-        row_names = [r for r in row_names if r != "ours (auto)"]
-        print("note: 'ours (auto)' skipped on CUDA: the fused C++ kernel is CPU-only, so auto runs "
-              "the chunked path, the 'ours (chunked)' row")
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)
     env = H.worker_env(args.threads, args.tuned_malloc)
@@ -206,10 +206,8 @@ def main(argv=None) -> int:
           f"load average: {', '.join(f'{v:.1f}' for v in load_start)}", flush=True)
 
     jobs, skipped = [{"kind": "bandwidth", "label": "bandwidth", "threads": args.threads,
-                      "copy_bytes": (32 if args.quick else 256) * 2**20,
-                      "cases": {n: CASES[n] for n in names}}], []
-    if cuda:  # the floors model CPU memory traffic: not measured on the GPU
-        jobs = []
+                      "copy_bytes": (32 if args.quick else (2048 if cuda else 256)) * 2**20,
+                      "cases": {n: CASES[n] for n in names}, "device": args.device}], []
     for name in names:
         case = CASES[name]
         for row in row_names:
@@ -227,7 +225,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     done = H.run_cases(jobs, str(Path(__file__).resolve()), env, timeout=args.timeout,
                        mem_cap=cap, parallel=args.jobs, desc="attention benchmark")
-    bw, results = ({"error": "not measured on CUDA"}, done + skipped) if cuda else (done[0], done[1:] + skipped)
+    bw, results = done[0], done[1:] + skipped
     order = {(n, r): i for i, (n, r) in enumerate((n, r) for n in names for r in row_names)}
     results.sort(key=lambda r: order[(r["case_name"], r["row"])])
     add_ratios(results)
@@ -236,7 +234,7 @@ def main(argv=None) -> int:
         for name in names:
             f = floor_row(name, CASES[name], bw, results)
             floors.append({**f, "label_case": case_label(name, CASES[name])})
-    elif not cuda:
+    else:
         print(f"bandwidth measurement failed: {bw['error']}")
     print()
     print(render(results, floors, bw, D.memory_label(args.device)))

@@ -173,12 +173,14 @@ def main(argv=None):
     from tqdm import tqdm
 
     from graphattn.kernels import fused_available
+    from graphattn.triton_attention import triton_available
 
     torch.set_num_threads(a.threads)
     device = D.resolve_device(a.device)
     impls = list(a.impls)
-    if "fused" in impls and (device.type != "cpu" or not fused_available()):
-        why = "CPU-only kernel" if device.type != "cpu" else "the C++ kernel is unavailable here"
+    have_fused = triton_available(device) if device.type == "cuda" else fused_available()
+    if "fused" in impls and not have_fused:
+        why = "no triton" if device.type == "cuda" else "the C++ kernel is unavailable here"
         print(f"note: impl='fused' skipped ({why})")
         impls.remove("fused")
     print(f"# dense vs sparse edge attention on {a.graphs} complete graphs per batch, {a.heads} heads x "

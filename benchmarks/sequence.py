@@ -50,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=10, help="timed rounds (every row once per round)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: every row on the GPU, timers synchronised ('ours (fused)' = the Triton kernels)")
     p.add_argument("--no-pyg", action="store_true", help="skip TransformerConv")
     p.add_argument("--no-edge", action="store_true", help="skip the edge paths (chunked, fused)")
     p.add_argument("--no-cold", action="store_true", help="skip the new-graph-every-call row")
@@ -84,10 +86,12 @@ def build_rows(args, x, edge_index, batch):
 
     from graphattn import GraphSelfAttention
     from graphattn.kernels import fused_available
+    from graphattn.triton_attention import triton_available
 
     F_in, heads, C = args.heads * args.channels, args.heads, args.channels
+    dev = x.device
     torch.manual_seed(args.seed)
-    ours = GraphSelfAttention(F_in, C, heads=heads, root_weight=False)
+    ours = GraphSelfAttention(F_in, C, heads=heads, root_weight=False).to(dev)
     rows = {PLAIN: (PlainSDPA(ours.lin_qkv, args.batch, args.length, heads, C), list(ours.parameters()),
                     "Linear + F.scaled_dot_product_attention"),
             "ours (dense)": (lambda t: ours(t, edge_index, batch=batch), list(ours.parameters()),
@@ -100,24 +104,25 @@ def build_rows(args, x, edge_index, batch):
                                            "same, CSR + completeness check rebuilt every call")
     if not args.no_edge:
         for impl in ("chunked", "fused"):
-            if impl == "fused" and not fused_available():
-                print("note: the fused C++ kernel is not available here; 'ours (fused)' skipped")
+            if impl == "fused" and not (triton_available(dev) if dev.type == "cuda" else fused_available()):
+                print("note: the fused kernel (C++ on CPU, Triton on CUDA) is not available here; "
+                      "'ours (fused)' skipped")
                 continue
-            layer = GraphSelfAttention(F_in, C, heads=heads, root_weight=False, impl=impl)
+            layer = GraphSelfAttention(F_in, C, heads=heads, root_weight=False, impl=impl).to(dev)
             layer.load_state_dict(ours.state_dict())
             rows[f"ours ({impl})"] = (lambda t, m=layer: m(t, edge_index), list(layer.parameters()),
                                       f"edge path, impl={impl!r}")
     if not args.no_pyg:
         E = edge_index.size(1)
         need = 7 * E * heads * C * 4  # PyG keeps ~6-7 (E, H, C) float tensors alive in fwd+bwd
-        avail = H.mem_available_bytes()
+        avail = (torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else H.mem_available_bytes())
         if avail is not None and need > 0.6 * avail:
             print(f"note: TransformerConv skipped: needs ~{need / 2**30:.1f} GiB, "
                   f"{avail / 2**30:.1f} GiB available")
         else:
             from torch_geometric.nn import TransformerConv
 
-            tc = TransformerConv(F_in, C, heads=heads, root_weight=False)
+            tc = TransformerConv(F_in, C, heads=heads, root_weight=False).to(dev)
             with torch.no_grad():  # same q/k/v weights as ours
                 w, b = ours.lin_qkv.weight.view(3, heads * C, F_in), ours.lin_qkv.bias.view(3, heads * C)
                 for i, lin in enumerate((tc.lin_query, tc.lin_key, tc.lin_value)):
@@ -130,13 +135,20 @@ def build_rows(args, x, edge_index, batch):
 
 def time_rows(rows, x, grad_out, warmup: int, repeats: int):
     """Interleaved rounds; returns {name: {"fwd": [...], "total": [...]}} and the outputs."""
+    import torch
+
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else (lambda: None)
+
     def step(fn, params):
         for p in params + [x]:
             p.grad = None
+        sync()
         t0 = time.perf_counter()
         out = fn(x)
+        sync()
         t1 = time.perf_counter()
         out.backward(grad_out)
+        sync()
         t2 = time.perf_counter()
         return out.detach(), {"fwd": t1 - t0, "total": t2 - t0}
 
@@ -194,12 +206,12 @@ def main(argv=None):
     B, L, Hh, C = args.batch, args.length, args.heads, args.channels
     F_in = Hh * C
     g = torch.Generator().manual_seed(args.seed)
-    data = sequences_to_batch(torch.randn(B, L, F_in, generator=g), "full", pe=None)
+    data = sequences_to_batch(torch.randn(B, L, F_in, generator=g), "full", pe=None).to(args.device)
     x = data.x.clone().requires_grad_(True)
     edge_index, batch = data.edge_index, data.batch
-    grad_out = torch.randn(B * L, F_in, generator=g)
+    grad_out = torch.randn(B * L, F_in, generator=g).to(args.device)
     print(f"{B} sequences x {L} tokens, full attention ({edge_index.size(1):,} edges), "
-          f"{Hh} heads x {C} channels; torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"{Hh} heads x {C} channels; torch {torch.__version__}, {torch.get_num_threads()} threads, {args.device}")
     rows = build_rows(args, x, edge_index, batch)
     times, outs = time_rows(rows, x, grad_out, args.warmup, args.repeats)
 

@@ -152,6 +152,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             fully-connected graphs, which then run through SDPA (``None`` = one graph).
         impl: ``"auto"`` (SDPA for complete graphs without bias / edge features, else the
             fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
+            the fused Triton kernels for the same on CUDA float32 without returned weights,
             else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``. Under
             ``torch.compile`` the fused kernel runs eagerly behind a graph break
             (``torch.compiler.disable``); the other paths are traced.
@@ -233,9 +234,24 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     if impl == "dense":
         raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
                          "given batch), score='dot', no bias, edge features or returned weights")
-    if impl == "fused" and not fusable:
-        raise ValueError("impl='fused' supports only score='dot' on CPU float32/float64 with "
-                         "no (active) dropout")
+    # CUDA: the Triton kernels (graphattn.triton_attention) for the same cases in float32,
+    # without returned weights (those come from the chunked path).
+    gpu_fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cuda"
+                   and q.dtype == torch.float32 and not return_attention_weights)
+    if impl == "fused" and not (fusable or gpu_fusable):
+        raise ValueError("impl='fused' supports only score='dot' with no (active) dropout, on CPU "
+                         "float32/float64 (C++ kernel) or CUDA float32 without returned weights "
+                         "(Triton kernels)")
+    if impl != "chunked" and gpu_fusable:
+        from . import triton_attention
+
+        if triton_attention.triton_available(q.device):
+            return triton_attention.triton_edge_attention(
+                q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
+                edge_value=edge_value).to(dtype)
+        if impl == "fused":
+            raise RuntimeError("impl='fused' on CUDA needs triton (pip install triton), or "
+                               "GRAPHATTN_NO_TRITON is set")
     if impl != "chunked" and fusable:
         from . import kernels
 
