@@ -20,6 +20,7 @@ no attention dropout, no returned weights; everything else takes the chunked pat
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Optional
@@ -298,7 +299,16 @@ class _TritonEdgeAttention(torch.autograd.Function):
 
             return tuple(_differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + rest
         _, bwd_t, bwd_s = _kernels()
-        need_q, need_k, need_v, need_b, need_ek, need_ev = needs
+        if q.device.type == "cuda":  # autograd may run backward on another current device
+            with torch.cuda.device(q.device):
+                return _TritonEdgeAttention._backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse,
+                                                      dout, bwd_t, bwd_s) + rest
+        return _TritonEdgeAttention._backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse, dout,
+                                              bwd_t, bwd_s) + rest
+
+    @staticmethod
+    def _backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse, dout, bwd_t, bwd_s):
+        need_q, need_k, need_v, need_b, need_ek, need_ev = ctx.needs_input_grad[:6]
         csr: EdgeCSR = ctx.csr
         shared = ctx.shared
         N, H, C = q.shape
@@ -339,7 +349,7 @@ class _TritonEdgeAttention(torch.autograd.Function):
         else:
             gek_out, gev_out = gek, gev
         return (gq if need_q else None, gk if need_k else None, gv if need_v else None,
-                gb, gek_out if need_ek or (shared and need_ev) else None, gev_out) + rest
+                gb, gek_out if need_ek or (shared and need_ev) else None, gev_out)
 
 
 def _or(t: Optional[Tensor], other: Tensor) -> Tensor:
@@ -397,8 +407,11 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     edge_value = edge_key if shared else _check_edge(edge_value, (E, H, CV), "edge_value", q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(C) if C > 0 else 1.0
-    return _TritonEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key,
-                                      edge_value, csr, float(scale), shared)
+    # Triton launches on the current CUDA device: make it q's (e.g. cuda:1)
+    guard = torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
+    with guard:
+        return _TritonEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key,
+                                          edge_value, csr, float(scale), shared)
 
 
 _untraced = torch.compiler.disable(triton_edge_attention)
