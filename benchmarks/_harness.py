@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 __all__ = ["MARK", "TUNED_MALLOC", "worker_env", "malloc_description", "mem_available_bytes",
            "rss_bytes", "PeakRSS", "time_repeats", "summarize", "emit_result", "run_cases",
-           "markdown_table", "write_results", "machine_info", "measure_copy_bandwidth",
+           "markdown_table", "write_results", "machine_info", "gpu_info", "measure_copy_bandwidth",
            "measure_gather_bandwidth", "fmt"]
 
 MARK = "@@GRAPHATTN_BENCH_RESULT@@"
@@ -85,7 +85,27 @@ def rss_bytes(pid: str = "self") -> Optional[int]:
     return None
 
 
-def machine_info() -> Dict[str, object]:
+def gpu_info() -> Dict[str, object]:
+    """The CUDA device (name, SMs, L2, memory) and the torch / triton versions (imports torch)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"gpu": props.name, "sm_count": props.multi_processor_count,
+            "l2_cache_mb": getattr(props, "L2_cache_size", 0) / 2**20,
+            "gpu_memory_gb": props.total_memory / 2**30, "cuda": torch.version.cuda,
+            "torch": torch.__version__, "triton": triton_version}
+
+
+def machine_info(device: str = "cpu") -> Dict[str, object]:
+    """CPU, memory and platform; with ``device="cuda"`` also :func:`gpu_info`."""
+    if device == "cuda":
+        return {**machine_info(), **gpu_info()}
     cpu = platform.processor() or ""
     try:
         for line in open("/proc/cpuinfo"):

@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         print(f"bandwidth measurement failed: {bw['error']}")
     print()
     print(render(results, floors, bw, D.memory_label(args.device)))
-    meta = {"argv": sys.argv[1:], "machine": H.machine_info(), "threads": args.threads, "device": args.device,
+    meta = {"argv": sys.argv[1:], "machine": H.machine_info(args.device), "threads": args.threads, "device": args.device,
             "allocator": malloc, "mem_cap_gb": cap / 2**30, "repeats": repeats, "warmup": args.warmup,
             "min_time_s": min_time, "dims": {"in_channels": IN_CHANNELS, "heads": HEADS,
                                              "out_channels": OUT_CHANNELS, "dtype": "float32"},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Dense (SDPA) vs sparse (fused C++ / chunked) edge attention on batches of complete graphs.
+"""Dense (SDPA) vs sparse (fused C++ or Triton / chunked) edge attention on batches of complete graphs.
 
 A batch of ``--graphs`` molecule-sized graphs under the "full" pattern (every graph complete,
 self-loops included, as ``sequence_graph(n, "full")`` builds it), for each mean graph size n
@@ -11,7 +11,7 @@ in ``--sizes`` and each size spread in ``--spreads``:
 
 For each case it times ``edge_attention(q, k, v, edge_index, batch=batch, impl=...)`` forward +
 backward (gradients of q, k, v; ``(N, H, C)`` = 4 heads x 32 channels, float32) with
-``impl="dense"`` (padded SDPA), ``"fused"`` (C++ CSR kernel, CPU only) and ``"chunked"``
+``impl="dense"`` (padded SDPA), ``"fused"`` (C++ CSR kernel on CPU, Triton on CUDA) and ``"chunked"``
 (pure PyTorch), interleaved round by round in this one process so load hits every impl
 alike. The graph is the same tensor every call, so the CSR view and the completeness check
 are cached as in the layers of one model; their one-off cost per batch is reported apart
@@ -37,7 +37,7 @@ import _harness as H  # noqa: E402
 from _inputs import SPREADS, complete_graph_batch, graph_sizes, padding_waste  # noqa: E402
 
 IMPLS = ("dense", "fused", "chunked")
-_NAMES = {"SDPA": "dense", "fused C++": "fused", "chunked PyTorch": "chunked"}
+_NAMES = {"SDPA": "dense", "fused C++": "fused", "fused Triton": "fused", "chunked PyTorch": "chunked"}
 
 
 def parse_args(argv=None):
@@ -205,7 +205,7 @@ def main(argv=None):
         print(f"graphattn.dense.prefer_dense (dense vs fused) picks the faster in {len(results) - len(close) - len(wrong)} "
               f"of {len(results) - len(close)} cases that differ by > 5%"
               + (": wrong at " + ", ".join(f"{r['spread']} n={r['mean_n']}" for r in wrong) if wrong else ""))
-    payload = {"meta": {**H.machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    payload = {"meta": {**H.machine_info(a.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
                         "impls": impls, "loadavg_end": os.getloadavg()},
                "results": results, "crossover": lines}

@@ -173,13 +173,18 @@ def profile_dense(x, edge_index, batch, reps: int = 20):
     from graphattn.dense import complete_graph_sizes
     from graphattn.validation import check_edge_index, check_features
 
+    import torch
+
     N = x.size(0)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
 
     def med(fn, n=reps):
         ts = []
         for _ in range(n):
+            sync()
             t0 = time.perf_counter()
             fn()
+            sync()
             ts.append(time.perf_counter() - t0)
         return 1e3 * statistics.median(ts)
 
@@ -201,8 +206,11 @@ def main(argv=None):
 
     from graphattn import sequences_to_batch
 
+    import _device as D
+
     if args.threads:
         torch.set_num_threads(args.threads)
+    D.resolve_device(args.device)  # a clear error for --device cuda without a GPU
     B, L, Hh, C = args.batch, args.length, args.heads, args.channels
     F_in = Hh * C
     g = torch.Generator().manual_seed(args.seed)
@@ -239,7 +247,7 @@ def main(argv=None):
     verdict = "within" if dense["ratio_vs_plain"] <= TARGET else "MISSES"
     print(f"\nours (dense) = {dense['ratio_vs_plain']:.2f}x plain SDPA: {verdict} the {TARGET}x target "
           f"(median of {args.repeats} paired rounds; load average {os.getloadavg()[0]:.1f})")
-    payload = {"meta": {**H.machine_info(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    payload = {"meta": {**H.machine_info(args.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                         "args": vars(args), "edges": int(edge_index.size(1)),
                         "loadavg": os.getloadavg()}, "results": results}
     if args.profile:

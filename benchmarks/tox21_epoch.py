@@ -249,7 +249,7 @@ def main(argv=None) -> int:
         print(f"\n{r['molecules']} molecules, {r['batches']} batches, {r['nodes']:,} nodes, {r['edges']:,} "
               f"directed bonds per epoch. ours ({r['backend']}) = {sp:.2f}x TransformerConv: "
               f"{'meets' if sp >= TARGET else 'MISSES'} the {TARGET}x target")
-    meta = {"argv": sys.argv[1:], "machine": H.machine_info(), "allocator": H.malloc_description(env),
+    meta = {"argv": sys.argv[1:], "machine": H.machine_info(a.device), "allocator": H.malloc_description(env),
             "loadavg_end": os.getloadavg(), "wall_s": time.perf_counter() - t0,
             "model": {"hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "global_tokens": 0, "pe_dim": 0}}
     flat = [{k: v for k, v in r.items() if k not in ("label", "data_root", "cache_dir")} for r in results]

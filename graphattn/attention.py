@@ -58,8 +58,8 @@ class GraphSelfAttention(nn.Module):
 
     Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
     the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
-    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)`` works: the fused C++ kernel (the CPU default)
-    runs eagerly behind a graph break, the rest is compiled.
+    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)`` works: the fused kernels (C++ on CPU, Triton on
+    CUDA) run eagerly behind a graph break, the rest is compiled.
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,

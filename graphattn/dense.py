@@ -50,8 +50,9 @@ def prefer_dense(sizes: Tensor) -> bool:
     ``waste <= min(L / DENSE_WASTE_SLOPE, MAX_DENSE_WASTE)``, i.e. equal sizes from 12
     nodes on, mildly spread sizes (~2.5x waste) from ~16-32 nodes on, Tox21-like spreads
     (~10-13x waste) never. It picked the faster path in every measured case that was not a
-    tie (3 runs of 20 cases). It only decides against the fused CPU kernel: the chunked
-    path (no C++ kernel, or GPU) never beat SDPA (a tie at 12.7x waste and 8 nodes).
+    tie (3 runs of 20 cases). It only decides against the fused CPU kernel (measured on the
+    CPU only): the chunked path (no C++ kernel) never beat SDPA (a tie at 12.7x waste and 8
+    nodes); on CUDA complete graphs take SDPA (the Triton crossover is not measured).
     """
     E = int((sizes * sizes).sum())
     L = padded_length(sizes)

@@ -13,7 +13,8 @@ attends to node j only if there is an edge j -> i (``edge_index[0] = j`` source,
 ``edge_index`` without ever materialising an ``(E, H, C)`` tensor for all edges: edges
 are visited in target-sorted (CSR) order in bounded chunks, and the backward pass
 recomputes the per-edge messages instead of storing them. On CPU a fused C++ kernel
-(:mod:`graphattn.kernels`) is used when it can be built; the chunked pure-PyTorch path
+(:mod:`graphattn.kernels`) is used when it can be built, on CUDA (float32) fused Triton kernels
+(:mod:`graphattn.triton_attention`) when triton is installed; the chunked pure-PyTorch path
 (:mod:`graphattn.chunked`) is the portable fallback. Every path is tested against :func:`dense_attention`.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .dense import complete_graph_sizes, prefer_dense, sdpa_attention
 from .padding import check_batch
 from .validation import check_edge_index, check_tensor_shape
 
-__all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
+__all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
 #: Moved to :mod:`graphattn.chunked`, still importable from here. ``CHUNK_BYTES`` is
 #: re-exported too: :func:`edge_attention` passes this module's value to ``_chunk_edges``.
@@ -116,6 +117,21 @@ def _fused_ready() -> bool:
     return kernels.fused_available()
 
 
+def fused_kind(device_type: str, dtype: torch.dtype, score: str, p_drop: float,
+               return_weights: bool) -> Optional[str]:
+    """Which fused kernel may compute a call (before availability is checked): ``"cpp"`` (CPU
+    float32/float64), ``"triton"`` (CUDA float32, no returned weights) or ``None`` (chunked).
+    Both need ``score="dot"`` and no active dropout; ``dtype`` is the compute dtype (half
+    inputs are upcast to float32 first)."""
+    if score != "dot" or p_drop != 0.0:
+        return None
+    if device_type == "cpu" and dtype in (torch.float32, torch.float64):
+        return "cpp"
+    if device_type == "cuda" and dtype == torch.float32 and not return_weights:
+        return "triton"
+    return None
+
+
 def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor] = None, *,
                    bias: Optional[Tensor] = None, edge_key: Optional[Tensor] = None,
                    edge_value: Optional[Tensor] = None, score: str = "dot",
@@ -153,9 +169,9 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         impl: ``"auto"`` (SDPA for complete graphs without bias / edge features, else the
             fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
             the fused Triton kernels for the same on CUDA float32 without returned weights,
-            else chunked), ``"dense"``, ``"fused"`` or ``"chunked"``. Under
-            ``torch.compile`` the fused kernel runs eagerly behind a graph break
-            (``torch.compiler.disable``); the other paths are traced.
+            else chunked; on CUDA complete graphs always take SDPA), ``"dense"``, ``"fused"`` or
+            ``"chunked"``. Under ``torch.compile`` the fused kernels run eagerly behind a graph
+            break (``torch.compiler.disable``); the other paths are traced.
 
     Returns:
         ``out`` ``(N, H, C')``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
@@ -220,29 +236,23 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         edge_value = edge_key if shared_kv else up(edge_value)
 
     plain = score == "dot" and edge_key is None and edge_value is None and not return_attention_weights
-    # The fused kernel takes bias / edge_key / edge_value and returns weights in the caller's
-    # edge order (it reads through csr.perm): no permuted per-edge copies on this path.
-    fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cpu"
-               and q.dtype in (torch.float32, torch.float64))
+    kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_attention_weights)
     if impl in ("auto", "dense") and plain and bias is None:
         sizes = complete_graph_sizes(csr, batch)
-        # Complete graphs go to SDPA unless padding them would waste more than the fused
-        # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py).
-        if sizes is not None and (impl == "dense" or not fusable or prefer_dense(sizes)
+        # Complete graphs go to SDPA unless padding them would waste more than the fused C++
+        # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py, CPU only;
+        # on CUDA complete graphs always take SDPA: that crossover has not been measured).
+        if sizes is not None and (impl == "dense" or kind != "cpp" or prefer_dense(sizes)
                                   or not _fused_ready()):
             return sdpa_attention(q, k, v, sizes, dropout=p_drop).to(dtype)
     if impl == "dense":
         raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
                          "given batch), score='dot', no bias, edge features or returned weights")
-    # CUDA: the Triton kernels (graphattn.triton_attention) for the same cases in float32,
-    # without returned weights (those come from the chunked path).
-    gpu_fusable = (score == "dot" and p_drop == 0.0 and q.device.type == "cuda"
-                   and q.dtype == torch.float32 and not return_attention_weights)
-    if impl == "fused" and not (fusable or gpu_fusable):
+    if impl == "fused" and kind is None:
         raise ValueError("impl='fused' supports only score='dot' with no (active) dropout, on CPU "
                          "float32/float64 (C++ kernel) or CUDA float32 without returned weights "
                          "(Triton kernels)")
-    if impl != "chunked" and gpu_fusable:
+    if impl != "chunked" and kind == "triton":
         from . import triton_attention
 
         if triton_attention.triton_available(q.device):
@@ -250,12 +260,14 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                 q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
                 edge_value=edge_value).to(dtype)
         if impl == "fused":
-            raise RuntimeError("impl='fused' on CUDA needs triton (pip install triton), or "
-                               "GRAPHATTN_NO_TRITON is set")
-    if impl != "chunked" and fusable:
+            raise RuntimeError("impl='fused' on CUDA needs triton (pip install triton) and "
+                               "GRAPHATTN_NO_TRITON unset")
+    if impl != "chunked" and kind == "cpp":
         from . import kernels
 
         if kernels.fused_available():
+            # The C++ kernel takes bias / edge_key / edge_value and returns weights in the
+            # caller's edge order (it reads through csr.perm): no permuted per-edge copies.
             res = kernels.fused_edge_attention(
                 q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
                 edge_value=edge_value, return_attention_weights=return_attention_weights,

@@ -16,7 +16,9 @@ toolkit needed at install time), compiles for the GPU it finds, and its interpre
 checks them against the dense reference.
 
 Scope: ``score="dot"``, float32 (half inputs are upcast by :func:`~graphattn.functional.edge_attention`),
-no attention dropout, no returned weights; everything else takes the chunked path.
+no attention dropout, no returned weights; everything else takes the chunked path. One program
+handles all of a node's incoming edges, so a hub with very many in-edges is one long serial walk
+(measured only on random graphs and molecule batches).
 """
 from __future__ import annotations
 
@@ -240,15 +242,22 @@ def _kernels():
 
 
 def _blocks(E: int, N: int, C: int, CV: int):
-    """``(BLOCK_E, BLOCK_C, BLOCK_CV)``. 16 edges per step with one warp per program was the
-    fastest on an H200 for both 20-edge-per-node random graphs and molecule batches (sweep of
-    16/32/64 edges x 1/2/4/8 warps, ``benchmarks/README.md``)."""
+    """``(BLOCK_E, BLOCK_C, BLOCK_CV)``: 16 edges per step. With 1 warp per program (see
+    :func:`_num_warps`) this was the fastest on an H200 for 4 heads × 32 channels, on 20-edge-per-
+    node random graphs and on molecule batches (sweep of 8/16/32/64 edges × 1/2/4/8 warps,
+    ``benchmarks/triton_sweep.py``, ``benchmarks/README.md``)."""
     import triton
 
     return 16, triton.next_power_of_2(max(C, 1)), triton.next_power_of_2(max(CV, 1))
 
 
 _NUM_WARPS = 1
+
+
+def _num_warps(block_c: int, block_cv: int) -> int:
+    """Warps per program: the measured 1 at up to 32 channels per head, one more warp per 32
+    channels above that (so a 16 × 128 tile does not spill registers; not yet measured)."""
+    return max(_NUM_WARPS, min(8, max(block_c, block_cv) // 32))
 
 
 def _csc_arrays(csr: EdgeCSR):
@@ -278,8 +287,10 @@ class _TritonEdgeAttention(torch.autograd.Function):
             fwd[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), eid,
                           csr.rowptr, csr.col, out, lse, scale, H, C, CV,
                           HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None,
-                          BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_NUM_WARPS)
-        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out, lse)
+                          BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
+        # A copy of out (O(N·H·C')), not out itself: the caller may modify the returned output in
+        # place (e.g. `h = layer(x, ei); h += x`), as it can on the CPU paths, which save no output.
+        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out.clone(), lse)
         ctx.csr, ctx.scale, ctx.shared = csr, scale, shared
         ctx.eid = eid
         from .functional import input_aliases
@@ -332,7 +343,7 @@ class _TritonEdgeAttention(torch.autograd.Function):
                             ctx.scale, H, C, CV, **flags,
                             NEED_Q=bool(need_q), NEED_B=bool(need_b), NEED_EK=need_ek_buf,
                             NEED_EV=gev is not None, SHARED=bool(shared),
-                            BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_NUM_WARPS)
+                            BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
         gk = gv = None
         if (need_k or need_v) and N * H > 0:
             cptr, cpos, ctgt = _csc_arrays(csr)
@@ -340,7 +351,7 @@ class _TritonEdgeAttention(torch.autograd.Function):
             gv = torch.empty_like(v)
             bwd_s[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), ctx.eid,
                             cptr, cpos, ctgt, lse, delta, dout, gk, gv, ctx.scale, H, C, CV, **flags,
-                            BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_NUM_WARPS)
+                            BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
         elif need_k or need_v:
             gk, gv = torch.zeros_like(k), torch.zeros_like(v)
         if shared:

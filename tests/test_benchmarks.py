@@ -51,6 +51,8 @@ def test_results_are_finite_and_written(quick_run):
     (floor,) = payload["floor"]
     assert floor["fwd_bytes"] == (3 * 40_000 + 2_000) * 4 * 32 * 4
     assert math.isfinite(floor["fwd_floor_gather_s"]) and floor["fwd_floor_gather_s"] > 0
+    assert floor["floor_basis"] == "gather"  # CPU: gaps against the random-gather floor
+    assert floor["total_floor_s"] == pytest.approx(floor["total_floor_gather_s"])
     assert out.with_suffix(".csv").read_text().startswith("case_name,")
 
 
