@@ -46,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--channels", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("runs") / "triton_sweep.json",
+                   help="JSON results (a CSV is written beside it)")
     a = p.parse_args(argv)
     import torch
     import triton
@@ -104,8 +106,12 @@ def main(argv=None) -> int:
 
     print(f"# Triton edge attention sweep: {a.heads} heads x {C} channels, float32, "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
-    print(harness.markdown_table(["case", "kernel", "fwd (ms)", "fwd+bwd (ms)", "rel. err out", "rel. err grads"],
-                           rows, right=[False, False, True, True, True, True]))
+    head = ["case", "kernel", "fwd (ms)", "fwd+bwd (ms)", "rel. err out", "rel. err grads"]
+    print(harness.markdown_table(head, rows, right=[False, False, True, True, True, True]))
+    records = [dict(zip(["case", "kernel", "fwd_ms", "total_ms", "rel_err_out", "rel_err_grads"], r)) for r in rows]
+    paths = harness.write_results(a.out, {"meta": {**harness.machine_info("cuda"), "args": vars(a)},
+                                          "results": records}, records)
+    print(f"results: {', '.join(str(p) for p in paths)}")
     return 0
 
 
