@@ -260,8 +260,9 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                 q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
                 edge_value=edge_value).to(dtype)
         if impl == "fused":
-            raise RuntimeError("impl='fused' on CUDA needs triton (pip install triton) and "
-                               "GRAPHATTN_NO_TRITON unset")
+            raise RuntimeError("impl='fused' on CUDA needs the Triton kernels: triton installed "
+                               "(pip install triton), GRAPHATTN_NO_TRITON unset, and a GPU they "
+                               "compile and run on (see the warning of triton_available)")
     if impl != "chunked" and kind == "cpp":
         from . import kernels
 

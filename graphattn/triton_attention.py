@@ -10,8 +10,9 @@ pass over the edges sorted by source (:attr:`EdgeCSR.csc`) gives grad k and grad
 atomics, so the result is deterministic. Per-edge inputs are read in the caller's edge order
 through ``csr.perm`` (no permuted copies).
 
-Why Triton and not CUDA C++: Triton ships with every CUDA build of PyTorch (no compiler or
-toolkit needed at install time), compiles for the GPU it finds, and its interpreter
+Why Triton and not CUDA C++: Triton ships with every CUDA build of PyTorch (no CUDA toolkit
+needed; Triton builds its small launcher with the system C compiler on first use — without one,
+:func:`triton_available` warns and the chunked path runs), compiles for the GPU it finds, and its interpreter
 (``TRITON_INTERPRET=1``) runs the same kernels on CPU tensors, which is how the CPU-only CI
 checks them against the dense reference.
 
@@ -25,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from typing import Optional
+import warnings
+from typing import Dict, Optional
 
 import torch
 from torch import Tensor
@@ -35,6 +37,8 @@ from .csr import EdgeCSR
 __all__ = ["triton_available", "triton_edge_attention"]
 
 _TRITON = None  # the imported triton module, False when it cannot be imported
+triton = tl = None  # set by _kernels() (the kernels look them up as module globals)
+_PROBED: Dict[int, bool] = {}  # CUDA device index -> the kernels compiled and ran there
 
 
 def _triton():
@@ -51,21 +55,70 @@ def _triton():
 
 
 def interpreting() -> bool:
-    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``; the values
+    Triton itself reads as true: 1, true, on, yes)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def _disabled() -> bool:
+    return os.environ.get("GRAPHATTN_NO_TRITON", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _probe_run(device: torch.device) -> Optional[str]:
+    """Forward and backward on a 3-node graph on ``device``; a reason string if the result is wrong."""
+    from .csr import to_csr
+
+    with torch.inference_mode(False), torch.enable_grad(), torch.cuda.device(device):
+        q = torch.randn(3, 1, 4, device=device, requires_grad=True)
+        ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]], device=device)
+        out = _TritonEdgeAttention.apply(q, q, q, None, None, None, to_csr(ei, 3, cache=False), 0.5, False)
+        (g,) = torch.autograd.grad(out.sum(), [q])
+        if not bool(torch.isfinite(out).all() and torch.isfinite(g).all()):
+            return "non-finite result on a 3-node graph"
+    return None
+
+
+def _probe_impl(device: torch.device) -> bool:
+    """Compile and run the kernels once on a 3-node graph (forward and backward) on ``device``.
+    A GPU older than Volta, a missing C compiler (Triton builds its launcher with one on first
+    use) or a Triton that cannot compile them gives a warning and ``False``: CUDA tensors then
+    take the chunked path instead of failing."""
+    major, _ = torch.cuda.get_device_capability(device)
+    why = "compute capability < 7.0" if major < 7 else None
+    if why is None:
+        try:
+            why = _probe_run(device)
+        except Exception as exc:  # compile/launch failure: report it and use the chunked path
+            why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    if why is not None:
+        warnings.warn(f"graphattn: the Triton edge-attention kernels cannot run on {device} ({why}); "
+                      "CUDA tensors use the chunked PyTorch path", RuntimeWarning, stacklevel=3)
+    return why is None
+
+
+_probe = torch.compiler.disable(_probe_impl)
 
 
 def triton_available(device: Optional[torch.device] = None) -> bool:
     """Whether the Triton kernels can run on ``device``: CUDA tensors with Triton installed
     (or any device under the Triton interpreter, which is how CPU tests run them), and
-    ``GRAPHATTN_NO_TRITON`` not set (``=1`` sends CUDA tensors to the chunked path)."""
+    ``GRAPHATTN_NO_TRITON`` not set (``=1`` sends CUDA tensors to the chunked path). The first
+    call for a GPU compiles and runs the kernels once on a tiny graph; if that fails (old GPU,
+    no C compiler for Triton's launcher, an incompatible Triton) it warns and returns False."""
     if device is not None and torch.device(device).type != "cuda" and not interpreting():
         return False
-    if os.environ.get("GRAPHATTN_NO_TRITON", "").strip().lower() not in ("", "0", "false", "no"):
+    if _disabled() or _triton() is False:
         return False
-    if _triton() is False:
+    if device is None or interpreting():
+        return torch.cuda.is_available() or interpreting()
+    if not torch.cuda.is_available():
         return False
-    return torch.cuda.is_available() or interpreting()
+    device = torch.device(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _PROBED.get(index)
+    if ok is None:  # first use on this GPU: compile and run once, fall back if that fails
+        ok = _PROBED[index] = _probe(torch.device("cuda", index))
+    return ok
 
 
 _KERNELS = None
@@ -73,7 +126,7 @@ _KERNELS = None
 
 def _kernels():
     """Define the kernels on first use (``triton`` is imported only then)."""
-    global _KERNELS
+    global _KERNELS, triton, tl  # module globals: Triton < 3.4 resolves no closure variables
     if _KERNELS is not None:
         return _KERNELS
     import triton
@@ -102,7 +155,7 @@ def _kernels():
             j = tl.load(COL + oe, mask=me, other=0)
             kk = tl.load(K + (j[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :], other=0.0)
             vv = tl.load(V + (j[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :], other=0.0)
-            if HAS_B or HAS_EK or HAS_EV:
+            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
                 eid = tl.load(EID + oe, mask=me, other=0)
             if HAS_EK:
                 kk += tl.load(EK + (eid[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :],
@@ -158,7 +211,7 @@ def _kernels():
             j = tl.load(COL + oe, mask=me, other=0)
             kk = tl.load(K + (j[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :], other=0.0)
             vv = tl.load(V + (j[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :], other=0.0)
-            if HAS_B or HAS_EK or HAS_EV:
+            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
                 eid = tl.load(EID + oe, mask=me, other=0)
             if HAS_EK:
                 kk += tl.load(EK + (eid[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :],
@@ -217,7 +270,7 @@ def _kernels():
             delta = tl.load(DELTA + i * H + h, mask=me, other=0.0)
             kk = k[None, :]
             vv = v[None, :]
-            if HAS_B or HAS_EK or HAS_EV:
+            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
                 pos = tl.load(CPOS + oe, mask=me, other=0)
                 eid = tl.load(EID + pos, mask=me, other=0)
             if HAS_EK:
@@ -394,8 +447,10 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     if torch.compiler.is_compiling():
         return _untraced(q, k, v, csr, bias, scale, edge_key=edge_key, edge_value=edge_value)
     if not triton_available(q.device):
-        raise RuntimeError("the Triton edge-attention kernels need triton and a CUDA tensor "
-                           f"(q is on {q.device}; triton importable: {_triton() is not False})")
+        why = ("GRAPHATTN_NO_TRITON is set" if _disabled() else
+               f"q is on {q.device}; triton importable: {_triton() is not False}")
+        raise RuntimeError(f"the Triton edge-attention kernels cannot run here ({why}); they need "
+                           "triton and a CUDA tensor")
     if q.dim() != 3 or k.shape != q.shape or v.dim() != 3 or v.shape[:2] != q.shape[:2]:
         raise ValueError(f"q, k must be (N, H, C) and v (N, H, C'); got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")

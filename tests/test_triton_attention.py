@@ -6,6 +6,7 @@ CPU-only CI checks the kernels' code too. Without triton the module is skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -239,6 +240,13 @@ def test_fused_kind_dispatch_rule(device_type, dtype, score, p_drop, weights, ex
     assert fused_kind(device_type, dtype, score, p_drop, weights) == expected
 
 
+def test_error_names_the_opt_out(device, monkeypatch):
+    monkeypatch.setenv("GRAPHATTN_NO_TRITON", "1")
+    q = torch.randn(3, 1, 2, device=device)
+    with pytest.raises(RuntimeError, match="GRAPHATTN_NO_TRITON is set"):
+        ta.triton_edge_attention(q, q, q, to_csr(torch.tensor([[0], [1]], device=device), 3))
+
+
 def test_argument_errors(device):
     N, H, C = 4, 2, 3
     ei = torch.tensor([[0, 1], [1, 2]])
@@ -254,6 +262,48 @@ def test_argument_errors(device):
         ek = torch.randn(2, H, C, device=device)
         ta.triton_edge_attention(q, q, torch.randn(N, H, C + 1, device=device), csr, edge_key=ek,
                                  edge_value=ek)
+
+
+@pytest.mark.parametrize("value,on", [("1", True), ("true", True), ("ON", True), ("0", False),
+                                      ("false", False), ("no", False), ("", False)])
+def test_interpreter_flag_read_like_triton(monkeypatch, value, on):
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert ta.interpreting() is on
+
+
+def test_probe_falls_back_with_a_warning(monkeypatch):
+    """An old GPU, or kernels that fail to compile / launch, give a warning and the chunked path."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 1))
+    with pytest.warns(RuntimeWarning, match="compute capability < 7.0"):
+        assert ta._probe_impl(torch.device("cuda", 0)) is False
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Failed to find C compiler")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(ta, "_probe_run", broken)
+    with pytest.warns(RuntimeWarning, match="C compiler.*chunked PyTorch path"):
+        assert ta._probe_impl(torch.device("cuda", 0)) is False
+
+
+def test_probe_run_computes(device, monkeypatch):
+    """The first-use probe itself (forward + backward on 3 nodes) succeeds where the kernels run."""
+    if device.type != "cuda":
+        monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    assert ta._probe_run(device) is None
+
+
+def test_probe_runs_once_per_gpu(monkeypatch):
+    calls = []
+    monkeypatch.delenv("GRAPHATTN_NO_TRITON", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ta, "_PROBED", {})
+    monkeypatch.setattr(ta, "_probe", lambda device: calls.append(device) or device.index == 0)
+    assert ta.triton_available(torch.device("cuda", 0)) is True
+    assert ta.triton_available(torch.device("cuda", 0)) is True
+    assert ta.triton_available(torch.device("cuda", 1)) is False
+    assert calls == [torch.device("cuda", 0), torch.device("cuda", 1)]
 
 
 def test_disabled_by_environment(monkeypatch):
