@@ -8,6 +8,8 @@ called directly with a namespace) nothing is checked.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Dict, FrozenSet, Iterable
 
 __all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options"]
@@ -63,3 +65,12 @@ def check_applicable(args, task: str, baseline: str = "none") -> None:
         bad = given & OURS_ONLY[task]
         if bad:
             raise ValueError(f"{_flags(bad)}: option(s) of our model, not used by --baseline {baseline}")
+
+
+def out_path(out, default_name: str) -> Path:
+    """``out``, or ``out/default_name`` when ``out`` is an existing folder or ends with a slash
+    (a folder not made yet): what ``predict`` / ``explain`` write to."""
+    path = Path(out)
+    if path.is_dir() or str(out).endswith(("/", "\\")):
+        return path / default_name
+    return path

@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from pathlib import Path
+import warnings
 from typing import List, Tuple
 
 import torch
 from torch import nn
 
+from .cli_options import out_path
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
 
 __all__ = ["evaluate", "predict", "explain"]
@@ -34,12 +35,7 @@ def _read_smiles_csv(path, smiles_col: str) -> List[str]:
     return [fields[j] for _, fields in rows]
 
 
-def _out_path(out, default_name: str) -> Path:
-    """``out``, or ``out/default_name`` when ``out`` is an existing folder or ends with a slash."""
-    path = Path(out)
-    if path.is_dir() or str(out).endswith(("/", "\\")):
-        return path / default_name
-    return path
+_out_path = out_path  # shared with the social commands (graphattn.cli_options)
 
 
 def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
@@ -103,6 +99,12 @@ def evaluate(args) -> int:
             ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], d["tasks"], k, d["limit"],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             present = tasks
+            from .molecule_tasks import _file_sha256
+
+            if d.get("sha256") and _file_sha256(ds) not in (None, d["sha256"]):
+                warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
+                              "(sha256 differs): the validation/test split is rebuilt from the new "
+                              "rows, so these numbers are not those of training", stacklevel=2)
             idx = split_indices(ds, d["split"], d["seed"])
             parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
     except (DataFileError, ValueError, OSError) as exc:

@@ -128,7 +128,7 @@ def train(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
-            "limit": args.limit}
+            "limit": args.limit, "sha256": _file_sha256(ds)}
     skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]
     print(f"{name}: {len(ds)} molecules ({len(skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks, {args.split} split "
@@ -156,3 +156,12 @@ def train(args) -> int:
         print(f"Skipped {len(skipped)} invalid SMILES (file rows {', '.join(str(s['row']) for s in skipped)})")
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
+
+
+def _file_sha256(ds):
+    """sha256 of the CSV a dataset was read from (``None`` if unknown): ``evaluate`` re-reads
+    that file to rebuild the split and warns when it has changed since training."""
+    from .data.download import sha256sum
+
+    path = getattr(ds, "raw_path", None)
+    return sha256sum(path) if path is not None and Path(path).is_file() else None

@@ -11,6 +11,7 @@ from typing import Any, Dict
 import torch
 
 from . import social_node as sn
+from .cli_options import out_path
 
 __all__ = ["build_model", "evaluate", "predict", "explain"]
 
@@ -113,9 +114,7 @@ def predict(args) -> int:
     """Class probabilities per node (or per graph) as a CSV at --out."""
     ck, meta, model = _load(args.checkpoint)
     names = meta["class_names"]
-    out = Path(args.out) if args.out else Path(args.checkpoint).with_name("predictions.csv")
-    if out.is_dir():
-        out = out / "predictions.csv"
+    out = out_path(args.out, "predictions.csv") if args.out else Path(args.checkpoint).with_name("predictions.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     if meta["pipeline"] == "graph":
         from .social_graph import predict_graph
@@ -174,10 +173,9 @@ def explain(args) -> int:
         node_id = args.node
         node = _node_row(data, node_id)
     logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
-    out = Path(args.out) if args.out else Path(args.checkpoint).with_name(f"explain_node{node_id}.png")
-    if out.is_dir():
-        out = out / f"explain_node{node_id}.png"
-    elif not out.suffix:
+    out = (out_path(args.out, f"explain_node{node_id}.png") if args.out
+           else Path(args.checkpoint).with_name(f"explain_node{node_id}.png"))
+    if not out.suffix:
         out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
                               hops=args.hops)

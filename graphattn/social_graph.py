@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -78,13 +79,22 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
 
 def load_graphs(spec: Dict[str, Any]):
     """The featurised graphs of a data spec (a :class:`~graphattn.data.tu.GraphList`)."""
+    from .data.download import DataFileError
     from .data.tu import (add_structural_features, load_social_graph_dataset, load_tu_folds,
                           load_tu_text)
 
     if spec.get("tu_text"):
         graphs = load_tu_text(spec["tu_text"])
         fold_dir = Path(spec["tu_text"]).parent / "10fold_idx"
-        graphs.folds = load_tu_folds(fold_dir, len(graphs)) if fold_dir.is_dir() else None
+        graphs.folds = None
+        if fold_dir.is_dir():
+            try:
+                graphs.folds = load_tu_folds(fold_dir, len(graphs))
+            except DataFileError as exc:
+                if spec.get("folds"):  # the user asked for folds: the fold files must be right
+                    raise
+                warnings.warn(f"ignoring the fold files next to {Path(spec['tu_text']).name} (no "
+                              f"--folds given, and they do not fit: {exc})", stacklevel=2)
     else:
         root = spec.get("root")
         graphs = load_social_graph_dataset(spec["name"], root=root if root and Path(root).is_dir() else None)
@@ -247,7 +257,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
           + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
     folds = list(range(args.folds)) if args.folds else [None]
     if args.folds and (graphs.folds is None or len(graphs.folds) != args.folds):
-        why = ("the dataset's fold files hold 10 folds" if graphs.folds is not None else
+        why = (f"the dataset's fold files hold {len(graphs.folds)} folds" if graphs.folds is not None else
                "no 10fold_idx folder next to the file" if spec.get("tu_text") else "no fold files")
         print(f"{args.folds} stratified folds (seed {spec.get('split_seed', 0)}): {why}")
     results, histories = [], []

@@ -98,13 +98,17 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
         try:
             with zipfile.ZipFile(graphs) as zf:
                 names = zf.namelist()
-                jname = next((n for n in names if n.endswith(".json")), None)
+                # skip macOS resource-fork entries (__MACOSX/..., ._name) a re-zipped archive holds
+                jname = next((n for n in names if n.endswith(".json") and not n.startswith("__MACOSX/")
+                              and not Path(n).name.startswith("._")), None)
                 if jname is None or str(target) not in names:
                     raise DataFileError(f"{graphs}: expected a .json member and {target}; "
                                         f"has {names}")
-                jtext, ttext = zf.read(jname).decode(), zf.read(str(target)).decode()
+                jtext, ttext = zf.read(jname).decode("utf-8-sig"), zf.read(str(target)).decode("utf-8-sig")
         except zipfile.BadZipFile as exc:
             raise DataFileError(f"{graphs}: corrupt zip ({exc})") from exc
+        except UnicodeDecodeError as exc:
+            raise DataFileError(f"{graphs}: a member is not UTF-8 text ({exc.reason})") from exc
         jwhat, twhat = f"{graphs}:{jname}", f"{graphs}:{target}"
     else:
         jtext, ttext = read_text(graphs), read_text(target)

@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
+import torch
 from torch_geometric.data import InMemoryDataset
 
 from .download import DataFileError, cache_root, find_file, sha256sum
@@ -88,7 +89,10 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
         raise DataFileError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
         raise DataFileError(f"{path} is a folder, not a CSV file") from exc
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error, gzip.BadGzipFile) as exc:
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
+                            "UTF-8 (e.g. Excel: 'CSV UTF-8'), or the file is corrupt") from exc
+    except (OSError, EOFError, csv.Error, gzip.BadGzipFile) as exc:
         raise DataFileError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc}); "
                             "the file is truncated or corrupt") from exc
     return header, rows
@@ -144,7 +148,11 @@ def find_column(header: List[str], name: str, path) -> int:
     if match:
         raise DataFileError(f"{path}: column {name!r} is ambiguous: columns "
                             f"{', '.join(str(i + 1) for i in match)} ({[header[i] for i in match]}) match it")
-    raise DataFileError(f"{path}: no column {name!r}; columns are {header}")
+    sep = next((s for s, label in ((";", "semicolons"), ("\t", "tabs")) if len(header) == 1
+                and s in header[0]), None)
+    hint = (f" (the header is one column holding {'semicolons' if sep == ';' else 'tabs'}: a "
+            "comma-separated file is expected)") if sep else ""
+    raise DataFileError(f"{path}: no column {name!r}; columns are {header}{hint}")
 
 
 _find_column = find_column
@@ -311,9 +319,18 @@ class _SmilesCSVDataset(InMemoryDataset):
                 data = self.pre_transform(data)
             data_list.append(data)
             kept.append(line)
+        if not read:
+            raise DataFileError(f"{self.raw_path}: no data rows (only a header?)")
         if not data_list:
             raise DataFileError(f"{self.raw_path}: none of its {read} SMILES could be "
                                 f"parsed (column {header[smiles_idx]!r})")
+        if task_idx:  # a task column named by the user may hold no label at all: nothing to learn
+            labelled = (~torch.isnan(torch.cat([d.y.view(1, -1) for d in data_list]))).any(0)
+            empty = [header[j] for j, ok in zip(task_idx, labelled.tolist()) if not ok]
+            if empty:
+                raise DataFileError(f"{self.raw_path}: task column(s) {empty} hold no label for any "
+                                    f"of the {len(data_list)} parsed molecules (every cell empty or "
+                                    "missing); leave them out of the task columns (--tasks)")
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
                 "skipped_columns": skipped_cols, "num_rows": read, "rows": kept,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),

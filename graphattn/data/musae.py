@@ -49,6 +49,8 @@ def _edge_row_problem(line: bytes) -> Optional[str]:
 
 def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
     raw = read_bytes(path).replace(b"\r", b"")
+    if b'"' in raw:  # every field quoted ("0","1"): valid CSV, and integer ids never hold a quote
+        raw = raw.replace(b'"', b"")
     nl = raw.find(b"\n")
     header = raw if nl < 0 else raw[:nl]
     body = b"" if nl < 0 else raw[nl + 1:]
@@ -93,16 +95,27 @@ _TARGET_COLUMNS = ("target", "page_type", "ml_target", "mature", "label", "class
 def _read_target(path: PathLike, target_col: Optional[str]):
     header, rows = csv_rows(read_text(path), str(path))
     lower = [h.lower() for h in header]
-    id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower), 0)
     if target_col is not None:
-        if target_col not in header:
+        if target_col in header:
+            t_col = header.index(target_col)
+        elif lower.count(target_col.lower()) == 1:  # e.g. --target-col label for a 'Label' column
+            t_col = lower.index(target_col.lower())
+        else:
             raise DataFileError(f"{path}: no column {target_col!r} (columns: {header})")
-        t_col = header.index(target_col)
     else:
         t_col = next((lower.index(c) for c in _TARGET_COLUMNS if c in lower), None)
         if t_col is None:
             raise DataFileError(f"{path}: cannot tell the label column among {header}; "
                                 "pass target_col=")
+    if lower[t_col] in _ID_COLUMNS:
+        raise DataFileError(f"{path}: the label column {header[t_col]!r} is the node id column; pass "
+                            f"the column of class labels (columns: {header})")
+    # the node id column: a known id name, else the first column that is not the label column
+    id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
+                  next((i for i in range(len(header)) if i != t_col), None))
+    if id_col is None:
+        raise DataFileError(f"{path}: the only column {header[t_col]!r} is the label column; a "
+                            "target CSV needs a node id column too (e.g. 'id,target')")
     width = len(header)
     bad = next((i for i, r in enumerate(rows) if len(r) != width), None)
     if bad is not None:

@@ -75,8 +75,9 @@ def check_int64_range(tok: np.ndarray, what: str) -> None:
 
 
 def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
-    """``(header, rows)`` of CSV ``text``: blank rows dropped, header cells stripped."""
-    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    """``(header, rows)`` of CSV ``text``: blank (also whitespace-only) rows dropped, header
+    cells stripped."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
     if not rows:
         raise DataFileError(f"{what}: empty CSV file")
     return [h.strip() for h in rows[0]], rows[1:]
@@ -87,6 +88,11 @@ def parse_json(text: str, what: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        head = text.lstrip()[:1]
+        if head and head not in "{[":  # not JSON at all, e.g. a CSV given where JSON belongs
+            first = text.lstrip().splitlines()[0][:60]
+            raise DataFileError(f"{what}: not a JSON file (it starts with {first!r}"
+                                + ("; it looks like a CSV" if "," in first else "") + ")") from exc
         raise DataFileError(f"{what}: invalid JSON (truncated?): {exc}") from exc
 
 

@@ -77,6 +77,9 @@ def load_tu_folds(folder: PathLike, num_graphs: Optional[int] = None
                 if (m := re.fullmatch(r"test_idx-(\d+)\.txt", f.name)))
     if not ks:
         raise DataFileError(f"{folder}: no test_idx-K.txt files")
+    if ks != list(range(ks[0], ks[0] + len(ks))):
+        raise DataFileError(f"{folder}: the fold files are numbered {ks}: a fold is missing "
+                            "(expected consecutive numbers, e.g. 1..10)")
     folds = []
     for k in ks:
         parts = []
@@ -84,7 +87,7 @@ def load_tu_folds(folder: PathLike, num_graphs: Optional[int] = None
             f = folder / f"{kind}_idx-{k}.txt"
             if not f.is_file():
                 raise DataFileError(f"{f} is missing")
-            idx = parse_int_tokens(read_bytes(f), str(f))
+            idx = parse_int_tokens(read_bytes(f).removeprefix(b"\xef\xbb\xbf"), str(f))  # BOM
             if sorted_unique(idx).size != idx.size:
                 raise DataFileError(f"{f}: duplicated graph indices")
             if num_graphs is not None and idx.size and (idx.min() < 0 or idx.max() >= num_graphs):

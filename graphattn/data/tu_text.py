@@ -22,6 +22,8 @@ The 10-fold split files that come with these files are read by
 """
 from __future__ import annotations
 
+import math
+
 import warnings
 from itertools import repeat
 from pathlib import Path
@@ -110,16 +112,22 @@ def _parse_lines(text: str, path):
     if not lines:
         raise DataFileError(f"{path}: empty file")
     it = iter(lines)
+    first = next(it)
     try:
-        n_graphs = int(next(it)[0])
+        if len(first) != 1:
+            raise ValueError
+        n_graphs = int(first[0])
     except ValueError:
-        raise DataFileError(f"{path}: first line must be the number of graphs") from None
+        raise DataFileError(f"{path}: first line must be the number of graphs alone, got "
+                            f"{' '.join(first[:4])!r}") from None
     sizes, labels, tags, nbr_counts, nbrs, attrs = [], [], [], [], [], []
     for g in range(n_graphs):
         head = next(it, None)
         if head is None:
             raise DataFileError(f"{path}: truncated: declares {n_graphs} graphs, found {g}")
         try:
+            if len(head) != 2:
+                raise ValueError
             n, lab = int(head[0]), int(head[1])
         except (ValueError, IndexError):
             raise DataFileError(f"{path}: graph {g}: expected a header 'n label', got "
@@ -141,8 +149,20 @@ def _parse_lines(text: str, path):
                                     f"lists {len(row) - 2}")
             tags.append(t)
             nbr_counts.append(m)
-            nbrs.extend(int(v) for v in row[2:2 + m])
-            attrs.append([float(v) for v in row[2 + m:]])
+            try:
+                nbrs.extend(int(v) for v in row[2:2 + m])
+            except ValueError:
+                raise DataFileError(f"{path}: graph {g} node {i}: neighbours must be integer "
+                                    f"node indices, got {' '.join(row[2:2 + m])[:60]!r}") from None
+            try:
+                a = [float(v) for v in row[2 + m:]]
+            except ValueError:
+                raise DataFileError(f"{path}: graph {g} node {i}: node attributes must be numbers, "
+                                    f"got {' '.join(row[2 + m:])[:60]!r}") from None
+            if not all(math.isfinite(v) for v in a):
+                raise DataFileError(f"{path}: graph {g} node {i}: node attribute is NaN or "
+                                    f"infinite ({' '.join(row[2 + m:])[:60]!r})")
+            attrs.append(a)
     if next(it, None) is not None:
         raise DataFileError(f"{path}: lines left after the {n_graphs} declared graphs (a node "
                             "count or the graph count is wrong)")
@@ -253,8 +273,8 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
         keep[pos], keep[pos + 1] = False, False
         nbrs = tok[keep]
     else:
-        sizes, labels, tags, cnt, nbrs, node_attr = _parse_lines(raw.decode("utf-8", "replace"),
-                                                                  path)
+        sizes, labels, tags, cnt, nbrs, node_attr = _parse_lines(
+            raw.decode("utf-8-sig", "replace"), path)  # -sig: a BOM is no token
     n_graphs, n_total = sizes.size, int(sizes.sum())
     node_off = np.concatenate([[0], np.cumsum(sizes)])
     # per-edge quantities via np.repeat (sequential memory access, no random gathers)
