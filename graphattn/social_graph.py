@@ -234,7 +234,8 @@ def prepare_graph(args, name: Optional[str]):
             where = f"fold {fold + 1} of {args.folds}" if fold is not None else "the 80/10/10 split"
             raise ValueError(f"{spec['display']}: {len(graphs)} graphs are too few: {where} has no "
                              f"{'/'.join(empty)} graphs (10 % of the training graphs go to validation); "
-                             "use fewer --folds or more graphs")
+                             + (f"use fewer folds than --folds {args.folds}, or more graphs" if fold is not None
+                                else "use more graphs"))
     return spec, graphs, hp
 
 

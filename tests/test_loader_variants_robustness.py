@@ -187,3 +187,18 @@ def test_evaluate_warns_when_the_training_csv_changed(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.load(tmp_path / "o" / "best.pt", weights_only=True)["meta"]["data"]["sha256"]
+
+
+def test_moleculenet_file_with_upper_case_smiles_header(tmp_path):
+    from graphattn.data.molecules import SIDER_TASKS, _toxicity_tasks
+
+    assert _toxicity_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
+    with pytest.raises(DataFileError, match="no 'smiles' column"):
+        _toxicity_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")
+
+
+def test_too_few_graphs_for_folds_names_the_option(tmp_path):
+    f = write(tmp_path / "x.txt", "4\n" + "".join(f"2 {i % 2}\n0 1 1\n0 1 0\n" for i in range(4)))
+    res = _cli("train", "--tu-text", str(f), "--folds", "10", "--epochs", "1", "--no-progress",
+               "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and "--folds 10" in res.stderr, res.stderr

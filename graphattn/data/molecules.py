@@ -388,11 +388,11 @@ def _toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
     """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
     spec = TOXICITY_DATASETS[name]["tasks"]
     hint = "delete it to re-download, or point root= / $GRAPHATTN_DATA at a good copy"
-    if "smiles" not in header:
+    if [h.lower() for h in header].count("smiles") != 1:  # 'smiles', or 'SMILES' in a re-saved copy
         raise DataFileError(f"{path}: no 'smiles' column (columns {header[:5]}...); not a "
                             f"MoleculeNet {name} file; {hint}")
     if isinstance(spec, int):
-        tasks = [h for h in header if h != "smiles" and h.lower() not in _ID_COLUMNS]
+        tasks = [h for h in header if h.lower() != "smiles" and h.lower() not in _ID_COLUMNS]
         if len(tasks) != spec:
             raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec} for "
                                 f"{name}; {hint}")
@@ -462,7 +462,7 @@ class ToxicityDataset(_SmilesCSVDataset):
 
     def _select_tasks(self, header, rows):
         tasks = _toxicity_tasks(self.name, header, self.raw_path)
-        return header.index("smiles"), [header.index(t) for t in tasks], []
+        return find_column(header, "smiles", self.raw_path), [header.index(t) for t in tasks], []
 
 
 class MoleculeCSVDataset(_SmilesCSVDataset):
