@@ -228,3 +228,18 @@ def featurize(smiles: Sequence[str], pe_dim: int = 0,
             continue
         out.append(pe(data) if pe is not None else data)
     return out
+
+
+def unlabelled_tasks(ds) -> List[str]:
+    """Task names of ``ds`` without a single present label among its molecules: training on
+    such a task learns nothing (its loss is always masked out)."""
+    import torch
+
+    if len(ds) == 0 or not ds.task_names:
+        return []
+    y = getattr(getattr(ds, "_data", None), "y", None)  # an unsliced InMemoryDataset: one tensor
+    if y is None or getattr(ds, "_indices", None) is not None or y.numel() != len(ds) * len(ds.task_names):
+        y = torch.cat([d.y.view(1, -1) for d in ds])
+    y = y.view(len(ds), len(ds.task_names))
+    labelled = (~torch.isnan(y.float())).any(0)
+    return [t for t, ok in zip(ds.task_names, labelled.tolist()) if not ok]

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict
 
+from .molecule_data import unlabelled_tasks
 from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, build_model, descriptor_set, load_dataset, model_spec, run_ensemble,
                                 split_indices)
 
@@ -116,6 +117,12 @@ def train(args) -> int:
                           args.limit, log=not args.no_progress, descriptors=descriptors)
         if not ds.task_names:
             raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
+        empty = unlabelled_tasks(ds) if args.tasks else []  # named by the user: nothing to learn
+        if empty:
+            raise ValueError(f"{name}: task column(s) {empty} hold no label for any of the {len(ds)} "
+                             "molecules read (every cell empty or missing"
+                             + (f"; only the first {args.limit} were read, --limit" if args.limit else "")
+                             + "); leave them out of --tasks")
         split_idx = split_indices(ds, args.split, args.seed)
     except (DataFileError, ValueError) as exc:
         return _err("train", str(exc))

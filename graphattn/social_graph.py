@@ -228,7 +228,10 @@ def prepare_graph(args, name: Optional[str]):
     # a model option that does not fit (e.g. --readout token without tokens) fails here, as an input error
     build_model(graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp))
     for fold in range(args.folds) if args.folds else [None]:
-        parts = graph_split(spec, graphs, fold)
+        try:
+            parts = graph_split(spec, graphs, fold)
+        except ValueError as exc:
+            raise ValueError(f"--folds {args.folds}: {exc}" if args.folds else str(exc)) from exc
         empty = [s for s, idx in zip(("train", "val", "test"), parts) if idx.numel() == 0]
         if empty:
             where = f"fold {fold + 1} of {args.folds}" if fold is not None else "the 80/10/10 split"

@@ -204,6 +204,12 @@ def _prepare_node(args, spec: Dict[str, Any]):
     if present.numel() < 2:
         raise ValueError(f"{spec['display']}: every labelled node has the same class "
                          f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
+    if not spec.get("name") and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
+        # a user's file (at training time only: checkpoints of such graphs still load)
+        raise ValueError(f"{spec['target']}: the stratified split leaves the validation or test set "
+                         f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
+                         "classes; the split is per class, so each class needs a few nodes) — does the "
+                         f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels?")
     if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
         spec["feature_source"] = data.base_feature_source
     hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))

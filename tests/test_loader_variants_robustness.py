@@ -38,7 +38,7 @@ def test_label_column_first_does_not_become_the_id(tmp_path, edges):
 
 def test_id_column_as_label_is_refused(tmp_path, edges):
     t = write(tmp_path / "t.csv", "id,target\n0,a\n1,b\n2,a\n3,b\n")
-    with pytest.raises(DataFileError, match="label column 'id' is the node id column"):
+    with pytest.raises(DataFileError, match="column .id. is an id column, not class labels"):
         load_musae(edges, t, target_col="id")
 
 
@@ -129,9 +129,24 @@ def test_ego_zip_with_macos_resource_forks(tmp_path):
 
 # ----------------------------------------------------------------------------- molecule CSVs
 def test_named_task_without_any_label(tmp_path):
-    f = write(tmp_path / "m.csv", "smiles,a,b\nCCO,1,\nCCN,0,\nCCC,1,\n")
-    with pytest.raises(DataFileError, match=r"task column\(s\) \['b'\] hold no label"):
-        MoleculeCSVDataset(f, task_cols=["a", "b"], cache_dir=tmp_path / "c", log=False)
+    f = write(tmp_path / "m.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 1)}O,{i % 2},\n" for i in range(12)))
+    res = _cli("train", "--csv", str(f), "--tasks", "a,b", "--epochs", "1", "--split", "random", "--no-descriptors",
+               "--no-progress", "--threads", "1", "--out", str(tmp_path / "o"), env_extra=tmp_path / "c")
+    assert res.returncode == 2 and "task column(s) ['b'] hold no label" in res.stderr, res.stderr
+
+
+def test_unlabelled_columns_in_the_first_rows_are_fine_without_tasks(tmp_path, monkeypatch):
+    """Inferred tasks (ToxCast-like sparse columns) with --limit are not refused, nor is
+    evaluate --csv on a file where one of the model's tasks has no label."""
+    from graphattn.molecule_data import load_dataset, unlabelled_tasks
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "c"))
+
+    f = write(tmp_path / "m.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 1)}O,{i % 2},{'' if i < 6 else i % 2}\n"
+                                                          for i in range(12)))
+    ds = load_dataset(csv_path=str(f), limit=4, log=False)
+    assert list(ds.task_names) == ["a", "b"] and unlabelled_tasks(ds) == ["b"]
+    assert unlabelled_tasks(load_dataset(csv_path=str(f), log=False)) == []
 
 
 @pytest.mark.parametrize("text,msg", [("smiles,y\n", "no data rows"),
@@ -202,3 +217,27 @@ def test_too_few_graphs_for_folds_names_the_option(tmp_path):
     res = _cli("train", "--tu-text", str(f), "--folds", "10", "--epochs", "1", "--no-progress",
                "--out", str(tmp_path / "o"))
     assert res.returncode == 2 and "--folds 10" in res.stderr, res.stderr
+
+
+def test_evaluate_csv_with_an_unlabelled_task_column(tmp_path):
+    rows = "".join(f"{'C' * (i + 1)}O,{i % 2},{(i // 2) % 2}\n" for i in range(16))
+    train = write(tmp_path / "m.csv", "smiles,a,b\n" + rows)
+    res = _cli("train", "--csv", str(train), "--epochs", "1", "--split", "random", "--no-descriptors",
+               "--no-progress", "--threads", "1", "--out", str(tmp_path / "o"), env_extra=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    new = write(tmp_path / "n.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 2)}N,{i % 2},\n" for i in range(8)))
+    res = _cli("evaluate", "--checkpoint", str(tmp_path / "o" / "best.pt"), "--csv", str(new),
+               "--no-progress", env_extra=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+
+
+def test_tiny_user_graph_still_loads_for_existing_checkpoints(tmp_path):
+    """The empty-split refusal is a training-time check: predict / explain of a checkpoint
+    load the same graph through load_node_data, which must not refuse it."""
+    from graphattn import social_node as sn
+
+    e = write(tmp_path / "e.csv", "id_1,id_2\n" + "".join(f"{i},{(i + 1) % 6}\n" for i in range(6)))
+    t = write(tmp_path / "t.csv", "id,target\n" + "".join(f"{i},{i % 2}\n" for i in range(6)))
+    spec = {"edges": str(e), "target": str(t), "features": None, "target_col": None}
+    data = sn.load_node_data(spec)
+    assert data.num_nodes == 6

@@ -23,7 +23,6 @@ import warnings
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
-import torch
 from torch_geometric.data import InMemoryDataset
 
 from .download import DataFileError, cache_root, find_file, sha256sum
@@ -148,10 +147,9 @@ def find_column(header: List[str], name: str, path) -> int:
     if match:
         raise DataFileError(f"{path}: column {name!r} is ambiguous: columns "
                             f"{', '.join(str(i + 1) for i in match)} ({[header[i] for i in match]}) match it")
-    sep = next((s for s, label in ((";", "semicolons"), ("\t", "tabs")) if len(header) == 1
+    sep = next((label for s, label in ((";", "semicolons"), ("\t", "tabs")) if len(header) == 1
                 and s in header[0]), None)
-    hint = (f" (the header is one column holding {'semicolons' if sep == ';' else 'tabs'}: a "
-            "comma-separated file is expected)") if sep else ""
+    hint = f" (the header is one column holding {sep}: a comma-separated file is expected)" if sep else ""
     raise DataFileError(f"{path}: no column {name!r}; columns are {header}{hint}")
 
 
@@ -324,13 +322,6 @@ class _SmilesCSVDataset(InMemoryDataset):
         if not data_list:
             raise DataFileError(f"{self.raw_path}: none of its {read} SMILES could be "
                                 f"parsed (column {header[smiles_idx]!r})")
-        if task_idx:  # a task column named by the user may hold no label at all: nothing to learn
-            labelled = (~torch.isnan(torch.cat([d.y.view(1, -1) for d in data_list]))).any(0)
-            empty = [header[j] for j, ok in zip(task_idx, labelled.tolist()) if not ok]
-            if empty:
-                raise DataFileError(f"{self.raw_path}: task column(s) {empty} hold no label for any "
-                                    f"of the {len(data_list)} parsed molecules (every cell empty or "
-                                    "missing); leave them out of the task columns (--tasks)")
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
                 "skipped_columns": skipped_cols, "num_rows": read, "rows": kept,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
@@ -388,9 +379,10 @@ def _toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
     """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
     spec = TOXICITY_DATASETS[name]["tasks"]
     hint = "delete it to re-download, or point root= / $GRAPHATTN_DATA at a good copy"
-    if [h.lower() for h in header].count("smiles") != 1:  # 'smiles', or 'SMILES' in a re-saved copy
-        raise DataFileError(f"{path}: no 'smiles' column (columns {header[:5]}...); not a "
-                            f"MoleculeNet {name} file; {hint}")
+    n_smiles = [h.lower() for h in header].count("smiles")  # 'smiles', or 'SMILES' in a re-saved copy
+    if n_smiles != 1:
+        raise DataFileError(f"{path}: " + ("several smiles columns" if n_smiles else "no 'smiles' column")
+                            + f" (columns {header[:5]}...); not a MoleculeNet {name} file; {hint}")
     if isinstance(spec, int):
         tasks = [h for h in header if h.lower() != "smiles" and h.lower() not in _ID_COLUMNS]
         if len(tasks) != spec:

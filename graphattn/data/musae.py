@@ -100,6 +100,9 @@ def _read_target(path: PathLike, target_col: Optional[str]):
             t_col = header.index(target_col)
         elif lower.count(target_col.lower()) == 1:  # e.g. --target-col label for a 'Label' column
             t_col = lower.index(target_col.lower())
+        elif lower.count(target_col.lower()) > 1:
+            raise DataFileError(f"{path}: column {target_col!r} is ambiguous: "
+                                f"{[h for h in header if h.lower() == target_col.lower()]} match it")
         else:
             raise DataFileError(f"{path}: no column {target_col!r} (columns: {header})")
     else:
@@ -108,8 +111,8 @@ def _read_target(path: PathLike, target_col: Optional[str]):
             raise DataFileError(f"{path}: cannot tell the label column among {header}; "
                                 "pass target_col=")
     if lower[t_col] in _ID_COLUMNS:
-        raise DataFileError(f"{path}: the label column {header[t_col]!r} is the node id column; pass "
-                            f"the column of class labels (columns: {header})")
+        raise DataFileError(f"{path}: column {header[t_col]!r} is an id column, not class labels; "
+                            f"pass the column of class labels (columns: {header})")
     # the node id column: a known id name, else the first column that is not the label column
     id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
                   next((i for i in range(len(header)) if i != t_col), None))

@@ -110,7 +110,7 @@ def stratified_folds(y: Tensor, n_folds: int = 10, seed: int = 0) -> List[Tuple[
     y = torch.as_tensor(y).view(-1).cpu().numpy()
     if not 2 <= n_folds <= len(y):
         raise ValueError(f"cannot make {n_folds} folds of {len(y)} graphs: use between 2 and "
-                         f"{max(len(y), 2)} folds (--folds {n_folds} given)")
+                         f"{max(len(y), 2)} folds")
     skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
     return [(torch.from_numpy(tr.astype(np.int64)), torch.from_numpy(te.astype(np.int64)))
             for tr, te in skf.split(np.zeros(len(y)), y)]
