@@ -23,7 +23,6 @@ The 10-fold split files that come with these files are read by
 from __future__ import annotations
 
 import math
-
 import warnings
 from itertools import repeat
 from pathlib import Path
