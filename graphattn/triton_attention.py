@@ -37,7 +37,6 @@ from .csr import EdgeCSR
 __all__ = ["triton_available", "triton_edge_attention"]
 
 _TRITON = None  # the imported triton module, False when it cannot be imported
-triton = tl = None  # set by _kernels() (the kernels look them up as module globals)
 _PROBED: Dict[int, bool] = {}  # CUDA device index -> the kernels compiled and ran there
 
 
@@ -126,172 +125,13 @@ _KERNELS = None
 
 
 def _kernels():
-    """Define the kernels on first use (``triton`` is imported only then)."""
-    global _KERNELS, triton, tl  # module globals: Triton < 3.4 resolves no closure variables
-    if _KERNELS is not None:
-        return _KERNELS
-    import triton
-    import triton.language as tl
+    """``(fwd, bwd_target, bwd_source)``: :mod:`graphattn._triton_kernels`, imported on first
+    use (``triton`` is imported only then)."""
+    global _KERNELS
+    if _KERNELS is None:
+        from . import _triton_kernels as k
 
-    @triton.jit
-    def _fwd(Q, K, V, B, EK, EV, EID, ROWPTR, COL, OUT, LSE, scale, H, C, CV,
-             HAS_B: tl.constexpr, HAS_EK: tl.constexpr, HAS_EV: tl.constexpr,
-             BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_CV: tl.constexpr):
-        pid = tl.program_id(0).to(tl.int64)
-        i = pid // H
-        h = pid % H
-        start = tl.load(ROWPTR + i)
-        end = tl.load(ROWPTR + i + 1)
-        oc = tl.arange(0, BLOCK_C)
-        mc = oc < C
-        ov = tl.arange(0, BLOCK_CV)
-        mv = ov < CV
-        q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0)
-        m = tl.full([1], float("-inf"), tl.float32)
-        l = tl.zeros([1], tl.float32)
-        acc = tl.zeros([BLOCK_CV], tl.float32)
-        for e0 in range(start, end, BLOCK_E):
-            oe = e0 + tl.arange(0, BLOCK_E)
-            me = oe < end
-            j = tl.load(COL + oe, mask=me, other=0)
-            kk = tl.load(K + (j[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :], other=0.0)
-            vv = tl.load(V + (j[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :], other=0.0)
-            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
-                eid = tl.load(EID + oe, mask=me, other=0)
-            if HAS_EK:
-                kk += tl.load(EK + (eid[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :],
-                              other=0.0)
-            if HAS_EV:
-                vv += tl.load(EV + (eid[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :],
-                              other=0.0)
-            s = tl.sum(kk * q[None, :], axis=1) * scale
-            if HAS_B:
-                s += tl.load(B + eid * H + h, mask=me, other=0.0)
-            s = tl.where(me, s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=0))
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # all hidden so far: no shift
-            p = tl.exp(s - m_ref)
-            corr = tl.exp(m - m_ref)
-            acc = acc * corr + tl.sum(p[:, None] * vv, axis=0)
-            l = l * corr + tl.sum(p, axis=0)
-            m = m_new
-        m_ref = tl.where(m == float("-inf"), 0.0, m)
-        has = l > 0
-        out = acc / tl.where(has, l, 1.0)
-        tl.store(OUT + (i * H + h) * CV + ov, out, mask=mv)
-        # +inf for a node without (visible) edges: exp(s - lse) = 0 for every edge in backward
-        lse = tl.where(has, m_ref + tl.log(tl.where(has, l, 1.0)), float("inf"))
-        tl.store(LSE + i * H + h + tl.arange(0, 1), lse)
-
-    @triton.jit
-    def _bwd_target(Q, K, V, B, EK, EV, EID, ROWPTR, COL, LSE, DELTA, DOUT,
-                    DQ, DB, DEK, DEV, scale, H, C, CV,
-                    HAS_B: tl.constexpr, HAS_EK: tl.constexpr, HAS_EV: tl.constexpr,
-                    NEED_Q: tl.constexpr, NEED_B: tl.constexpr, NEED_EK: tl.constexpr,
-                    NEED_EV: tl.constexpr, SHARED: tl.constexpr,
-                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_CV: tl.constexpr):
-        """Per (target, head): grad q and the per-edge gradients. With SHARED (edge key and
-        edge value one tensor, C == CV) DEK receives the sum of both roles."""
-        pid = tl.program_id(0).to(tl.int64)
-        i = pid // H
-        h = pid % H
-        start = tl.load(ROWPTR + i)
-        end = tl.load(ROWPTR + i + 1)
-        oc = tl.arange(0, BLOCK_C)
-        mc = oc < C
-        ov = tl.arange(0, BLOCK_CV)
-        mv = ov < CV
-        q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0)
-        do = tl.load(DOUT + (i * H + h) * CV + ov, mask=mv, other=0.0)
-        lse = tl.load(LSE + i * H + h)
-        delta = tl.load(DELTA + i * H + h)
-        dq = tl.zeros([BLOCK_C], tl.float32)
-        for e0 in range(start, end, BLOCK_E):
-            oe = e0 + tl.arange(0, BLOCK_E)
-            me = oe < end
-            j = tl.load(COL + oe, mask=me, other=0)
-            kk = tl.load(K + (j[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :], other=0.0)
-            vv = tl.load(V + (j[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :], other=0.0)
-            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
-                eid = tl.load(EID + oe, mask=me, other=0)
-            if HAS_EK:
-                kk += tl.load(EK + (eid[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :],
-                              other=0.0)
-            if HAS_EV:
-                vv += tl.load(EV + (eid[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :],
-                              other=0.0)
-            s = tl.sum(kk * q[None, :], axis=1) * scale
-            if HAS_B:
-                s += tl.load(B + eid * H + h, mask=me, other=0.0)
-            p = tl.where(me, tl.exp(s - lse), 0.0)
-            dp = tl.sum(vv * do[None, :], axis=1)
-            ds = p * (dp - delta)
-            if NEED_Q:
-                dq += tl.sum(ds[:, None] * kk, axis=0)
-            if NEED_B:
-                tl.store(DB + eid * H + h, ds, mask=me)
-            if NEED_EK:
-                g = (ds * scale)[:, None] * q[None, :]
-                if SHARED:
-                    g += p[:, None] * do[None, :]
-                tl.store(DEK + (eid[:, None] * H + h) * C + oc[None, :], g, mask=me[:, None] & mc[None, :])
-            if NEED_EV:
-                tl.store(DEV + (eid[:, None] * H + h) * CV + ov[None, :], p[:, None] * do[None, :],
-                         mask=me[:, None] & mv[None, :])
-        if NEED_Q:
-            tl.store(DQ + (i * H + h) * C + oc, dq * scale, mask=mc)
-
-    @triton.jit
-    def _bwd_source(Q, K, V, B, EK, EV, EID, CPTR, CPOS, CTGT, LSE, DELTA, DOUT, DK, DV,
-                    scale, H, C, CV,
-                    HAS_B: tl.constexpr, HAS_EK: tl.constexpr, HAS_EV: tl.constexpr,
-                    BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_CV: tl.constexpr):
-        """Per (source, head): grad k and grad v over the source's outgoing edges (CSC)."""
-        pid = tl.program_id(0).to(tl.int64)
-        j = pid // H
-        h = pid % H
-        start = tl.load(CPTR + j)
-        end = tl.load(CPTR + j + 1)
-        oc = tl.arange(0, BLOCK_C)
-        mc = oc < C
-        ov = tl.arange(0, BLOCK_CV)
-        mv = ov < CV
-        k = tl.load(K + (j * H + h) * C + oc, mask=mc, other=0.0)
-        v = tl.load(V + (j * H + h) * CV + ov, mask=mv, other=0.0)
-        dk = tl.zeros([BLOCK_C], tl.float32)
-        dv = tl.zeros([BLOCK_CV], tl.float32)
-        for e0 in range(start, end, BLOCK_E):
-            oe = e0 + tl.arange(0, BLOCK_E)
-            me = oe < end
-            i = tl.load(CTGT + oe, mask=me, other=0)
-            qq = tl.load(Q + (i[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :], other=0.0)
-            do = tl.load(DOUT + (i[:, None] * H + h) * CV + ov[None, :], mask=me[:, None] & mv[None, :],
-                         other=0.0)
-            lse = tl.load(LSE + i * H + h, mask=me, other=float("inf"))
-            delta = tl.load(DELTA + i * H + h, mask=me, other=0.0)
-            kk = k[None, :]
-            vv = v[None, :]
-            if (HAS_B or HAS_EK) or HAS_EV:  # Triton < 3.4 rejects chained `or`
-                pos = tl.load(CPOS + oe, mask=me, other=0)
-                eid = tl.load(EID + pos, mask=me, other=0)
-            if HAS_EK:
-                kk = kk + tl.load(EK + (eid[:, None] * H + h) * C + oc[None, :], mask=me[:, None] & mc[None, :],
-                                  other=0.0)
-            if HAS_EV:
-                vv = vv + tl.load(EV + (eid[:, None] * H + h) * CV + ov[None, :],
-                                  mask=me[:, None] & mv[None, :], other=0.0)
-            s = tl.sum(qq * kk, axis=1) * scale
-            if HAS_B:
-                s += tl.load(B + eid * H + h, mask=me, other=0.0)
-            p = tl.where(me, tl.exp(s - lse), 0.0)
-            dp = tl.sum(do * vv, axis=1)
-            ds = p * (dp - delta)
-            dv += tl.sum(p[:, None] * do, axis=0)
-            dk += tl.sum(ds[:, None] * qq, axis=0)
-        tl.store(DK + (j * H + h) * C + oc, dk * scale, mask=mc)
-        tl.store(DV + (j * H + h) * CV + ov, dv, mask=mv)
-
-    _KERNELS = (_fwd, _bwd_target, _bwd_source)
+        _KERNELS = (k.fwd, k.bwd_target, k.bwd_source)
     return _KERNELS
 
 
