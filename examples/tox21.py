@@ -51,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--ensemble", type=int, default=1,
                    help="train N models per seed on the same split and average their probabilities "
                         "(chemprop's --ensemble_size); every model of --models gets the same N")
+    p.add_argument("--init", default=None, metavar="PRE.pt",
+                   help="start our model from a graphattn pretrain checkpoint (its width, depth, heads, tokens "
+                        "and PE size replace those options, for the baseline too, which trains from scratch)")
     p.add_argument("--pos-weight", action="store_true", help="weight positives per task")
     p.add_argument("--limit", type=int, default=None, help="first N molecules only (smoke runs)")
     p.add_argument("--threads", type=int, default=None,
@@ -112,6 +115,12 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     hp = {k: getattr(args, k) for k in mp.DEFAULTS}
+    if args.init:
+        from graphattn.pretrain import ARCH_KEYS, load_pretrained
+
+        pre = load_pretrained(args.init)[1]["hparams"]
+        hp.update({k: pre[k] for k in ARCH_KEYS})
+        args.pe_dim = hp["pe_dim"]
     descriptors = mp.descriptor_set(args.descriptors)
     ds = mp.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
                          log=args.progress, descriptors=descriptors)
@@ -124,10 +133,12 @@ def main(argv=None) -> dict:
             for model in args.models:
                 spec = mp.model_spec("none" if model == "ours" else args.baseline, len(ds.task_names), hp,
                                      graph_feature_dim=len(descriptors or ()))
-                name = ("ours" if model == "ours" else args.baseline) + (f"x{args.ensemble}" if args.ensemble > 1 else "")
+                name = ("ours" + ("+pre" if args.init else "") if model == "ours" else args.baseline) \
+                    + (f"x{args.ensemble}" if args.ensemble > 1 else "")
                 tag = f"[{split} {name} seed {seed}]"
                 res = mp.run_ensemble(ds, idx, spec, hp, size=args.ensemble, seed=seed, pos_weight=args.pos_weight,
-                                      progress=args.progress, log=lambda m, tag=tag: print(tag, m, flush=True))
+                                      progress=args.progress, log=lambda m, tag=tag: print(tag, m, flush=True),
+                                      init=args.init if model == "ours" else None)
                 res.pop("model"), res.pop("meta")
                 runs.append({"split": split, "model": name, "class": spec["class"], "seed": seed,
                              "sizes": [len(i) for i in idx], **res})

@@ -1,4 +1,4 @@
-"""Command line: ``graphattn train | evaluate | predict | explain | bench``.
+"""Command line: ``graphattn train | evaluate | predict | explain | pretrain | bench``.
 
 Molecule tasks live in :mod:`graphattn.molecule_tasks`, social-network tasks in
 :mod:`graphattn.social_tasks`; each adds its own options and this file routes a command to
@@ -40,7 +40,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
-    m.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    m.add_argument("--heads", type=int, default=None, help="attention heads (default 4)")  # None: given or not
     m.add_argument("--dropout", type=float, default=None, help="dropout (default: per dataset)")
     m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
     m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
@@ -67,8 +67,8 @@ def check_train_numbers(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {val}")
     for name in ("lr",):
         val = getattr(args, name, None)
-        if val is not None and not val > 0:
-            raise ValueError(f"--lr must be > 0, got {val}")
+        if val is not None and not (math.isfinite(val) and val > 0):
+            raise ValueError(f"--lr must be a finite number > 0, got {val}")
     val = getattr(args, "consistency_weight", None)
     if val is not None and not math.isfinite(val):
         raise ValueError(f"--consistency-weight must be a finite number >= 0, got {val}")
@@ -76,8 +76,8 @@ def check_train_numbers(args) -> None:
     if val is not None and not 0.0 < val <= 1.0:
         raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")
     val = getattr(args, "weight_decay", None)
-    if val is not None and val < 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {val}")
+    if val is not None and not (math.isfinite(val) and val >= 0):
+        raise ValueError(f"--weight-decay must be a finite number >= 0, got {val}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
+    from . import pretrain_commands
+
+    pretrain_commands.add_parser(sub)
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument("name", nargs="?", default="attention",
                        help="script of benchmarks/ (default attention; e.g. large_graph, tox21_epoch, variants)")
@@ -169,6 +172,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"graphattn train: {what}; choose one of {', '.join(known)} "
               "or give --csv FILE, --edges E --target T, or --tu-text FILE", file=sys.stderr)
         return 2
+    if args.command == "pretrain":
+        from . import pretrain_commands
+
+        return pretrain_commands.pretrain(args)
     if args.command == "bench":
         import runpy
         from pathlib import Path
@@ -187,6 +194,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         pipeline = _pipeline_of(args.checkpoint)
     except CheckpointError as exc:
         print(f"graphattn {args.command}: {exc}", file=sys.stderr)
+        return 2
+    if pipeline == "pretrain":
+        print(f"graphattn {args.command}: {args.checkpoint} is a pretraining checkpoint (no task head); "
+              f"fine-tune it first: graphattn train tox21 --init {args.checkpoint}", file=sys.stderr)
         return 2
     module = molecule_tasks if pipeline == "molecules" else social_tasks
     return getattr(module, args.command)(args)

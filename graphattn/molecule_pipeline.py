@@ -134,11 +134,14 @@ def split_metrics(model: nn.Module, loader, task_names: List[str]) -> Dict[str, 
 
 def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
-                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
+                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
+                 init=None) -> Dict[str, Any]:
     """Train one model on one split with :func:`graphattn.train.fit`; return its metrics
     (per-task and mean ROC-AUC / PR-AUC of every split, best epoch, history, ...) and the
     trained ``model`` (best epoch's weights). Checkpoints in ``out_dir`` carry ``meta``
-    (``pipeline``, ``model``, ``featurizer_version``, ``task_names``, ``pe`` are filled in)."""
+    (``pipeline``, ``model``, ``featurizer_version``, ``task_names``, ``pe`` are filled in).
+    ``init``: a ``graphattn pretrain`` checkpoint whose backbone the model starts from
+    (:func:`graphattn.pretrain.load_pretrained_backbone`; recorded in ``meta["init"]``)."""
     from torch_geometric.loader import DataLoader
 
     from .metrics import compute_pos_weight
@@ -161,6 +164,20 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
                          "use --split random or more data")
     set_seed(seed)
     model = build_model(spec)
+    last = Path(out_dir) / "last.pt" if (resume and out_dir is not None) else None
+    if init is not None:
+        from .data.download import sha256sum
+        from .pretrain import load_pretrained_backbone
+
+        pre = load_pretrained_backbone(model, init, spec["kwargs"])
+        meta["init"] = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init),
+                        "molecules": (pre.get("pool") or {}).get("molecules")}
+    elif last is not None and last.is_file():  # resumed without --init: keep where the run started from
+        from .train import load_checkpoint
+
+        prev = (load_checkpoint(last).get("meta") or {}).get("init")
+        if prev is not None:
+            meta["init"] = prev
     model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     norm = getattr(model, "graph_feature_norm", None)
     if norm is not None:  # descriptor statistics of the training molecules only
@@ -194,7 +211,8 @@ def member_seed(seed: int, k: int) -> int:
 
 def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, size: int = 1, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
-                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
+                 meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
+                 init=None) -> Dict[str, Any]:
     """Train ``size`` models on the same split (member ``k``: seed :func:`member_seed`, its
     checkpoints and metrics in ``out_dir/member{k}``) and average their probabilities
     (:class:`~graphattn.ProbabilityEnsemble`, chemprop's ``--ensemble_size``).
@@ -203,7 +221,8 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     metrics per split, ``members`` (each member's best epoch and val/test ROC-AUC),
     ``ensemble_curve`` (val/test ROC-AUC of the ensembles of the first 1..size members) and
     the ``model``; ``out_dir/best.pt`` holds all members (``meta["ensemble"]``) and loads
-    with :func:`load_model`. ``resume`` continues every member from its own ``last.pt``
+    with :func:`load_model`. ``init``: every member starts from this pretrained backbone
+    (its head and dropout masks still differ by seed). ``resume`` continues every member from its own ``last.pt``
     (finished members are only reloaded).
     """
     from torch_geometric.loader import DataLoader
@@ -216,14 +235,15 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
         raise ValueError(f"ensemble size must be >= 1, got {size}")
     if size == 1:
         return run_training(ds, split_idx, spec, hp, seed=seed, pos_weight=pos_weight, out_dir=out_dir,
-                            resume=resume, meta=meta, progress=progress, log=log)
+                            resume=resume, meta=meta, progress=progress, log=log, init=init)
     out_dir = Path(out_dir) if out_dir is not None else None
     seeds = [member_seed(seed, k) for k in range(size)]
     members, runs = [], []
     for k, s in enumerate(seeds):
         res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
                            out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
-                           meta=meta, progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"))
+                           meta=meta, progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
+                           init=init)
         members.append(res.pop("model"))
         runs.append(res)
         log(f"[member {k + 1}/{size}] seed {s}: best epoch {res['best_epoch']} | val auc "

@@ -60,6 +60,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--ensemble", type=int, default=None, metavar="N",
                    help="train N models on the same split (seeds S, S+1000, ...) and average their "
                         "probabilities (chemprop's --ensemble_size); one checkpoint holds them all (default: 1)")
+    g.add_argument("--init", default=None, metavar="PRE.pt",
+                   help="start our model's backbone from a graphattn pretrain checkpoint (its width, depth, "
+                        "heads, global tokens and PE size are taken from it; the head starts fresh)")
     if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
         g.add_argument("--baseline", default="none",
                        help="train a PyG model of the same width and depth instead of ours: molecules "
@@ -106,6 +109,12 @@ def train(args) -> int:
         return _err("train", str(exc))
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
         return _err("train", "--readout token needs --global-tokens >= 1")
+    init = getattr(args, "init", None)
+    if init is not None:
+        try:
+            hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()))
+        except (ValueError, FileNotFoundError) as exc:
+            return _err("train", str(exc))
     ensemble = 1 if args.ensemble is None else args.ensemble
     if ensemble < 1:
         return _err("train", f"--ensemble must be >= 1, got {ensemble}")
@@ -133,6 +142,8 @@ def train(args) -> int:
     except ValueError as exc:
         return _err("train", str(exc))
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
+    if out.exists() and not out.is_dir():
+        return _err("train", f"--out {out} is a file, not a folder")
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
             "limit": args.limit, "sha256": _file_sha256(ds)}
@@ -143,7 +154,8 @@ def train(args) -> int:
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
     res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
-                       out_dir=out, resume=args.resume, meta={"data": data}, progress=not args.no_progress)
+                       out_dir=out, resume=args.resume, meta={"data": data}, progress=not args.no_progress,
+                       init=init)
     res.pop("model")
     summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
                "task_names": list(ds.task_names), "num_molecules": len(ds),
@@ -163,6 +175,22 @@ def train(args) -> int:
         print(f"Skipped {len(skipped)} invalid SMILES (file rows {', '.join(str(s['row']) for s in skipped)})")
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
+
+
+def _pretrained_arch(hp: Dict[str, Any], init, given) -> Dict[str, Any]:
+    """``hp`` with the backbone shape of the pretrained checkpoint ``init``; an option the
+    user gave (``given``) that contradicts it is an error rather than silently overridden."""
+    from .pretrain import ARCH_KEYS, load_pretrained
+
+    if not Path(init).is_file():
+        raise ValueError(f"--init {init}: no such file")
+    _, meta = load_pretrained(init)
+    pre = meta.get("hparams", {})
+    clash = [f"--{k.replace('_', '-')} {hp[k]} (pretrained: {pre[k]})" for k in ARCH_KEYS
+             if k in given and k in pre and hp.get(k) != pre[k]]
+    if clash:
+        raise ValueError(f"--init {init} fixes the backbone's shape; drop {', '.join(clash)}")
+    return {**hp, **{k: pre[k] for k in ARCH_KEYS if k in pre}}
 
 
 def _file_sha256(ds):

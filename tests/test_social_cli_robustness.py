@@ -59,7 +59,9 @@ def test_clashing_and_out_of_range_options(tmp_path, capsys):
     assert "--folds must be >= 2" in _err(capsys, "train", "karate", "--folds", -2)
     assert "--limit must be >= 1" in _err(capsys, "train", "karate", "--limit", 0)
     assert "--dropout must be in [0, 1)" in _err(capsys, "train", "karate", "--dropout", 1.5)
-    assert "--lr must be > 0" in _err(capsys, "train", "karate", "--lr", 0)
+    assert "--lr must be a finite number > 0" in _err(capsys, "train", "karate", "--lr", 0)
+    assert "--lr must be a finite number > 0" in _err(capsys, "train", "karate", "--lr", "inf")
+    assert "--weight-decay must be a finite number >= 0" in _err(capsys, "train", "karate", "--weight-decay", "nan")
 
 
 def test_key_error_messages_keep_their_quotes(tmp_path, capsys):

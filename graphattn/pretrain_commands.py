@@ -1,0 +1,114 @@
+"""``graphattn pretrain``: self-supervised pretraining of the molecule backbone on SMILES files
+(:mod:`graphattn.pretrain`); ``graphattn train tox21 --init OUT/best.pt`` fine-tunes from it."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["add_parser", "pretrain"]
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    from .pretrain import PRETRAIN_DEFAULTS as D
+
+    p = sub.add_parser("pretrain", help="pretrain the molecule backbone on unlabelled SMILES files "
+                                        "(masked atoms + RDKit descriptors); fine-tune with train --init")
+    p.add_argument("--csv", nargs="+", required=True, metavar="FILE",
+                   help="CSV (or .csv.gz) files with a SMILES column; other columns are ignored")
+    p.add_argument("--smiles-col", default="smiles",
+                   help="SMILES column name(s), comma-separated: the first one present in each file's header "
+                        "is used, case-insensitively (default: smiles; e.g. smiles,mol for BACE)")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="SET",
+                   help="leave out every molecule of these toxicity sets (tox21, toxcast, clintox, sider) or "
+                        "CSV files (matched by RDKit canonical SMILES), e.g. the set you fine-tune and test on")
+    p.add_argument("--out", default="runs/pretrain", help="output folder (best.pt, last.pt, metrics.json)")
+    p.add_argument("--epochs", type=int, default=D["epochs"])
+    p.add_argument("--lr", type=float, default=D["lr"])
+    p.add_argument("--weight-decay", type=float, default=D["weight_decay"])
+    p.add_argument("--batch-size", type=int, default=D["batch_size"])
+    p.add_argument("--hidden", type=int, default=D["hidden"])
+    p.add_argument("--layers", type=int, default=D["layers"])
+    p.add_argument("--heads", type=int, default=D["heads"])
+    p.add_argument("--global-tokens", type=int, default=D["global_tokens"])
+    p.add_argument("--pe-dim", type=int, default=D["pe_dim"], help="Laplacian PE size (fine-tuning uses the same)")
+    p.add_argument("--dropout", type=float, default=D["dropout"])
+    p.add_argument("--local-mpnn", default=None, choices=["gine", "gin"])
+    p.add_argument("--mask-rate", type=float, default=D["mask_rate"], help="fraction of atoms masked (default 0.15)")
+    p.add_argument("--val-fraction", type=float, default=D["val_fraction"],
+                   help="molecules held out for the validation losses (default 0.05)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def _check(args) -> None:
+    for name, low in (("epochs", 1), ("batch_size", 1), ("hidden", 1), ("layers", 1), ("heads", 1),
+                      ("global_tokens", 0), ("pe_dim", 0), ("threads", 1), ("limit", 1)):
+        val = getattr(args, name)
+        if val is not None and val < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {val}")
+    for name in ("mask_rate", "val_fraction"):
+        if not 0.0 < getattr(args, name) < 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {getattr(args, name)}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
+    if not (math.isfinite(args.lr) and args.lr > 0) or not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        raise ValueError(f"--lr must be a finite number > 0 and --weight-decay one >= 0, got {args.lr} and "
+                         f"{args.weight_decay}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a file, not a folder")
+
+
+def pretrain(args) -> int:
+    from .data.download import DataFileError
+    from .pretrain import molecule_pool, run_pretraining
+    from .train import CheckpointError, write_metrics
+
+    try:
+        _check(args)
+    except ValueError as exc:
+        print(f"graphattn pretrain: {exc}", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    cols = [c for c in args.smiles_col.split(",") if c.strip()] or ["smiles"]
+    try:
+        graphs, report = molecule_pool(args.csv, cols, pe_dim=args.pe_dim, exclude=args.exclude, limit=args.limit,
+                                       log=not args.no_progress)
+    except (DataFileError, ValueError) as exc:
+        print(f"graphattn pretrain: {exc}", file=sys.stderr)
+        return 2
+    for f in report["files"]:
+        print(f"{Path(f['path']).name}: {f['rows']} rows, {f['used']} used ({f['invalid']} invalid SMILES, "
+              f"{f['duplicates']} duplicates, {f['excluded']} excluded)")
+    hp = {k: getattr(args, k) for k in ("epochs", "lr", "weight_decay", "batch_size", "hidden", "layers", "heads",
+                                         "global_tokens", "pe_dim", "dropout", "local_mpnn", "mask_rate",
+                                         "val_fraction")}
+    out = Path(args.out)
+    pool = {k: v for k, v in report.items() if k != "descriptors"}
+    try:
+        res = run_pretraining(graphs, hp, seed=args.seed, out_dir=out, resume=args.resume,
+                              meta={"pool": pool, "descriptors": report["descriptors"]},
+                              progress=not args.no_progress)
+    except (ValueError, CheckpointError) as exc:  # CheckpointError: --resume into another run / a bad last.pt
+        print(f"graphattn pretrain: {exc}", file=sys.stderr)
+        return 2
+    res.pop("model")
+    write_metrics(out / "metrics.json", {"pool": pool, **{k: v for k, v in res.items() if k != "meta"}})
+    acc = res["val_masked_atom"].get("atomic_num", {})
+    mae = res["val_descriptor_mae"]
+    print(f"pretrained on {report['molecules']} molecules ({res['counts']['train']} train / "
+          f"{res['counts']['val']} val): best epoch {res['best_epoch']}/{res['epochs_run']} | val descriptor MAE "
+          f"{'n/a' if mae is None else f'{mae:.4f}'} (standardised) | masked element accuracy "
+          f"{acc.get('accuracy', float('nan')):.3f} (majority {acc.get('majority', float('nan')):.3f}) | "
+          f"{res['seconds_per_epoch']:.1f} s/epoch")
+    print(f"Wrote {out / 'best.pt'} and {out / 'metrics.json'}; fine-tune with: "
+          f"graphattn train tox21 --init {out / 'best.pt'}")
+    return 0

@@ -1,0 +1,242 @@
+"""Self-supervised pretraining (graphattn.pretrain) and fine-tuning from it (train --init)."""
+import pytest
+import torch
+from torch_geometric.data import Batch
+
+from graphattn import cli
+from graphattn import molecule_pipeline as mp
+from graphattn import pretrain as pt
+from graphattn.data.descriptors import descriptor_names
+
+_SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C", "CCN(CC)CC", "O=C(O)c1ccccc1OC(C)=O", "C1CCCCC1",
+           "N#Cc1ccccc1", "CCCCCCCCCC(=O)O", "c1ccncc1", "ClC(Cl)Cl", "CC(C)Cc1ccc(C(C)C(=O)O)cc1", "OC1CCCCC1",
+           "c1ccc2ccccc2c1", "CC(=O)OCC", "NCCO"]
+_HP = dict(epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=8, global_tokens=1)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return mp.featurize(_SMILES, 4, descriptor_names())
+
+
+def _model(graphs, **hp):
+    bb = pt._arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP, **hp})
+    torch.manual_seed(0)
+    return pt.MoleculePretrainer(bb, graphs[0].mol_desc.size(1))
+
+
+def test_atom_mask_rate_every_molecule_and_seeded():
+    b = torch.arange(50).repeat_interleave(6)  # 50 molecules of 6 atoms
+    m = pt.sample_atom_mask(b, 50, 0.15, torch.Generator().manual_seed(1))
+    assert m.dtype == torch.bool and m.shape == (300,)
+    assert torch.zeros(50, dtype=torch.long).index_add_(0, b, m.long()).min() >= 1  # >= 1 atom per molecule
+    assert 0.1 < m.float().mean() < 0.4
+    assert torch.equal(m, pt.sample_atom_mask(b, 50, 0.15, torch.Generator().manual_seed(1)))
+    one = pt.sample_atom_mask(torch.zeros(1, dtype=torch.long), 1, 0.01)
+    assert one.tolist() == [True]  # a one-atom molecule always gets its atom masked
+    assert pt.sample_atom_mask(torch.zeros(0, dtype=torch.long), 0, 0.15).numel() == 0
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="mask rate"):
+            pt.sample_atom_mask(b, 50, bad)
+
+
+def test_masked_atoms_are_hidden_from_the_whole_model(graphs):
+    model = _model(graphs).eval()
+    batch = Batch.from_data_list(graphs[:4])
+    mask = torch.zeros(batch.num_nodes, dtype=torch.bool)
+    mask[[1, 5, 12]] = True
+    a1, d1 = model(batch, mask)
+    changed = batch.clone()
+    changed.x = batch.x.clone()
+    changed.x[mask] = (changed.x[mask] + 1) % 2  # other element / degree / ...: invisible when masked
+    a2, d2 = model(changed, mask)
+    assert torch.allclose(a1, a2) and torch.allclose(d1, d2)
+    # an unmasked atom's features do matter
+    changed.x = batch.x.clone()
+    changed.x[0, 0] = 17
+    assert not torch.allclose(model(changed, mask)[1], d1)
+    assert a1.shape == (3, sum(model.vocab_sizes)) and d1.shape == (4, graphs[0].mol_desc.size(1))
+    # outside the pretrainer's forward the backbone is a plain GraphTransformer again
+    from graphattn.models import GraphTransformer
+
+    plain = GraphTransformer(**pt._arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP})).eval()
+    plain.load_state_dict(model.backbone.state_dict())
+    kw = dict(num_graphs=batch.num_graphs, **mp.pe_inputs(batch))
+    assert torch.allclose(model.backbone(batch.x, batch.edge_index, batch.edge_attr, batch.batch, **kw)[0],
+                          plain(batch.x, batch.edge_index, batch.edge_attr, batch.batch, **kw)[0])
+    with pytest.raises(ValueError, match="atom_mask"):
+        model(batch, mask[:-1])
+
+
+def test_pretraining_learns_both_tasks(graphs):
+    res = pt.run_pretraining(graphs * 4, dict(_HP, epochs=12, hidden=32, val_fraction=0.25, lr=3e-3), seed=0,
+                             progress=False, log=lambda m: None)
+    h = res["history"]
+    assert h[-1]["loss"] < 0.6 * h[0]["loss"]
+    assert res["val_descriptor_mae"] < h[0]["val"]["mae"]
+    el = res["val_masked_atom"]["atomic_num"]
+    assert el["accuracy"] > el["majority"] - 1e-9 and el["accuracy"] > 0.6
+    assert res["counts"] == {"train": 48, "val": 16}
+
+
+def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molecule_csv):
+    pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
+    state, meta = pt.load_pretrained(tmp_path / "pre" / "best.pt")
+    assert meta["pipeline"] == "pretrain" and all(not k.startswith("backbone.") for k in state)
+    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    hp = dict(mp.DEFAULTS, **_HP, descriptors=False)
+    spec = mp.model_spec("none", len(ds.task_names), hp)
+    model = mp.build_model(spec)
+    fresh_head = {k: v.clone() for k, v in model.head.state_dict().items()}
+    pt.load_pretrained_backbone(model, tmp_path / "pre" / "best.pt")
+    for k, v in model.backbone.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    assert all(torch.equal(v, fresh_head[k]) for k, v in model.head.state_dict().items())
+    # the training run records where it started from
+    res = mp.run_training(ds, mp.split_indices(ds, "random", 0), spec, dict(hp, epochs=1), progress=False,
+                          log=lambda m: None, init=tmp_path / "pre" / "best.pt")
+    assert res["meta"]["init"]["sha256"] and res["meta"]["init"]["checkpoint"].endswith("best.pt")
+    # another width is refused with the settings named
+    wide = mp.build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
+    with pytest.raises(ValueError, match="hidden_channels"):
+        pt.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
+    from graphattn.molecule_baselines import MPNNBaseline
+
+    with pytest.raises(ValueError, match="GraphClassifier"):
+        pt.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
+
+
+def test_load_pretrained_refuses_other_checkpoints(tmp_path, graphs, molecule_csv, monkeypatch):
+    pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
+    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    hp = dict(mp.DEFAULTS, **dict(_HP, epochs=1), descriptors=False)
+    mp.run_training(ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
+                    log=lambda m: None, out_dir=tmp_path / "ft")
+    with pytest.raises(ValueError, match="not a pretraining checkpoint"):
+        pt.load_pretrained(tmp_path / "ft" / "best.pt")
+    import graphattn.data.molecules as molecules
+
+    monkeypatch.setattr(molecules, "FEATURIZER_VERSION", "999")
+    with pytest.raises(ValueError, match="featurizer version"):
+        pt.load_pretrained(tmp_path / "pre" / "best.pt")
+
+
+def test_molecule_pool_dedupes_excludes_and_counts(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_text("SMILES,score\nCCO,1\nOCC,2\nnot_a_smiles,3\nc1ccccc1,4\nCCN,5\n")
+    b = tmp_path / "b.csv"
+    b.write_text("mol,Class\nC(C)O,1\nc1ccncc1,0\n")
+    ex = tmp_path / "test_set.csv"
+    ex.write_text("smiles,y\nNCC,1\n")
+    graphs, rep = pt.molecule_pool([a, b], ["smiles", "mol"], pe_dim=4, exclude=[str(ex)], log=False)
+    assert sorted(g.smiles for g in graphs) == ["CCO", "c1ccccc1", "c1ccncc1"]
+    fa, fb = rep["files"]
+    assert (fa["smiles_col"], fa["invalid"], fa["invalid_rows"], fa["duplicates"], fa["excluded"], fa["used"]) == \
+        ("SMILES", 1, [4], 1, 1, 2)
+    assert (fb["smiles_col"], fb["duplicates"], fb["used"]) == ("mol", 1, 1)
+    assert all(not hasattr(g, "y") or g.y is None for g in graphs) and graphs[0].mol_desc.shape[0] == 1
+    with pytest.raises(ValueError, match="SMILES column"):
+        pt.molecule_pool([b], ["smiles"], log=False)
+    with pytest.raises(ValueError, match="no molecules left"):
+        pt.molecule_pool([ex], ["smiles"], exclude=[str(ex)], log=False)
+    with pytest.raises(ValueError, match="no such file"):
+        pt.molecule_pool([tmp_path / "missing.csv"], log=False)
+
+
+def test_cli_pretrain_then_train_init_then_evaluate(tmp_path, molecule_csv, capsys):
+    pre = tmp_path / "pre"
+    args = ["pretrain", "--csv", str(molecule_csv), "--epochs", "2", "--hidden", "16", "--layers", "1",
+            "--heads", "2", "--pe-dim", "4", "--batch-size", "8", "--out", str(pre), "--no-progress"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "masked element accuracy" in out and (pre / "best.pt").is_file() and (pre / "metrics.json").is_file()
+    run = tmp_path / "run"
+    base = ["train", "--csv", str(molecule_csv), "--epochs", "1", "--split", "random", "--no-progress",
+            "--no-descriptors"]
+    assert cli.main(base + ["--init", str(pre / "best.pt"), "--out", str(run)]) == 0
+    ck = torch.load(run / "best.pt", weights_only=True)
+    assert ck["meta"]["hparams"]["hidden"] == 16 and ck["meta"]["init"]["molecules"] > 0
+    assert cli.main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 0
+    capsys.readouterr()
+    # clashes and misuse are clear errors, not tracebacks
+    assert cli.main(base + ["--init", str(pre / "best.pt"), "--hidden", "32"]) == 2
+    assert "drop --hidden 32 (pretrained: 16)" in capsys.readouterr().err
+    assert cli.main(base + ["--init", str(pre / "best.pt"), "--baseline", "gine"]) == 2
+    assert "--init" in capsys.readouterr().err
+    assert cli.main(base + ["--init", str(tmp_path / "nope.pt")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli.main(base + ["--init", str(run / "best.pt")]) == 2
+    assert "not a pretraining checkpoint" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--checkpoint", str(pre / "best.pt")]) == 2
+    assert "pretraining checkpoint" in capsys.readouterr().err
+    assert cli.main(["train", "karate", "--init", str(pre / "best.pt")]) == 2
+    assert "--init" in capsys.readouterr().err
+    assert cli.main(["pretrain", "--csv", str(molecule_csv), "--mask-rate", "1.5"]) == 2
+    assert "--mask-rate" in capsys.readouterr().err
+
+
+def test_cli_pretrain_resume_and_out_errors(tmp_path, molecule_csv, capsys):
+    pre = tmp_path / "pre"
+    base = ["pretrain", "--csv", str(molecule_csv), "--epochs", "1", "--hidden", "16", "--layers", "1",
+            "--heads", "2", "--pe-dim", "4", "--batch-size", "8", "--no-progress"]
+    assert cli.main(base + ["--out", str(pre)]) == 0
+    capsys.readouterr()
+    # resuming with another split seed / validation fraction / width is refused, without a traceback
+    for extra in (["--seed", "7"], ["--val-fraction", "0.5"], ["--hidden", "32"]):
+        assert cli.main(base + ["--out", str(pre), "--resume", "--epochs", "2"] + extra) == 2
+        assert "another run" in capsys.readouterr().err
+    assert cli.main(base + ["--out", str(pre), "--resume", "--epochs", "2"]) == 0
+    capsys.readouterr()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert cli.main(base + ["--out", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert cli.main(base + ["--out", str(pre), "--lr", "inf"]) == 2
+    assert "--lr" in capsys.readouterr().err
+    assert cli.main(base + ["--out", str(pre), "--exclude", "tox22"]) == 2
+    assert "neither a toxicity set" in capsys.readouterr().err
+
+
+def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molecule_csv, capsys):
+    pre = tmp_path / "pre"
+    assert cli.main(["pretrain", "--csv", str(molecule_csv), "--epochs", "1", "--hidden", "16", "--layers", "1",
+                     "--heads", "2", "--pe-dim", "4", "--out", str(pre), "--no-progress"]) == 0
+    capsys.readouterr()
+    base = ["train", "--csv", str(molecule_csv), "--epochs", "1", "--split", "random", "--no-progress",
+            "--no-descriptors", "--init", str(pre / "best.pt")]
+    assert cli.main(base + ["--heads", "4"]) == 2  # 4 is the parser's default, but it was given
+    assert "drop --heads 4 (pretrained: 2)" in capsys.readouterr().err
+    assert cli.main(base + ["--heads", "2", "--hidden", "16", "--out", str(tmp_path / "ok")]) == 0  # agreeing
+    # through the API the head count is compared too (same parameter shapes, other grouping)
+    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    hp = dict(mp.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
+    with pytest.raises(ValueError, match="heads"):
+        mp.run_training(ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
+                        log=lambda m: None, init=pre / "best.pt")
+
+
+def test_fine_tune_resume_keeps_the_init_record(tmp_path, molecule_csv, capsys):
+    pre, run = tmp_path / "pre", tmp_path / "run"
+    assert cli.main(["pretrain", "--csv", str(molecule_csv), "--epochs", "1", "--hidden", "16", "--layers", "1",
+                     "--heads", "2", "--pe-dim", "4", "--out", str(pre), "--no-progress"]) == 0
+    base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
+            "--out", str(run)]
+    assert cli.main(base + ["--epochs", "1", "--init", str(pre / "best.pt")]) == 0
+    arch = ["--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4"]
+    assert cli.main(base + arch + ["--epochs", "2", "--resume"]) == 0
+    assert torch.load(run / "last.pt", weights_only=True)["meta"]["init"]["molecules"] > 0
+
+
+def test_smiles_column_ambiguous_case(tmp_path):
+    f = tmp_path / "two.csv"
+    f.write_text("Smiles,SMILES\nCCO,CCN\n")
+    with pytest.raises(ValueError, match="ambiguous"):
+        pt.molecule_pool([f], ["smiles"], log=False)
+    graphs, _ = pt.molecule_pool([f], ["SMILES"], pe_dim=0, log=False)  # the exact name wins
+    assert [g.smiles for g in graphs] == ["CCN"]
