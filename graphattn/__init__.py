@@ -14,6 +14,7 @@ from .variants import (GLOBAL_ATTNS, NORMALIZATIONS, ClusteredAttention, LinearG
 from .patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
 from .csr import EdgeCSR, to_csr
 from .functional import dense_attention, edge_attention
+from .pretrain import MoleculePretrainer  # the pipeline (pool, run_pretraining, --init) stays in graphattn.pretrain
 
 __all__ = [
     "__version__",
@@ -28,6 +29,7 @@ __all__ = [
     "GraphClassifier",
     "GraphFeatureNorm",
     "ProbabilityEnsemble",
+    "MoleculePretrainer",
     "AddLaplacianPE",
     "AddRandomWalkPE",
     "LapPEEncoder",

@@ -139,11 +139,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .train import CheckpointError
 
     if args.command == "train":
-        from .cli_options import given_options
+        from .cli_options import check_out_folder, given_options
 
         args.given_options = given_options(args, build_parser().parse_args(["train"]))
         try:
             check_train_numbers(args)
+            check_out_folder(args.out)
             if args.threads is not None:
                 import torch
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path", "check_out_folder"]
 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
@@ -73,3 +73,10 @@ def out_path(out, default_name: str) -> Path:
     if path.is_dir() or str(out).endswith(("/", "\\")):
         return path / default_name
     return path
+
+
+def check_out_folder(out) -> None:
+    """ValueError when ``--out`` (a run's output folder) names an existing file: found before
+    any data is read or epoch trained, not at the first checkpoint."""
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")

@@ -141,7 +141,7 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     trained ``model`` (best epoch's weights). Checkpoints in ``out_dir`` carry ``meta``
     (``pipeline``, ``model``, ``featurizer_version``, ``task_names``, ``pe`` are filled in).
     ``init``: a ``graphattn pretrain`` checkpoint whose backbone the model starts from
-    (:func:`graphattn.pretrain.load_pretrained_backbone`; recorded in ``meta["init"]``)."""
+    (:func:`graphattn.finetune.apply_init`; recorded in ``meta["init"]``)."""
     from torch_geometric.loader import DataLoader
 
     from .metrics import compute_pos_weight
@@ -164,20 +164,12 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
                          "use --split random or more data")
     set_seed(seed)
     model = build_model(spec)
-    last = Path(out_dir) / "last.pt" if (resume and out_dir is not None) else None
-    if init is not None:
-        from .data.download import sha256sum
-        from .pretrain import load_pretrained_backbone
+    if init is not None or resume:
+        from .finetune import apply_init
 
-        pre = load_pretrained_backbone(model, init, spec["kwargs"])
-        meta["init"] = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init),
-                        "molecules": (pre.get("pool") or {}).get("molecules")}
-    elif last is not None and last.is_file():  # resumed without --init: keep where the run started from
-        from .train import load_checkpoint
-
-        prev = (load_checkpoint(last).get("meta") or {}).get("init")
-        if prev is not None:
-            meta["init"] = prev
+        record = apply_init(model, spec, init, Path(out_dir) / "last.pt" if resume and out_dir is not None else None)
+        if record is not None:
+            meta["init"] = record
     model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     norm = getattr(model, "graph_feature_norm", None)
     if norm is not None:  # descriptor statistics of the training molecules only

@@ -90,6 +90,7 @@ _SOCIAL_ONLY = ("mini_batch", "attn_dropout", "input_dropout", "propagation", "p
 def train(args) -> int:
     """``graphattn train``: prints one line per epoch and a final summary."""
     from .data.download import DataFileError
+    from .train import CheckpointError
 
     hp = _hparams(args)
     baseline = getattr(args, "baseline", "none") or "none"
@@ -110,15 +111,20 @@ def train(args) -> int:
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
         return _err("train", "--readout token needs --global-tokens >= 1")
     init = getattr(args, "init", None)
-    if init is not None:
-        try:
+    name = args.dataset.lower() if args.csv is None else Path(args.csv).name
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
+    try:
+        if init is not None:
             hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()))
-        except (ValueError, FileNotFoundError) as exc:
-            return _err("train", str(exc))
+        elif args.resume:  # a fine-tuned run (or ensemble) resumed without --init
+            last = next((p for p in (out / "last.pt", out / "member0" / "last.pt") if p.is_file()), None)
+            if last is not None:
+                hp = _resumed_arch(hp, last, getattr(args, "given_options", frozenset()))
+    except (ValueError, FileNotFoundError, CheckpointError) as exc:
+        return _err("train", str(exc))
     ensemble = 1 if args.ensemble is None else args.ensemble
     if ensemble < 1:
         return _err("train", f"--ensemble must be >= 1, got {ensemble}")
-    name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     pe_dim = hp["pe_dim"] if baseline == "none" else 0
     descriptors = descriptor_set(hp["descriptors"])
     try:
@@ -141,9 +147,6 @@ def train(args) -> int:
         build_model(spec)
     except ValueError as exc:
         return _err("train", str(exc))
-    out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
-    if out.exists() and not out.is_dir():
-        return _err("train", f"--out {out} is a file, not a folder")
     data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
             "limit": args.limit, "sha256": _file_sha256(ds)}
@@ -177,20 +180,37 @@ def train(args) -> int:
     return 0
 
 
-def _pretrained_arch(hp: Dict[str, Any], init, given) -> Dict[str, Any]:
-    """``hp`` with the backbone shape of the pretrained checkpoint ``init``; an option the
-    user gave (``given``) that contradicts it is an error rather than silently overridden."""
-    from .pretrain import ARCH_KEYS, load_pretrained
+def _fixed_arch(hp: Dict[str, Any], pre: Dict[str, Any], given, what: str, short: str) -> Dict[str, Any]:
+    """``hp`` with the backbone settings of ``pre``; an option the user gave (``given``) that
+    contradicts them is an error naming ``what`` fixed them, rather than silently overridden."""
+    from .pretrain import ARCH_KEYS
 
-    if not Path(init).is_file():
-        raise ValueError(f"--init {init}: no such file")
-    _, meta = load_pretrained(init)
-    pre = meta.get("hparams", {})
-    clash = [f"--{k.replace('_', '-')} {hp[k]} (pretrained: {pre[k]})" for k in ARCH_KEYS
+    clash = [f"--{k.replace('_', '-')} {hp[k]} ({short}: {pre[k]})" for k in ARCH_KEYS
              if k in given and k in pre and hp.get(k) != pre[k]]
     if clash:
-        raise ValueError(f"--init {init} fixes the backbone's shape; drop {', '.join(clash)}")
+        raise ValueError(f"{what} fixes the backbone's shape; drop {', '.join(clash)}")
     return {**hp, **{k: pre[k] for k in ARCH_KEYS if k in pre}}
+
+
+def _pretrained_arch(hp: Dict[str, Any], init, given) -> Dict[str, Any]:
+    """``hp`` with the backbone settings of the pretrain checkpoint ``init``."""
+    from .finetune import load_pretrained
+
+    if not Path(init).exists():
+        raise ValueError(f"--init {init}: no such file")
+    return _fixed_arch(hp, load_pretrained(init)[1].get("hparams", {}), given, f"--init {init}", "pretrained")
+
+
+def _resumed_arch(hp: Dict[str, Any], last, given) -> Dict[str, Any]:
+    """``hp`` with the backbone settings of the run in ``last`` when that run was fine-tuned
+    from a pretrained backbone (``--resume`` then needs neither ``--init`` nor its flags)."""
+    from .train import load_checkpoint
+
+    meta = load_checkpoint(last).get("meta") or {}
+    if not meta.get("init"):
+        return hp
+    return _fixed_arch(hp, meta.get("hparams", {}), given, f"the resumed run {last} (fine-tuned from "
+                       f"{meta['init'].get('checkpoint')})", "resumed run")
 
 
 def _file_sha256(ds):

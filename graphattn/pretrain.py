@@ -8,23 +8,25 @@ chemistry-derived graph-level targets (GROVER, Rong et al. 2020: functional-grou
 prediction). In one forward pass per batch:
 
 * **masked atoms** (node level): ``mask_rate`` of the atoms (at least one per molecule) have
-  their whole input embedding replaced by one learned mask vector (every categorical atom
-  feature hidden: element, degree, charge, chirality, hybridisation, aromaticity, H count,
-  ring); a linear head predicts each of those categories from the atom's final state
-  (cross-entropy summed over the feature columns);
+  their whole input embedding replaced by one learned mask vector (all 9 categorical atom
+  features hidden: element, degree, charge, chirality, hybridisation, aromaticity, H count,
+  ring, radical electrons; the bonds keep theirs); a linear head predicts each of those
+  categories from the atom's final state (cross-entropy summed over the feature columns);
 * **molecule descriptors** (graph level): an MLP on the mean-pooled node states regresses the
   ~200 RDKit 2-D descriptors (:mod:`graphattn.data.descriptors`: fragment / functional-group
-  counts, logP, TPSA, ring and charge indices, ...), standardised with the pool's statistics
-  (MSE). The labels come from RDKit, so any SMILES file is training data.
+  counts, logP, TPSA, ring and charge indices, ...), standardised with the statistics of the
+  pool's training part (MSE), from the same masked pass. The labels come from RDKit, so any
+  SMILES file is training data.
 
 The backbone is exactly :class:`~graphattn.GraphTransformer` with the kwargs of a
 :class:`~graphattn.GraphClassifier` (minus its head); :func:`load_pretrained_backbone` copies
 it into a new classifier, whose head starts fresh (``graphattn train ... --init PRE.pt``).
 PyG has no molecule pretraining (its ``AttentiveFP`` / ``GIN`` examples train from scratch),
 hence this module. Training goes through the shared loop :func:`graphattn.train.fit`
-(``kind="regression"``: the descriptor MSE is the task loss and early-stopping metric, the
-masked-atom loss its auxiliary term), so progress bars, atomic checkpoints and ``--resume``
-are the same as everywhere else.
+(``kind="regression"``: the descriptor MSE is the task loss, the masked-atom loss its
+auxiliary term, and the validation descriptor MAE — on fixed validation masks — picks
+``best.pt``), so progress bars, atomic checkpoints and ``--resume`` are the same as everywhere
+else.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .pretrain_data import exclusion_set, molecule_pool  # noqa: F401 (part of this module's API)
+from .finetune import backbone_kwargs, load_pretrained, load_pretrained_backbone  # noqa: F401 (this module's API)
+from .pretrain_data import exclusion_set, molecule_pool  # noqa: F401
 
 __all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "MoleculePretrainer", "backbone_kwargs", "sample_atom_mask",
            "pretrain_forward", "masked_atom_accuracy", "molecule_pool", "run_pretraining",
@@ -48,20 +51,6 @@ PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, p
                          mask_rate=0.15, atom_weight=1.0, val_fraction=0.05)
 #: Hyper-parameters that define the backbone's shape: fixed by the pretrained checkpoint.
 ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn")
-#: GraphClassifier kwargs that are not the backbone's.
-_HEAD_KEYS = ("num_tasks", "readout", "graph_feature_dim")
-
-
-def backbone_kwargs(classifier_kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """The :class:`~graphattn.GraphTransformer` kwargs inside a GraphClassifier's kwargs."""
-    return {k: v for k, v in classifier_kwargs.items() if k not in _HEAD_KEYS}
-
-
-def _shape_kwargs(kw: Dict[str, Any]) -> Dict[str, Any]:
-    """The kwargs that decide the backbone's parameter shapes (dropout rates do not)."""
-    return {k: v for k, v in kw.items() if k not in ("dropout", "attn_dropout")}
-
-
 class MoleculePretrainer(nn.Module):
     """Backbone + masked-atom head + descriptor head (see the module doc).
 
@@ -70,9 +59,12 @@ class MoleculePretrainer(nn.Module):
             ``node_vocab_sizes`` is required, it sizes the masked-atom head).
         num_descriptors (int): D, size of ``data.mol_desc``.
 
-    ``forward(batch, atom_mask)`` -> ``(atom_logits (M, sum(vocab)), desc (B, D))`` for the M
-    atoms with ``atom_mask`` set; ``desc_norm`` standardises the targets (``fit`` it on the
-    pool's descriptors first).
+    ``desc_norm`` standardises the targets (``fit`` it on the training molecules' descriptors first).
+
+    Shapes:
+        ``forward(batch, atom_mask)``: a PyG batch of B molecules with N atoms (``x`` ``(N, 9)``
+        categorical, ``edge_attr``, Laplacian PE) and ``atom_mask`` bool ``(N,)`` with M set ->
+        ``(atom_logits (M, sum(vocab)), desc (B, D))``.
     """
 
     def __init__(self, backbone: Dict[str, Any], num_descriptors: int):
@@ -131,9 +123,16 @@ class MoleculePretrainer(nn.Module):
 
 def sample_atom_mask(batch_vec: Tensor, num_graphs: int, rate: float,
                      generator: Optional[torch.Generator] = None) -> Tensor:
-    """Bool ``(N,)``: each atom with probability ``rate``, plus one random atom of every molecule
-    that got none (so every molecule has a node-level target). Sampled on the CPU with
-    ``generator`` (reproducible) and moved to ``batch_vec``'s device."""
+    """Which atoms to mask.
+
+    Args:
+        batch_vec: ``(N,)`` molecule id of every atom; num_graphs: B.
+        rate: probability of masking an atom, in (0, 1).
+        generator: CPU generator (reproducible masks); None = the global RNG.
+
+    Returns bool ``(N,)``: each atom with probability ``rate``, plus one random atom of every
+    molecule that got none (so every molecule has a node-level target). Sampled on the CPU and
+    moved to ``batch_vec``'s device."""
     if not 0.0 < rate < 1.0:
         raise ValueError(f"mask rate must be in (0, 1), got {rate}")
     n = batch_vec.numel()
@@ -159,7 +158,12 @@ def _eval_generator(batch) -> torch.Generator:
 
 def pretrain_forward(rate: float, atom_weight: float = 1.0):
     """The ``forward`` of :func:`graphattn.train.fit` for :class:`MoleculePretrainer`:
-    ``(descriptor predictions, standardised descriptors[, atom_weight * masked-atom loss])``."""
+    ``(descriptor predictions, standardised descriptors[, atom_weight * masked-atom loss])``.
+
+    Args:
+        rate: masked fraction of atoms; atom_weight: weight of the masked-atom loss (training).
+    Training batches draw fresh masks; other splits use masks fixed by the batch's content
+    (:func:`_eval_generator`), so validation errors compare across epochs."""
 
     def forward(model: MoleculePretrainer, batch, split: str = "train"):
         batch = batch.to(next(model.parameters()).device)
@@ -176,8 +180,9 @@ def pretrain_forward(rate: float, atom_weight: float = 1.0):
 
 @torch.no_grad()
 def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict[str, float]:
-    """Accuracy of the masked-atom head per atom feature column (validation masks), and the
-    accuracy of always guessing each column's most frequent category (the chance level)."""
+    """Per atom feature column: the masked-atom head's accuracy on ``loader`` (with the fixed
+    validation masks of :func:`pretrain_forward`, ``rate``) and that of always guessing the
+    column's most frequent category there (the chance level): ``{name: {accuracy, majority}}``."""
     from .data.molecules import ATOM_FEATURE_NAMES
 
     model.eval()
@@ -210,10 +215,18 @@ def _arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
 
 def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_dir=None, resume: bool = False,
                     meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
-    """Pretrain a :class:`MoleculePretrainer` on ``graphs`` (from :func:`molecule_pool`) with
-    :func:`graphattn.train.fit`; a seeded ``val_fraction`` of them is held out for the
-    validation losses and the masked-atom accuracy. ``out_dir/best.pt`` (lowest validation
-    descriptor MAE) is what ``graphattn train --init`` loads. Returns the summary and ``model``."""
+    """Pretrain a :class:`MoleculePretrainer` on ``graphs`` with :func:`graphattn.train.fit`.
+
+    Args:
+        graphs: molecules with ``mol_desc`` (from :func:`molecule_pool`).
+        hp: :data:`PRETRAIN_DEFAULTS` overrides; ``val_fraction`` of the molecules (seeded by
+            ``seed``) are held out for the validation losses and the masked-atom accuracy.
+        seed, out_dir, resume, meta, progress, log: as in :func:`graphattn.train.fit`
+            (``--resume`` with another seed or ``val_fraction`` is refused: another split).
+
+    ``out_dir/best.pt`` (lowest validation descriptor MAE) is what ``graphattn train --init``
+    loads. Returns the summary (counts, best epoch, validation MAE, masked-atom accuracy,
+    history, meta) and the trained ``model``."""
     from torch_geometric.loader import DataLoader
 
     from .data.molecules import FEATURIZER_VERSION
@@ -254,53 +267,3 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
             "history": [{k: (v if not isinstance(v, dict) else {m: v.get(m) for m in ("mae", "rmse", "loss")})
                          for k, v in h.items()} for h in res["history"]],
             "meta": meta, "model": model}
-
-
-def load_pretrained(path) -> Tuple[Dict[str, Tensor], Dict[str, Any]]:
-    """``(backbone state dict, meta)`` of a ``graphattn pretrain`` checkpoint (``best.pt`` or
-    ``last.pt``; ``weights_only=True``). Raises ``ValueError`` for another kind of checkpoint
-    or one made with another featurizer version."""
-    from .data.molecules import FEATURIZER_VERSION
-    from .train import load_checkpoint
-
-    ck = load_checkpoint(path)
-    meta = ck.get("meta") or {}
-    if meta.get("pipeline") != "pretrain":
-        raise ValueError(f"{path} is not a pretraining checkpoint (pipeline {meta.get('pipeline')!r}); "
-                         "make one with graphattn pretrain --csv FILE ... --out DIR (DIR/best.pt)")
-    if str(meta.get("featurizer_version")) != FEATURIZER_VERSION:
-        raise ValueError(f"{path} was pretrained with featurizer version {meta.get('featurizer_version')!r}, "
-                         f"this graphattn featurizes molecules with {FEATURIZER_VERSION!r}: pretrain again")
-    state = {k[len("backbone."):]: v for k, v in ck["model"].items() if k.startswith("backbone.")}
-    return state, meta
-
-
-def load_pretrained_backbone(model: nn.Module, path, spec_kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Copy the pretrained backbone of ``path`` into ``model`` (a
-    :class:`~graphattn.GraphClassifier` of the same shape; its head is left as initialised).
-    ``spec_kwargs``: the model's constructor kwargs, when known (:func:`run_training` passes
-    them): then every setting that shapes the backbone must match, also those that leave the
-    parameter shapes alike (the number of heads regroups the same weights differently).
-    Returns the pretraining meta. Raises ``ValueError`` naming the differing settings."""
-    from .models import GraphClassifier
-
-    state, meta = load_pretrained(path)
-    if not isinstance(model, GraphClassifier):
-        raise ValueError(f"--init needs our GraphClassifier, not {type(model).__name__} (no --baseline)")
-    bb, want = model.backbone, meta["backbone"]
-    have = {"hidden_channels": bb.hidden_channels, "num_layers": bb.num_layers,
-            "num_global_tokens": bb.num_global_tokens, "pe_dim": bb.pe_dim, "pe_kind": bb.pe_kind}
-    if spec_kwargs is not None:
-        have = _shape_kwargs(backbone_kwargs(spec_kwargs))
-        want = _shape_kwargs(want)
-        have = {k: have.get(k) for k in want}
-    diff = {k: (want.get(k), v) for k, v in have.items() if k in want and want.get(k) != v}
-    if diff:
-        raise ValueError(f"the pretrained backbone of {path} has another shape than this model "
-                         f"(setting: (pretrained, this)): {diff}; build the model with the pretrained settings")
-    try:
-        bb.load_state_dict(state)
-    except RuntimeError as exc:  # e.g. other heads or local_mpnn
-        raise ValueError(f"the pretrained backbone of {path} does not fit this model (pretrained with "
-                         f"{_shape_kwargs(meta['backbone'])}): {str(exc)[:300]}") from exc
-    return meta

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -47,21 +46,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _check(args) -> None:
-    for name, low in (("epochs", 1), ("batch_size", 1), ("hidden", 1), ("layers", 1), ("heads", 1),
-                      ("global_tokens", 0), ("pe_dim", 0), ("threads", 1), ("limit", 1)):
-        val = getattr(args, name)
-        if val is not None and val < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {val}")
+    """ValueError naming the first out-of-range option (the ``train`` rules, plus the
+    pretraining fractions)."""
+    from .cli import check_train_numbers
+    from .cli_options import check_out_folder
+
+    check_train_numbers(args)
     for name in ("mask_rate", "val_fraction"):
         if not 0.0 < getattr(args, name) < 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {getattr(args, name)}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
-    if not (math.isfinite(args.lr) and args.lr > 0) or not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
-        raise ValueError(f"--lr must be a finite number > 0 and --weight-decay one >= 0, got {args.lr} and "
-                         f"{args.weight_decay}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a file, not a folder")
+    check_out_folder(args.out)
 
 
 def pretrain(args) -> int:
@@ -101,7 +95,8 @@ def pretrain(args) -> int:
         print(f"graphattn pretrain: {exc}", file=sys.stderr)
         return 2
     res.pop("model")
-    write_metrics(out / "metrics.json", {"pool": pool, **{k: v for k, v in res.items() if k != "meta"}})
+    meta = {k: v for k, v in res.pop("meta").items() if k not in ("pool", "descriptors")}  # both once, below
+    write_metrics(out / "metrics.json", {"pool": pool, "descriptors": report["descriptors"], **res, "meta": meta})
     acc = res["val_masked_atom"].get("atomic_num", {})
     mae = res["val_descriptor_mae"]
     print(f"pretrained on {report['molecules']} molecules ({res['counts']['train']} train / "

@@ -1,43 +1,53 @@
 """The molecule pool of :mod:`graphattn.pretrain`: SMILES files featurized (Laplacian PE + RDKit
 descriptors, cached per file), de-duplicated by canonical SMILES, minus the molecules of the
-sets one will test on."""
+sets one will test on (matched more loosely: largest fragment, neutralised, stereochemistry ignored)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["exclusion_set", "molecule_pool"]
 
 
-def _canonical(smiles: str) -> Optional[str]:
+def _keys(smiles: str) -> Optional[Tuple[str, str]]:
+    """``(canonical SMILES, exclusion key)`` of a SMILES, None when RDKit cannot parse it. The
+    exclusion key is stricter than identity: the canonical SMILES of the largest fragment,
+    neutralised, without stereochemistry, so a test molecule's salt form, charge state or
+    stereoisomer is left out too."""
     from rdkit import Chem, rdBase
+    from rdkit.Chem.MolStandardize import rdMolStandardize
 
     with rdBase.BlockLogs():
         mol = Chem.MolFromSmiles(smiles)
-    return None if mol is None else Chem.MolToSmiles(mol)
+        if mol is None:
+            return None
+        frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
+        big = max(frags, key=lambda m: (m.GetNumHeavyAtoms(), m.GetNumAtoms()))
+        try:
+            big = rdMolStandardize.Uncharger().uncharge(big)
+        except Exception:  # noqa: BLE001 (exotic valences: keep the charged form)
+            pass
+        return Chem.MolToSmiles(mol), Chem.MolToSmiles(big, isomericSmiles=False)
 
 
 def _smiles_column(path, candidates: Sequence[str]) -> str:
+    """The first of ``candidates`` that :func:`~graphattn.data.molecules.find_column` finds in
+    the header of ``path`` (exact, else case-insensitive; ambiguity is an error)."""
     from .data.download import DataFileError
-    from .data.molecules import read_csv_table
+    from .data.molecules import find_column, read_csv_table
 
     header, _ = read_csv_table(path, header_only=True)
     for c in candidates:
-        if c in header:
-            return c
-        hits = [h for h in header if h.lower() == c.strip().lower()]
-        if len(hits) > 1:
-            raise DataFileError(f"{path}: the SMILES column {c!r} is ambiguous: the header has {hits}; "
-                                "pass the exact name with --smiles-col")
-        if hits:
-            return hits[0]
+        if any(h.lower() == c.strip().lower() for h in header):
+            return header[find_column(header, c, path)]
     raise DataFileError(f"{path}: none of the SMILES column names {list(candidates)} is in its header "
                         f"{header[:20]}; pass --smiles-col NAME (several: comma-separated, first match per file)")
 
 
 def exclusion_set(sources: Sequence[str], smiles_cols: Sequence[str] = ("smiles",), log: bool = True) -> set:
-    """Canonical SMILES of the molecules in ``sources`` (toxicity set names or CSV paths):
-    pretraining leaves them out, so no molecule of a downstream test set is seen."""
+    """Exclusion keys (largest fragment, no stereochemistry; see :func:`_keys`) of the molecules
+    in ``sources`` (toxicity set names or CSV paths): pretraining leaves out every molecule with
+    one of these keys, so no downstream test molecule, nor its salt form or stereoisomer, is seen."""
     from .data.download import DataFileError
     from .data.molecules import ToxicityDataset, read_csv_table
     from .molecule_data import cache_dir
@@ -55,7 +65,7 @@ def exclusion_set(sources: Sequence[str], smiles_cols: Sequence[str] = ("smiles"
             header, rows = read_csv_table(src)
             i = header.index(col)
             smiles = [r[i] for _, r in rows if len(r) > i and r[i].strip()]
-        out.update(c for c in map(_canonical, smiles) if c is not None)
+        out.update(k[1] for k in map(_keys, smiles) if k is not None)
     return out
 
 
@@ -64,10 +74,19 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     """The featurized, de-duplicated molecules of the CSV files ``paths`` (graphs with Laplacian
     PE of size ``pe_dim`` and all RDKit descriptors), without those of ``exclude``.
 
-    Each file's SMILES column is the first of ``smiles_cols`` in its header (case-insensitive).
-    Molecules are de-duplicated across files by RDKit canonical SMILES. Returns ``(graphs,
-    report)``; the report counts, per file, rows, invalid SMILES (with their rows), duplicates
-    and excluded molecules. Featurizing is cached per file (:mod:`graphattn.data.molecules`).
+    Args:
+        paths: CSV / .csv.gz files; other columns than the SMILES one are ignored.
+        smiles_cols: candidate SMILES column names; per file the first one in its header
+            (exact, else case-insensitive).
+        pe_dim: Laplacian PE size K (0 = none).
+        exclude: toxicity set names or CSV files whose molecules (also their salt forms and
+            stereoisomers) are left out, see :func:`exclusion_set`.
+        limit: read only the first ``limit`` valid molecules of each file.
+
+    Molecules are de-duplicated across files by RDKit canonical (isomeric) SMILES. Returns
+    ``(graphs, report)``; the report counts, per file, rows, invalid SMILES (the first 100 of
+    their rows), duplicates and excluded molecules. Featurizing is cached per file
+    (:mod:`graphattn.data.molecules`).
     """
     from tqdm.auto import tqdm
 
@@ -92,19 +111,19 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
                                 cache_dir=cache_dir(), log=log, limit=limit)
         dup = exc = 0
         for data in tqdm(ds, desc=f"pool {Path(path).name}", disable=not log, unit="mol", leave=False):
-            key = _canonical(data.smiles)
-            if key is None or key in seen:
+            keys = _keys(data.smiles)  # parsed once already by the dataset, so never None here
+            if keys[0] in seen:
                 dup += 1
                 continue
-            seen.add(key)
-            if key in excluded:
+            seen.add(keys[0])
+            if keys[1] in excluded:
                 exc += 1
                 continue
             d = data.clone()
             del d.y  # labels of the source file play no part in pretraining
             graphs.append(d)
         report["files"].append({"path": str(Path(path).resolve()), "smiles_col": col, "rows": ds.num_rows,
-                                "invalid": len(ds.skipped), "invalid_rows": [r for r, _, _ in ds.skipped],
+                                "invalid": len(ds.skipped), "invalid_rows": [r for r, _, _ in ds.skipped][:100],
                                 "duplicates": dup, "excluded": exc,
                                 "used": len(ds) - dup - exc})
     report["molecules"] = len(graphs)

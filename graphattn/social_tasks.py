@@ -117,7 +117,7 @@ def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
     if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
         # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
         hp["baseline_readout"] = None
-    hp["heads"] = args.heads if getattr(args, "heads", None) is not None else 4  # --heads defaults to None
+    hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
     return hp
 
 

@@ -75,6 +75,8 @@ def test_masked_atoms_are_hidden_from_the_whole_model(graphs):
 
 
 def test_pretraining_learns_both_tasks(graphs):
+    # the pool repeats 16 molecules, so validation molecules were seen in training (with other
+    # masks): this checks that both losses are optimised, not that they generalise
     res = pt.run_pretraining(graphs * 4, dict(_HP, epochs=12, hidden=32, val_fraction=0.25, lr=3e-3), seed=0,
                              progress=False, log=lambda m: None)
     h = res["history"]
@@ -143,6 +145,13 @@ def test_molecule_pool_dedupes_excludes_and_counts(tmp_path):
     assert all(not hasattr(g, "y") or g.y is None for g in graphs) and graphs[0].mol_desc.shape[0] == 1
     with pytest.raises(ValueError, match="SMILES column"):
         pt.molecule_pool([b], ["smiles"], log=False)
+    # exclusion also catches the test molecules' stereoisomers and salt / charge forms
+    c = tmp_path / "c.csv"
+    c.write_text("smiles\nC[C@H](N)O\n[Na+].CC(=O)[O-]\nCCCC\n")
+    ex2 = tmp_path / "test2.csv"
+    ex2.write_text("smiles\nCC(N)O\nCC(=O)O\n")
+    graphs, rep = pt.molecule_pool([c], ["smiles"], pe_dim=0, exclude=[str(ex2)], log=False)
+    assert [g.smiles for g in graphs] == ["CCCC"] and rep["files"][0]["excluded"] == 2
     with pytest.raises(ValueError, match="no molecules left"):
         pt.molecule_pool([ex], ["smiles"], exclude=[str(ex)], log=False)
     with pytest.raises(ValueError, match="no such file"):
@@ -216,6 +225,8 @@ def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molec
     # through the API the head count is compared too (same parameter shapes, other grouping)
     ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
     hp = dict(mp.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
+    with pytest.raises(ValueError, match="heads"):  # also without the spec
+        pt.load_pretrained_backbone(mp.build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
     with pytest.raises(ValueError, match="heads"):
         mp.run_training(ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                         log=lambda m: None, init=pre / "best.pt")
@@ -228,9 +239,19 @@ def test_fine_tune_resume_keeps_the_init_record(tmp_path, molecule_csv, capsys):
     base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
             "--out", str(run)]
     assert cli.main(base + ["--epochs", "1", "--init", str(pre / "best.pt")]) == 0
-    arch = ["--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4"]
-    assert cli.main(base + arch + ["--epochs", "2", "--resume"]) == 0
+    # resumed without --init and without its flags: the backbone settings come from last.pt
+    assert cli.main(base + ["--epochs", "2", "--resume"]) == 0
     assert torch.load(run / "last.pt", weights_only=True)["meta"]["init"]["molecules"] > 0
+    assert cli.main(base + ["--epochs", "3", "--resume", "--hidden", "32"]) == 2
+    assert "drop --hidden 32" in capsys.readouterr().err
+    # a run trained from scratch cannot be resumed "from" a pretrained backbone
+    scratch = tmp_path / "scratch"
+    small = ["--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4"]
+    assert cli.main(base[:-1] + [str(scratch), "--epochs", "1"] + small) == 0
+    capsys.readouterr()
+    assert cli.main(base[:-1] + [str(scratch), "--epochs", "2", "--resume", "--init", str(pre / "best.pt")]) == 2
+    assert "trained from scratch" in capsys.readouterr().err
+    assert "init" not in torch.load(scratch / "last.pt", weights_only=True)["meta"]
 
 
 def test_smiles_column_ambiguous_case(tmp_path):
@@ -240,3 +261,24 @@ def test_smiles_column_ambiguous_case(tmp_path):
         pt.molecule_pool([f], ["smiles"], log=False)
     graphs, _ = pt.molecule_pool([f], ["SMILES"], pe_dim=0, log=False)  # the exact name wins
     assert [g.smiles for g in graphs] == ["CCN"]
+
+
+def test_validation_masks_are_fixed(graphs):
+    model = _model(graphs).eval()
+    fwd = pt.pretrain_forward(0.3)
+    batch = Batch.from_data_list(graphs[:6])
+    a = fwd(model, batch, "val")
+    b = fwd(model, batch, "val")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    torch.manual_seed(1)
+    t1 = fwd(model, batch, "train")[2]
+    torch.manual_seed(2)
+    t2 = fwd(model, batch, "train")[2]
+    assert not torch.equal(t1, t2)  # training masks are drawn afresh
+
+
+def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert cli.main(["train", "karate", "--out", str(f)]) == 2
+    assert "is a file" in capsys.readouterr().err
