@@ -21,7 +21,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "is used, case-insensitively (default: smiles; e.g. smiles,mol for BACE)")
     p.add_argument("--exclude", nargs="+", default=[], metavar="SET",
                    help="leave out every molecule of these toxicity sets (tox21, toxcast, clintox, sider) or "
-                        "CSV files (matched by RDKit canonical SMILES), e.g. the set you fine-tune and test on")
+                        "CSV files (matched on the largest fragment, neutralised, stereochemistry ignored, so "
+                        "salt forms and stereoisomers go too), e.g. the set you fine-tune and test on")
     p.add_argument("--out", default="runs/pretrain", help="output folder (best.pt, last.pt, metrics.json)")
     p.add_argument("--epochs", type=int, default=D["epochs"])
     p.add_argument("--lr", type=float, default=D["lr"])

@@ -111,7 +111,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
                                 cache_dir=cache_dir(), log=log, limit=limit)
         dup = exc = 0
         for data in tqdm(ds, desc=f"pool {Path(path).name}", disable=not log, unit="mol", leave=False):
-            keys = _keys(data.smiles)  # parsed once already by the dataset, so never None here
+            keys = _keys(data.smiles) or (data.smiles, data.smiles)  # the dataset parsed it already
             if keys[0] in seen:
                 dup += 1
                 continue
