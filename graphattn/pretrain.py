@@ -51,6 +51,8 @@ PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, p
                          mask_rate=0.15, atom_weight=1.0, val_fraction=0.05)
 #: Hyper-parameters that define the backbone's shape: fixed by the pretrained checkpoint.
 ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn")
+
+
 class MoleculePretrainer(nn.Module):
     """Backbone + masked-atom head + descriptor head (see the module doc).
 
@@ -138,14 +140,12 @@ def sample_atom_mask(batch_vec: Tensor, num_graphs: int, rate: float,
     n = batch_vec.numel()
     b = batch_vec.cpu()
     mask = torch.rand(n, generator=generator) < rate
-    if n:
-        hit = torch.zeros(num_graphs, dtype=torch.bool).index_fill_(0, b[mask], True) if bool(mask.any()) \
-            else torch.zeros(num_graphs, dtype=torch.bool)
-        # one random atom per molecule without a masked one: the max of random keys per graph
-        keys = torch.rand(n, generator=generator)
-        best = torch.full((num_graphs,), -1.0).scatter_reduce(0, b, keys, "amax")
-        pick = (keys == best[b]) & ~hit[b]
-        mask |= pick
+    hit = torch.zeros(num_graphs, dtype=torch.bool)
+    hit[b[mask]] = True
+    # one random atom per molecule without a masked one: the max of random keys per graph
+    keys = torch.rand(n, generator=generator)
+    best = torch.full((num_graphs,), -1.0).scatter_reduce(0, b, keys, "amax")
+    mask |= (keys == best[b]) & ~hit[b]
     return mask.to(batch_vec.device)
 
 
@@ -179,7 +179,7 @@ def pretrain_forward(rate: float, atom_weight: float = 1.0):
 
 
 @torch.no_grad()
-def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict[str, float]:
+def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict[str, Dict[str, float]]:
     """Per atom feature column: the masked-atom head's accuracy on ``loader`` (with the fixed
     validation masks of :func:`pretrain_forward`, ``rate``) and that of always guessing the
     column's most frequent category there (the chance level): ``{name: {accuracy, majority}}``."""

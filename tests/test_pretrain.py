@@ -282,3 +282,19 @@ def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
     f.write_text("x")
     assert cli.main(["train", "karate", "--out", str(f)]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if not (shared / "tox21").is_dir():
+        pytest.skip("../shared/data/tox21 not present")
+    monkeypatch.setenv("GRAPHATTN_DATA", str(shared))
+    from graphattn.data.molecules import ToxicityDataset
+
+    first = ToxicityDataset(name="tox21", log=False).smiles[0]  # a Tox21 molecule
+    f = tmp_path / "pool.csv"
+    f.write_text(f"smiles\n{first}\nCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO\n")
+    graphs, rep = pt.molecule_pool([f], pe_dim=0, exclude=["tox21"], log=False)
+    assert [g.smiles for g in graphs] == ["CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO"] and rep["files"][0]["excluded"] == 1
