@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graphattn import social_graph as sg  # noqa: E402
 from graphattn import social_node as sn  # noqa: E402
 from graphattn.social_tasks import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
-from graphattn.train import fit, set_seed  # noqa: E402
+from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
 MODELS = ("ours", "gcn", "gat", "transformer")
@@ -61,9 +61,10 @@ def parse_grid(text):
     return [dict(point) for point in itertools.product(*axes)]
 
 
-def train_node(name, data, mspec, hp, seed):
+def train_node(name, data, mspec, hp, seed, device=None):
     set_seed(seed)
-    model = build_model(mspec)
+    dev = resolve_device(device)
+    model, data = build_model(mspec).to(dev), data.to(dev)
     loaders = {s: [data] for s in ("train", "val", "test")}
     return fit(model, loaders, sn.node_forward(mspec), kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
                weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=seed,
@@ -86,7 +87,7 @@ def run_node(name, args, log):
             for point in (grid if m in args.grid_models else [{}]):
                 hp_m = dict(hp, **point)  # baselines use one dropout for input, features and attention
                 res = train_node(name, data, sn.node_model_spec("none" if m == "ours" else m, data, hp_m),
-                                 hp_m, seed)
+                                 hp_m, seed, args.device)
                 if point:
                     log(f"   {name} seed {seed} {m} {point}: val {res['val']['accuracy']:.4f}")
                 if best is None or res["val"]["accuracy"] > best[0]["val"]["accuracy"]:
@@ -115,7 +116,7 @@ def run_graph(name, args, log):
                                         graphs.num_classes, hp)
             t = time.perf_counter()
             res = sg.fit_fold(graphs, split, mspec, hp, seed=args.seeds[0], batch_size=args.batch_size,
-                              progress=False, log=lambda s: None)
+                              progress=False, log=lambda s: None, device=args.device)
             results[m].append(res["test"]["accuracy"])
             histories[m].append(res["history"])
             log(f"{name} fold {fold + 1} {m:>11}: test acc {res['test']['accuracy']:.4f} (val "
@@ -173,9 +174,14 @@ def main(argv=None):
     p.add_argument("--hops", type=int, default=0,
                    help="node sets: append K-hop smoothed features [X, ÂX, .., Â^K X] (all models get them)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on small graphs)")
+    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
     p.add_argument("--json", default=None, help="append the results to this JSON-lines file")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    try:
+        resolve_device(args.device)
+    except ValueError as exc:
+        p.error(str(exc))
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.models = [m for m in args.models.split(",") if m]
     args.grid_models = [m for m in args.grid_models.split(",") if m]

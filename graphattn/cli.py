@@ -37,6 +37,8 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                    help="data-parallel training across the processes started by torchrun "
                         "(gloo on CPU, NCCL on GPU); only rank 0 writes files")
     g.add_argument("--limit", type=int, default=None, help="use only the first N molecules/graphs (smoke runs)")
+    g.add_argument("--device", default="auto",
+                   help="auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N")
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")

@@ -258,8 +258,10 @@ def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_part
     cache = EvalCache()
 
     def forward(model, batch, split):
+        key = batch.key  # before .to(), which turns the tuple into an (unhashable) list
+        batch = batch.to(next(model.parameters()).device)  # partitions are cut on the CPU
         inp = node_inputs(batch)
-        logits = cache(model, batch.key, lambda: _run(model, model_spec, inp))
+        logits = cache(model, key, lambda: _run(model, model_spec, inp))
         mask = batch[f"{split}_mask"]
         return logits[mask], batch.y[mask]
 

@@ -135,17 +135,18 @@ def split_metrics(model: nn.Module, loader, task_names: List[str]) -> Dict[str, 
 def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
-                 init=None) -> Dict[str, Any]:
+                 init=None, device=None) -> Dict[str, Any]:
     """Train one model on one split with :func:`graphattn.train.fit`; return its metrics
     (per-task and mean ROC-AUC / PR-AUC of every split, best epoch, history, ...) and the
     trained ``model`` (best epoch's weights). Checkpoints in ``out_dir`` carry ``meta``
     (``pipeline``, ``model``, ``featurizer_version``, ``task_names``, ``pe`` are filled in).
     ``init``: a ``graphattn pretrain`` checkpoint whose backbone the model starts from
-    (:func:`graphattn.finetune.apply_init`; recorded in ``meta["init"]``)."""
+    (:func:`graphattn.finetune.apply_init`; recorded in ``meta["init"]``). ``device``: see
+    :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
     from torch_geometric.loader import DataLoader
 
     from .metrics import compute_pos_weight
-    from .train import fit, set_seed
+    from .train import fit, resolve_device, set_seed
 
     from .data.molecules import FEATURIZER_VERSION
 
@@ -170,7 +171,7 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
         record = apply_init(model, spec, init, Path(out_dir) / "last.pt" if resume and out_dir is not None else None)
         if record is not None:
             meta["init"] = record
-    model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(resolve_device(device))
     norm = getattr(model, "graph_feature_norm", None)
     if norm is not None:  # descriptor statistics of the training molecules only
         norm.fit(torch.cat([d.mol_desc for d in ds[parts["train"]]]))
@@ -204,7 +205,7 @@ def member_seed(seed: int, k: int) -> int:
 def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, size: int = 1, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
-                 init=None) -> Dict[str, Any]:
+                 init=None, device=None) -> Dict[str, Any]:
     """Train ``size`` models on the same split (member ``k``: seed :func:`member_seed`, its
     checkpoints and metrics in ``out_dir/member{k}``) and average their probabilities
     (:class:`~graphattn.ProbabilityEnsemble`, chemprop's ``--ensemble_size``).
@@ -227,7 +228,7 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
         raise ValueError(f"ensemble size must be >= 1, got {size}")
     if size == 1:
         return run_training(ds, split_idx, spec, hp, seed=seed, pos_weight=pos_weight, out_dir=out_dir,
-                            resume=resume, meta=meta, progress=progress, log=log, init=init)
+                            resume=resume, meta=meta, progress=progress, log=log, init=init, device=device)
     out_dir = Path(out_dir) if out_dir is not None else None
     seeds = [member_seed(seed, k) for k in range(size)]
     members, runs = [], []
@@ -235,7 +236,7 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
         res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
                            out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
                            meta=meta, progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
-                           init=init)
+                           init=init, device=device)
         members.append(res.pop("model"))
         runs.append(res)
         log(f"[member {k + 1}/{size}] seed {s}: best epoch {res['best_epoch']} | val auc "

@@ -90,7 +90,7 @@ _SOCIAL_ONLY = ("mini_batch", "attn_dropout", "input_dropout", "propagation", "p
 def train(args) -> int:
     """``graphattn train``: prints one line per epoch and a final summary."""
     from .data.download import DataFileError
-    from .train import CheckpointError
+    from .train import CheckpointError, resolve_device
 
     hp = _hparams(args)
     baseline = getattr(args, "baseline", "none") or "none"
@@ -106,6 +106,7 @@ def train(args) -> int:
                              "option(s), not used for molecules")
     try:
         check_applicable(args, "molecule", baseline)
+        device = resolve_device(getattr(args, "device", None))
     except ValueError as exc:
         return _err("train", str(exc))
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
@@ -158,7 +159,7 @@ def train(args) -> int:
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
     res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
                        out_dir=out, resume=args.resume, meta={"data": data}, progress=not args.no_progress,
-                       init=init)
+                       init=init, device=device)
     res.pop("model")
     summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
                "task_names": list(ds.task_names), "num_molecules": len(ds),

@@ -214,13 +214,15 @@ def _arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_dir=None, resume: bool = False,
-                    meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print) -> Dict[str, Any]:
+                    meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
+                    device=None) -> Dict[str, Any]:
     """Pretrain a :class:`MoleculePretrainer` on ``graphs`` with :func:`graphattn.train.fit`.
 
     Args:
         graphs: molecules with ``mol_desc`` (from :func:`molecule_pool`).
         hp: :data:`PRETRAIN_DEFAULTS` overrides; ``val_fraction`` of the molecules (seeded by
             ``seed``) are held out for the validation losses and the masked-atom accuracy.
+        device: :func:`graphattn.train.resolve_device` (default: the GPU when there is one).
         seed, out_dir, resume, meta, progress, log: as in :func:`graphattn.train.fit`
             (``--resume`` with another seed or ``val_fraction`` is refused: another split).
 
@@ -230,7 +232,7 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     from torch_geometric.loader import DataLoader
 
     from .data.molecules import FEATURIZER_VERSION
-    from .train import fit, set_seed
+    from .train import fit, resolve_device, set_seed
 
     hp = {**PRETRAIN_DEFAULTS, **hp}
     graphs = list(graphs)
@@ -251,7 +253,7 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
             "hparams": {k: hp[k] for k in PRETRAIN_DEFAULTS}, **(meta or {})}
     set_seed(seed)
     model = MoleculePretrainer(bb, D)
-    model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(resolve_device(device))
     model.desc_norm.fit(torch.cat([g.mol_desc for g in parts["train"]]))
     loaders = {s: DataLoader(p, batch_size=hp["batch_size"], shuffle=(s == "train")) for s, p in parts.items()}
     res = fit(model, loaders, pretrain_forward(hp["mask_rate"], hp["atom_weight"]), kind="regression",

@@ -42,6 +42,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="molecules held out for the validation losses (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, masks and validation split (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--device", default="auto",
+                   help="auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N")
     p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -54,7 +56,10 @@ def _check(args) -> None:
     from .cli import check_train_numbers
     from .cli_options import check_out_folder
 
+    from .train import resolve_device
+
     check_train_numbers(args)
+    resolve_device(args.device)
     for name in ("mask_rate", "val_fraction"):
         if not 0.0 < getattr(args, name) < 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {getattr(args, name)}")
@@ -93,7 +98,7 @@ def pretrain(args) -> int:
     try:
         res = run_pretraining(graphs, hp, seed=args.seed, out_dir=out, resume=args.resume,
                               meta={"pool": pool, "descriptors": report["descriptors"]},
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, device=args.device)
     except (ValueError, CheckpointError) as exc:  # CheckpointError: --resume into another run / a bad last.pt
         print(f"graphattn pretrain: {exc}", file=sys.stderr)
         return 2

@@ -178,7 +178,11 @@ def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:
 
 
 def graph_forward(spec: Dict[str, Any]) -> Callable:
-    return lambda model, batch, split: (_logits(model, spec, batch), batch.y)
+    def forward(model, batch, split):
+        batch = batch.to(next(model.parameters()).device)  # the loaders yield CPU batches
+        return _logits(model, spec, batch), batch.y
+
+    return forward
 
 
 def _loaders(graphs, split, batch_size: int):
@@ -189,13 +193,14 @@ def _loaders(graphs, split, batch_size: int):
 
 
 def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=None, resume=False,
-             meta=None, progress=True, log=print) -> Dict[str, Any]:
-    """Train one model on one (train, val, test) split with :func:`graphattn.train.fit`."""
+             meta=None, progress=True, log=print, device=None) -> Dict[str, Any]:
+    """Train one model on one (train, val, test) split with :func:`graphattn.train.fit`
+    (on ``device``: :func:`graphattn.train.resolve_device`, default the GPU when there is one)."""
     from .social_tasks import build_model
-    from .train import fit, set_seed
+    from .train import fit, resolve_device, set_seed
 
     set_seed(seed)
-    model = build_model(model_spec)
+    model = build_model(model_spec).to(resolve_device(device))
     return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), kind="multiclass",
                epochs=hp["epochs"], lr=hp["lr"], weight_decay=hp["weight_decay"], patience=hp.get("patience"),
                seed=seed, out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
@@ -279,7 +284,8 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
                 results.append(res), histories.append(res["history"])
                 continue
         res = fit_fold(graphs, split, model_spec, hp, seed=args.seed, batch_size=args.batch_size,
-                       out_dir=sub, resume=args.resume, meta=meta, progress=not args.no_progress)
+                       out_dir=sub, resume=args.resume, meta=meta, progress=not args.no_progress,
+                       device=getattr(args, "device", None))
         results.append(res), histories.append(res["history"])
         if fold is not None:
             print(f"fold {fold + 1}: best epoch {res['best_epoch']} | val acc {res['val']['accuracy']:.4f} | "
@@ -314,7 +320,9 @@ def _run(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     graphs = load_graphs(meta["data"])
     split = graph_split(meta["data"], graphs, meta.get("fold"))
     model.eval()
-    logits = torch.cat([_logits(model, meta["model"], b) for b in DataLoader(list(graphs), batch_size=128)])
+    dev = next(model.parameters()).device
+    logits = torch.cat([_logits(model, meta["model"], b.to(dev)).cpu()
+                        for b in DataLoader(list(graphs), batch_size=128)])
     return graphs, split, logits
 
 

@@ -305,10 +305,11 @@ def node_forward(spec: Dict[str, Any]):
 
 @torch.no_grad()
 def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
-    """Eval-mode logits of every node of the whole graph (no autograd graph is kept)."""
+    """Eval-mode logits of every node of the whole graph (no autograd graph is kept), computed
+    on the model's device and returned on the graph's."""
     model.eval()
-    inp = node_inputs(data)
-    return _run(model, spec, inp)
+    inp = node_inputs(data.to(next(model.parameters()).device))
+    return _run(model, spec, inp).to(data.y.device)
 
 
 def __getattr__(name: str):

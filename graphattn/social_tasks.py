@@ -23,6 +23,7 @@ from . import social_node as sn
 from .social_commands import _message, _node_accuracy, build_model, evaluate, explain, predict
 from .cli_options import check_applicable
 from .social_graph import GRAPH_DATASETS
+from .train import resolve_device
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
            "build_model"]
@@ -141,6 +142,7 @@ def train(args) -> int:
     graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
     try:  # everything that depends on the user's input; training errors keep their traceback
         _check_inputs(args)
+        resolve_device(getattr(args, "device", None))
         if (args.baseline or "none") not in SOCIAL_BASELINES:
             raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
                              f"got {args.baseline!r}")
@@ -231,12 +233,13 @@ def _prepare_node(args, spec: Dict[str, Any]):
 
 
 def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
-    from .train import fit, set_seed
+    from .train import fit, resolve_device, set_seed
 
     _threads_for(data.edge_index.size(1), args)
     set_seed(args.seed)
     model_spec = sn.node_model_spec(args.baseline, data, hp)
-    model = build_model(model_spec)
+    device = resolve_device(getattr(args, "device", None))
+    model = build_model(model_spec).to(device)
     out = _out_dir(args, spec["display"])
     meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp}
@@ -246,6 +249,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
 
         loaders, forward = node_loaders(data, model_spec, seed=args.seed)
     else:
+        data = data.to(device)  # one full batch: moved once
         loaders = {s: [data] for s in ("train", "val", "test")}
         forward = sn.node_forward(model_spec)
     res = fit(model, loaders, forward, kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],

@@ -28,7 +28,7 @@ from .checkpoint import (CheckpointError, _check_same_run, _rng_state, _set_rng_
                          load_checkpoint, save_checkpoint, write_metrics)
 from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
-__all__ = ["TASK_KINDS", "set_seed", "task_loss", "compute_metrics", "evaluate", "fit",
+__all__ = ["TASK_KINDS", "set_seed", "resolve_device", "task_loss", "compute_metrics", "evaluate", "fit",
            "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 TASK_KINDS = ("binary", "multiclass", "regression")
@@ -41,6 +41,28 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def resolve_device(device=None) -> torch.device:
+    """The device to train on: ``None`` / ``"auto"`` = the GPU when CUDA is available, else the
+    CPU; ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a :class:`torch.device` as given. Asking for a
+    GPU that is not there is a ``ValueError`` (not a silent fall-back to the CPU)."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"--device {device}: no CUDA GPU is available here (torch "
+                             f"{torch.__version__}); use --device cpu or auto")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"--device {device}: only {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})")
+    return dev
 
 
 def _check_kind(kind: str) -> None:
