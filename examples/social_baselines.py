@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graphattn import social_graph as sg  # noqa: E402
 from graphattn import social_node as sn  # noqa: E402
 from graphattn.social_tasks import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
+from graphattn.cli_options import DEVICE_HELP  # noqa: E402
 from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
@@ -174,7 +175,7 @@ def main(argv=None):
     p.add_argument("--hops", type=int, default=0,
                    help="node sets: append K-hop smoothed features [X, ÂX, .., Â^K X] (all models get them)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on small graphs)")
-    p.add_argument("--device", default="auto", help="auto (the GPU when there is one), cpu, cuda or cuda:N")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--json", default=None, help="append the results to this JSON-lines file")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

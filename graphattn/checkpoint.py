@@ -25,14 +25,27 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt, or not safe to load."""
 
 
+def _on_cpu(obj):
+    """``obj`` with every tensor (in nested dicts / lists / tuples) moved to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _on_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_on_cpu(v) for v in obj)
+    return obj
+
+
 def save_checkpoint(path, state: Dict[str, Any]) -> None:
-    """``torch.save`` to a temporary file in the same folder, then an atomic rename."""
+    """``torch.save`` to a temporary file in the same folder, then an atomic rename. Tensors
+    are saved on the CPU (a model trained on a GPU loads anywhere, also with a plain
+    ``torch.load(path, weights_only=True)``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        torch.save(state, tmp)
+        torch.save(_on_cpu(state), tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -12,6 +12,8 @@ import os
 import sys
 from typing import List, Optional
 
+from .cli_options import DEVICE_HELP
+
 __all__ = ["main", "build_parser"]
 
 
@@ -37,8 +39,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                    help="data-parallel training across the processes started by torchrun "
                         "(gloo on CPU, NCCL on GPU); only rank 0 writes files")
     g.add_argument("--limit", type=int, default=None, help="use only the first N molecules/graphs (smoke runs)")
-    g.add_argument("--device", default="auto",
-                   help="auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N")
+    g.add_argument("--device", default="auto", help=DEVICE_HELP)
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
@@ -138,7 +139,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     warnings.formatwarning = _one_line_warning
     from . import molecule_tasks, social_tasks
 
-    from .train import CheckpointError
+    from .train import CheckpointError, resolve_device
 
     if args.command == "train":
         from .cli_options import check_out_folder, given_options
@@ -147,6 +148,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             check_train_numbers(args)
             check_out_folder(args.out)
+            device = resolve_device(args.device)
+            if args.distributed and device.index is not None:
+                raise ValueError(f"--device {args.device} with --distributed: each torchrun process uses the "
+                                 "GPU of its LOCAL_RANK; give --device cuda (or auto)")
             if args.threads is not None:
                 import torch
 
@@ -161,7 +166,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print("graphattn train --distributed must be launched by torchrun, e.g. "
                       "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
                 return 2
-            distributed.init_from_env()
+            distributed.init_from_env(device=device)
         try:
             if molecule_tasks.handles(args):
                 return molecule_tasks.train(args)

@@ -11,7 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path", "check_out_folder"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path", "check_out_folder",
+           "DEVICE_HELP"]
+
+#: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
+DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {

@@ -20,17 +20,20 @@ __all__ = ["init_from_env", "is_distributed", "rank", "world_size", "is_main", "
            "all_reduce_sum", "cleanup"]
 
 
-def init_from_env(backend: Optional[str] = None) -> Tuple[int, int]:
+def init_from_env(backend: Optional[str] = None, device=None) -> Tuple[int, int]:
     """Initialise the default process group from torchrun's environment; returns (rank, world).
 
     Without torchrun variables it does nothing and returns ``(0, 1)``. ``backend`` defaults to
-    ``"nccl"`` when CUDA is available, else ``"gloo"``.
+    ``"nccl"`` when the training device (``device``, default: the GPU when CUDA is available)
+    is a GPU, else ``"gloo"``; with NCCL each process uses the GPU of its ``LOCAL_RANK``.
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) <= 1:
         return 0, 1
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = backend or ("nccl" if torch.device(device).type == "cuda" else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend=backend)
@@ -57,7 +60,8 @@ def all_reduce_sum(*values: float) -> Tuple[float, ...]:
     """Sum plain numbers over all ranks (identity when not distributed)."""
     if not is_distributed():
         return values
-    t = torch.tensor(values, dtype=torch.float64)
+    # NCCL reduces GPU tensors only
+    t = torch.tensor(values, dtype=torch.float64, device="cuda" if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(t)
     return tuple(float(v) for v in t)
 

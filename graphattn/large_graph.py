@@ -23,6 +23,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .validation import check_edge_index, check_int
+from .train import model_device
 
 __all__ = ["partition_nodes", "PartitionBatches", "node_loaders", "sbm_graph", "saved_tensor_bytes"]
 
@@ -259,7 +260,7 @@ def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_part
 
     def forward(model, batch, split):
         key = batch.key  # before .to(), which turns the tuple into an (unhashable) list
-        batch = batch.to(next(model.parameters()).device)  # partitions are cut on the CPU
+        batch = batch.to(model_device(model))  # partitions are cut on the CPU
         inp = node_inputs(batch)
         logits = cache(model, key, lambda: _run(model, model_spec, inp))
         mask = batch[f"{split}_mask"]

@@ -9,11 +9,11 @@ import sys
 import warnings
 from typing import List, Tuple
 
-import torch
 from torch import nn
 
 from .cli_options import out_path
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
+from .train import resolve_device
 
 __all__ = ["evaluate", "predict", "explain"]
 
@@ -109,7 +109,7 @@ def evaluate(args) -> int:
             parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
     except (DataFileError, ValueError, OSError) as exc:
         return _err("evaluate", str(exc))
-    model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    model = model.to(resolve_device("auto"))  # evaluate: the GPU when there is one
     result = {"checkpoint": str(args.checkpoint), "tasks": present}
     if args.csv:
         # evaluate on the tasks present in the CSV only: reorder the model's outputs to them

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .molecule_data import (SPLITS, _norm_task, _pre_transform, _SelectTasks, cache_dir, check_split, descriptor_set,
                             featurize, load_dataset, resolve_tasks, split_indices)
+from .train import model_device
 
 __all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset",
            "check_split", "split_indices",
@@ -78,7 +79,7 @@ def _model_inputs(batch) -> Tuple[tuple, Dict[str, Any]]:
 
 def forward(model: nn.Module, batch, split: str = "test") -> Tuple[Tensor, Tensor]:
     """The ``forward`` of :func:`graphattn.train.fit` for mini-batches of molecules."""
-    batch = batch.to(next(model.parameters()).device)
+    batch = batch.to(model_device(model))
     args, kwargs = _model_inputs(batch)
     return model(*args, **kwargs), batch.y
 
@@ -98,7 +99,7 @@ def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
     probs, ys = [], []
     with torch.no_grad():
         for b in loader:
-            b = b.to(next(model.parameters()).device)
+            b = b.to(model_device(model))
             args, kwargs = _model_inputs(b)
             if isinstance(model, ProbabilityEnsemble):
                 probs.append(model.member_probabilities(*args, **kwargs).cpu())
@@ -180,7 +181,7 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     pw = None
     if pos_weight:
         pw = compute_pos_weight(torch.cat([d.y for d in ds[parts["train"]]]))
-        pw = pw.to(next(model.parameters()).device)
+        pw = pw.to(model_device(model))
     res = fit(model, loaders, forward, kind="binary", epochs=hp["epochs"], lr=hp["lr"],
               weight_decay=hp["weight_decay"], patience=hp["patience"], pos_weight=pw, seed=seed,
               out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from .finetune import backbone_kwargs, load_pretrained, load_pretrained_backbone  # noqa: F401 (this module's API)
 from .pretrain_data import exclusion_set, molecule_pool  # noqa: F401
+from .train import model_device
 
 __all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "MoleculePretrainer", "backbone_kwargs", "sample_atom_mask",
            "pretrain_forward", "masked_atom_accuracy", "molecule_pool", "run_pretraining",
@@ -166,7 +167,7 @@ def pretrain_forward(rate: float, atom_weight: float = 1.0):
     (:func:`_eval_generator`), so validation errors compare across epochs."""
 
     def forward(model: MoleculePretrainer, batch, split: str = "train"):
-        batch = batch.to(next(model.parameters()).device)
+        batch = batch.to(model_device(model))
         gen = None if split == "train" else _eval_generator(batch)
         mask = sample_atom_mask(batch.batch, batch.num_graphs, rate, gen)
         atom_logits, desc = model(batch, mask)
@@ -190,7 +191,7 @@ def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict
     counts = [torch.zeros(v) for v in model.vocab_sizes]
     total = 0
     for batch in loader:
-        batch = batch.to(next(model.parameters()).device)
+        batch = batch.to(model_device(model))
         mask = sample_atom_mask(batch.batch, batch.num_graphs, rate, _eval_generator(batch))
         logits, _ = model(batch, mask)
         x = batch.x[mask].long().cpu()

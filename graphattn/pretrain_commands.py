@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli_options import DEVICE_HELP
+
 __all__ = ["add_parser", "pretrain"]
 
 
@@ -42,8 +44,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="molecules held out for the validation losses (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, masks and validation split (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--device", default="auto",
-                   help="auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

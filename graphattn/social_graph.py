@@ -23,6 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .train import model_device
+
 __all__ = ["GRAPH_DATASETS", "GRAPH_FEATURES", "load_graphs", "graph_split", "graph_model_spec", "graph_forward",
            "fit_fold", "prepare_graph", "run_graph", "evaluate_graph", "predict_graph"]
 
@@ -179,7 +181,7 @@ def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:
 
 def graph_forward(spec: Dict[str, Any]) -> Callable:
     def forward(model, batch, split):
-        batch = batch.to(next(model.parameters()).device)  # the loaders yield CPU batches
+        batch = batch.to(model_device(model))  # the loaders yield CPU batches
         return _logits(model, spec, batch), batch.y
 
     return forward
@@ -320,7 +322,7 @@ def _run(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     graphs = load_graphs(meta["data"])
     split = graph_split(meta["data"], graphs, meta.get("fold"))
     model.eval()
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     logits = torch.cat([_logits(model, meta["model"], b.to(dev)).cpu()
                         for b in DataLoader(list(graphs), batch_size=128)])
     return graphs, split, logits

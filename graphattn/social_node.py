@@ -156,7 +156,7 @@ def label_columns(y: Tensor, known: Tensor, num_classes: int) -> Tensor:
     """One-hot labels of the ``known`` nodes, zeros elsewhere (UniMP's label input, Shi et
     al. 2021): appended to the features, they let a model read its neighbours' training
     labels. Shapes: y ``(N,)``, known ``(N,)`` bool -> ``(N, num_classes)``."""
-    out = torch.zeros(y.size(0), num_classes)
+    out = torch.zeros(y.size(0), num_classes, device=y.device)
     out[known, y[known]] = 1.0
     return out
 
@@ -305,11 +305,29 @@ def node_forward(spec: Dict[str, Any]):
 
 @torch.no_grad()
 def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
-    """Eval-mode logits of every node of the whole graph (no autograd graph is kept), computed
-    on the model's device and returned on the graph's."""
+    """Eval-mode logits of every node of the whole graph (no autograd graph is kept), returned on
+    the graph's device. They are computed on the model's device (the inputs are copied there;
+    ``data`` itself is not moved); a graph too large for the GPU's memory (a ``--mini-batch``
+    run) falls back to the CPU with a warning."""
+    from .train import model_device
+
     model.eval()
-    inp = node_inputs(data.to(next(model.parameters()).device))
-    return _run(model, spec, inp).to(data.y.device)
+    dev = model_device(model)
+    inp = {k: None if v is None else v.to(dev) for k, v in node_inputs(data).items()}
+    try:
+        return _run(model, spec, inp).to(data.y.device)
+    except torch.cuda.OutOfMemoryError:
+        import warnings
+
+        del inp
+        torch.cuda.empty_cache()
+        warnings.warn(f"the whole graph ({data.num_nodes:,} nodes) does not fit in the GPU's memory for "
+                      "one forward pass: computing its logits on the CPU", stacklevel=2)
+        model.cpu()
+        try:
+            return _run(model, spec, node_inputs(data)).to(data.y.device)
+        finally:
+            model.to(dev)
 
 
 def __getattr__(name: str):

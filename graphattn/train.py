@@ -28,7 +28,7 @@ from .checkpoint import (CheckpointError, _check_same_run, _rng_state, _set_rng_
                          load_checkpoint, save_checkpoint, write_metrics)
 from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
-__all__ = ["TASK_KINDS", "set_seed", "resolve_device", "task_loss", "compute_metrics", "evaluate", "fit",
+__all__ = ["TASK_KINDS", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
            "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 TASK_KINDS = ("binary", "multiclass", "regression")
@@ -63,6 +63,12 @@ def resolve_device(device=None) -> torch.device:
         if dev.index is not None and dev.index >= count:
             raise ValueError(f"--device {device}: only {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})")
     return dev
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (the CPU for a model without any)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
 
 
 def _check_kind(kind: str) -> None:

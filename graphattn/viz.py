@@ -15,6 +15,8 @@ from typing import Iterator, List, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from .train import model_device
+
 __all__ = ["collect_attention", "attention_rollout", "molecule_attention", "draw_molecule_attention"]
 
 
@@ -96,7 +98,7 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
         scores = torch.stack([p[1] for p in parts]).mean(0)
         return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
     model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     data = data.to(device)
     batch = torch.zeros(data.num_nodes, dtype=torch.long, device=device)
     with collect_attention(model) as att:

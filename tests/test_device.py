@@ -45,14 +45,31 @@ def test_missing_or_unknown_devices_are_errors(monkeypatch, no_gpu):
     ["train", "--csv", "MOL", "--epochs", "1"],                     # molecules
     ["pretrain", "--csv", "MOL", "--epochs", "1"],                  # pretraining
 ])
-def test_cli_refuses_a_gpu_that_is_not_there(argv, tmp_path, capsys, no_gpu):
+def test_cli_refuses_a_gpu_that_is_not_there_before_loading_data(argv, tmp_path, capsys, monkeypatch, no_gpu):
+    import graphattn.molecule_tasks
+    import graphattn.pretrain
+    import graphattn.social_graph
+    import graphattn.social_node
+
+    def loaded(*a, **k):
+        raise AssertionError("data was loaded before --device was checked")
+
+    for mod, name in ((graphattn.social_node, "load_node_data"), (graphattn.social_graph, "load_graphs"),
+                      (graphattn.molecule_tasks, "load_dataset"), (graphattn.pretrain, "molecule_pool")):
+        monkeypatch.setattr(mod, name, loaded)
     files = {"TOY": _tu_text(tmp_path / "TOY.txt"), "MOL": tmp_path / "m.csv"}
     (tmp_path / "m.csv").write_text("smiles,a\nCCO,1\nCCN,0\nCCC,1\nc1ccccc1,0\n")
     argv = [str(files.get(a, a)) for a in argv] + ["--out", str(tmp_path / "out"), "--device", "cuda"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "--device cuda: no CUDA GPU is available" in err and "Traceback" not in err
-    assert not (tmp_path / "out" / "best.pt").exists()
+
+
+def test_distributed_takes_the_gpu_of_its_local_rank(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert main(["train", "karate", "--distributed", "--device", "cuda:1", "--epochs", "1"]) == 2
+    assert "each torchrun process uses the GPU of its LOCAL_RANK" in capsys.readouterr().err
 
 
 def test_explicit_cpu_trains_node_mini_batch_and_graph_sets(tmp_path):
@@ -66,14 +83,24 @@ def test_explicit_cpu_trains_node_mini_batch_and_graph_sets(tmp_path):
 
 
 @cuda
-def test_cuda_runs_every_social_path_and_checkpoints_load_on_cpu(tmp_path, capsys):
-    from graphattn.checkpoint import load_checkpoint
+def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_path, capsys):
+    runs = {"k": ["karate", "--label-input", "--consistency", "2"], "m": ["karate", "--mini-batch"],
+            "g": ["--tu-text", str(_tu_text(tmp_path / "TOY.txt")), "--batch-size", "8", "--folds", "2"]}
+    try:
+        import rdkit  # noqa: F401
 
-    for extra, out in ((["karate"], "k"), (["karate", "--mini-batch"], "m"),
-                       (["--tu-text", str(_tu_text(tmp_path / "TOY.txt")), "--batch-size", "8"], "g")):
-        assert main(["train", *extra, "--device", "cuda", "--epochs", "3", "--no-progress",
-                     "--out", str(tmp_path / out)]) == 0
-        ck = load_checkpoint(tmp_path / out / "best.pt")
+        mol = tmp_path / "m.csv"
+        mol.write_text("smiles,a,b\n" + "".join(f"{s},{i % 2},{(i // 2) % 2}\n" for i, s in enumerate(
+            ["CCO", "CCN", "CCC", "c1ccccc1", "CC(=O)O", "CCCl", "c1ccncc1", "OCCO", "CC#N", "CCOC"] * 2)))
+        runs["e"] = ["--csv", str(mol), "--split", "random", "--ensemble", "2", "--pos-weight"]
+    except ImportError:
+        pass
+    for out, extra in runs.items():
+        argv = ["train", *extra, "--device", "cuda", "--epochs", "3", "--no-progress", "--out", str(tmp_path / out)]
+        assert main(argv) == 0
+        ck = torch.load(tmp_path / out / "best.pt", weights_only=True)  # no map_location
         assert all(t.device.type == "cpu" for t in ck["model"].values())
         assert main(["evaluate", "--checkpoint", str(tmp_path / out / "best.pt")]) == 0
+        assert main(argv[:-7] + ["--device", "cuda", "--epochs", "5", "--no-progress", "--out",
+                                 str(tmp_path / out), "--resume"]) == 0  # optimizer state back onto the GPU
     assert "test acc" in capsys.readouterr().out
