@@ -1,6 +1,7 @@
 """--device: auto / cpu / cuda[:N] for every train command (molecules, pretraining, social node
 and graph sets); a GPU that is not there is a clear error, never a silent CPU run. The CUDA
-tests run where a GPU is (they ran on an H200 in session 11) and skip elsewhere."""
+tests run where a GPU is and skip elsewhere (the one below passed on an H200 in session 11,
+without its molecule part: rdkit was not installed there)."""
 import pytest
 import torch
 
