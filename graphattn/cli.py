@@ -133,6 +133,15 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """``graphattn ...``; returns the exit status (0 ok, 2 bad input)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `graphattn evaluate ... | head -1`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit
+        return 1
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     import warnings
 
@@ -149,7 +158,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_train_numbers(args)
             check_out_folder(args.out)
             device = resolve_device(args.device)
-            if args.distributed and device.index is not None:
+            if args.distributed and device.type == "cuda" and device.index is not None:
                 raise ValueError(f"--device {args.device} with --distributed: each torchrun process uses the "
                                  "GPU of its LOCAL_RANK; give --device cuda (or auto)")
             if args.threads is not None:

@@ -112,10 +112,11 @@ def load_graphs(spec: Dict[str, Any]):
     if spec.get("node_attr") and len(graphs) and all(getattr(g, "node_attr", None) is not None for g in graphs):
         # continuous node attributes of the file (text format: columns after the neighbours),
         # z-scored over all nodes of the set; specs written before this existed skip them
-        attr = torch.cat([g.node_attr.float() for g in graphs])
+        # (in float64: squares of attributes near float32's limit would overflow)
+        attr = torch.cat([g.node_attr.double() for g in graphs])
         mean, std = attr.mean(0), attr.std(0, unbiased=False).clamp(min=1e-6)
         for g in graphs:
-            g.x = torch.cat([g.x, (g.node_attr.float() - mean) / std], 1)
+            g.x = torch.cat([g.x, ((g.node_attr.double() - mean) / std).to(g.x.dtype)], 1)
             g.feature_source = "structural+attributes"
     if int(spec.get("pe_dim", 0) or 0) > 0:
         from .encodings import AddLaplacianPE

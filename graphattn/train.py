@@ -55,6 +55,8 @@ def resolve_device(device=None) -> torch.device:
         raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}") from exc
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    if dev.type == "cpu":
+        return torch.device("cpu")  # "cpu:N" is the same CPU
     if dev.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:

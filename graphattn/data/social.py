@@ -54,19 +54,20 @@ _TW_FEAT = {"DE": (_TW, "DE.json"), "ENGB": ("0c64fc3b2057ed844fb43de3af65cf8af7
 
 
 def _spec(folder, stem, upstream, commit, feat_commit, counts, snap_prefix="", feat_name=None,
-          rows=None):
-    """Accepted local names (the shared-data names, plain or .gz, then SNAP's) and URLs."""
+          rows=None, extra_features=()):
+    """Accepted local names (the shared-data names, plain or .gz, then SNAP's, then
+    ``extra_features``) and URLs."""
     def names(kind, ext, extra=()):
         base = f"{stem}_{kind}.{ext}"
         cands = [f"{folder}/{base}", f"{folder}/{base}.gz"]  # downloads are plain: 1st name
         if snap_prefix:  # SNAP's zips name the files musae_<stem>_<kind>.<ext>
             cands += [f"{folder}/{snap_prefix}{base}", f"{folder}/{snap_prefix}{base}.gz"]
-        return cands + [f"{folder}/{e}" for e in extra if f"{folder}/{e}" not in cands]
+        return list(dict.fromkeys(cands + [f"{folder}/{e}" for e in extra]))
     fname = feat_name or f"{stem}_features.json"
     return {
         "edges": (names("edges", "csv"), f"{_DS}/{commit}/{upstream}/{stem}_edges.csv"),
         "target": (names("target", "csv"), f"{_DS}/{commit}/{upstream}/{stem}_target.csv"),
-        "features": (names("features", "json", (fname, fname + ".gz")),
+        "features": (names("features", "json", (fname, fname + ".gz", *extra_features)),
                      f"{_DS}/{feat_commit}/{upstream}/{fname}"),
         "counts": counts,
         "rows": rows,  # (edge rows, target rows) verified on the shared copies, else None
@@ -77,8 +78,10 @@ def _twitch(lang, nodes, edges):
     commit = _TW_TW if lang == "TW" else _TW
     fc, fname = _TW_FEAT[lang]
     rows = (edges, nodes) if lang in ("DE", "ENGB") else None
+    # upstream names the features <LANG>.json in some commits, for every language
     return _spec(f"twitch/{lang}", lang, f"twitch/{lang}", commit, fc, (nodes, edges, 2),
-                 snap_prefix="musae_", feat_name=fname, rows=rows)
+                 snap_prefix="musae_", feat_name=fname, rows=rows,
+                 extra_features=(f"{lang}.json", f"{lang}.json.gz"))
 
 
 #: name -> file candidates, pinned upstream URLs and expected (nodes, undirected edges, classes)

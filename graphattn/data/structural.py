@@ -143,6 +143,12 @@ def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int]
     """
     if degree not in ("onehot", "log"):
         raise ValueError(f"degree must be 'onehot' or 'log', not {degree!r}")
+    from torch_geometric.data import Dataset
+
+    if isinstance(data_list, Dataset):  # ds[i] is a fresh copy: the features would be lost
+        raise TypeError(f"add_structural_features works in place on a list of Data; got a "
+                        f"{type(data_list).__name__}, whose items are copies: pass list(dataset) and "
+                        "keep the returned list")
     degs = [torch.bincount(d.edge_index[0], minlength=d.num_nodes) for d in data_list]
     if degree == "onehot" and max_degree is None:
         max_degree = int(max((int(g.max()) for g in degs if g.numel()), default=0))

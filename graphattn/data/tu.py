@@ -151,7 +151,8 @@ def load_tu_dataset(root: PathLike, name: str, **kwargs):
     are absent and a network is available). PyG already re-codes graph labels to 0..C-1.
     Returns the ``TUDataset``; ``list(ds)`` gives the same shape as :func:`load_tu_text`
     (``x`` holds one-hot node labels where the set has them; social sets have none — use
-    :func:`add_structural_features`).
+    ``graphs = add_structural_features(list(ds))``: indexing a dataset returns copies, so the
+    features must be added to the list).
     """
     from torch_geometric.datasets import TUDataset
 

@@ -161,6 +161,9 @@ def _parse_lines(text: str, path):
             if not all(math.isfinite(v) for v in a):
                 raise DataFileError(f"{path}: graph {g} node {i}: node attribute is NaN or "
                                     f"infinite ({' '.join(row[2 + m:])[:60]!r})")
+            if any(abs(v) > _F32_MAX for v in a):  # finite here, infinite as the float32 features
+                raise DataFileError(f"{path}: graph {g} node {i}: node attribute beyond float32's range "
+                                    f"(±{_F32_MAX:.3g}): {' '.join(row[2 + m:])[:60]!r}; rescale the attributes")
             attrs.append(a)
     if next(it, None) is not None:
         raise DataFileError(f"{path}: lines left after the {n_graphs} declared graphs (a node "
@@ -174,6 +177,7 @@ def _parse_lines(text: str, path):
 
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
 _TO_SPACE = bytes.maketrans(b"\t\r\v\f", b"    ")
 
 

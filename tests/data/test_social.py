@@ -237,3 +237,12 @@ def test_karate_node_ids_match_labels():
     deg = torch.bincount(d.edge_index[1], minlength=34)
     assert d.edge_index.size(1) == 156 and deg[33] == 17 and deg[0] == 16
     assert d.class_names[d.y[0]] == "Mr. Hi" and d.class_names[d.y[33]] == "Officer"
+
+
+@pytest.mark.parametrize("lang", ["DE", "ENGB", "ES", "FR", "PTBR", "RU", "TW"])
+def test_twitch_features_also_found_under_upstreams_lang_json_name(lang):
+    # upstream names the features <LANG>.json in some commits, for every language
+    names = SOCIAL_NODE_DATASETS[f"twitch-{lang.lower()}"]["features"][0]
+    assert names[0] == f"twitch/{lang}/{lang}_features.json"
+    assert f"twitch/{lang}/{lang}.json" in names and f"twitch/{lang}/{lang}.json.gz" in names
+    assert len(names) == len(set(names))

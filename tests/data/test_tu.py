@@ -204,3 +204,20 @@ def test_missing_dataset_is_a_clear_error(tmp_path):
         load_social_graph_dataset("imdb-multi", root=tmp_path, download=False)
     with pytest.raises(KeyError):
         load_social_graph_dataset("nope")
+
+
+def test_attribute_beyond_float32_is_a_clear_error(tmp_path):
+    f = tmp_path / "big.txt"
+    f.write_text("1\n2 0\n0 1 1 0.5\n0 1 0 1e39\n")  # finite as a Python float, inf as float32
+    with pytest.raises(DataFileError, match=r"graph 0 node 1: node attribute beyond float32's range"):
+        load_tu_text(f)
+
+
+def test_structural_features_refuse_a_dataset_whose_items_are_copies():
+    from torch_geometric.datasets import FakeDataset
+
+    ds = FakeDataset(num_graphs=2, avg_num_nodes=6)
+    with pytest.raises(TypeError, match=r"pass list\(dataset\)"):
+        add_structural_features(ds)
+    graphs = add_structural_features(list(ds))
+    assert graphs[0].feature_source == "structural"
