@@ -31,6 +31,8 @@ def _on_cpu(obj):
         return obj.detach().cpu()
     if isinstance(obj, dict):
         return {k: _on_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple takes its fields positionally
+        return type(obj)(*(_on_cpu(v) for v in obj))
     if isinstance(obj, (list, tuple)):
         return type(obj)(_on_cpu(v) for v in obj)
     return obj
