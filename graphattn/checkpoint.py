@@ -5,6 +5,7 @@ Checkpoints hold only tensors and plain Python values, so they load with
 """
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
@@ -29,8 +30,11 @@ def _on_cpu(obj):
     """``obj`` with every tensor (in nested dicts / lists / tuples) moved to the CPU."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _on_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, dict):  # a shallow copy keeps the type (OrderedDict) and a state dict's _metadata
+        out = copy.copy(obj)
+        for k, v in obj.items():
+            out[k] = _on_cpu(v)
+        return out
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple takes its fields positionally
         return type(obj)(*(_on_cpu(v) for v in obj))
     if isinstance(obj, (list, tuple)):

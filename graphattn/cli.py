@@ -132,12 +132,33 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"graphattn: {category.__name__}: {message}\n"  # no echo of the source line that warned
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """``graphattn ...``; returns the exit status (0 ok, 2 bad input)."""
+def _stdout_is_broken() -> bool:
+    """True when our standard output is a pipe whose reader has gone (POLLERR on fd 1)."""
     try:
-        return _main(argv)
-    except BrokenPipeError:  # `graphattn evaluate ... | head -1`: the reader left; no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit
+        import select
+
+        fd = sys.stdout.fileno()
+        poll = select.poll()
+        poll.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no real fd (captured, notebooks)
+        return False
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``graphattn ...``; returns the exit status (0 ok, 2 bad input, 1 output pipe closed)."""
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()  # inside the try: buffered output would otherwise fail at exit
+        return rc
+    except BrokenPipeError:
+        # `graphattn evaluate ... | head -1`: the reader of our output left; end quietly, as
+        # Python's docs recommend. A broken pipe elsewhere (stderr, a socket) is a real error.
+        if not _stdout_is_broken():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so Python's own flush at exit writes nowhere
+        os.close(devnull)
         return 1
 
 

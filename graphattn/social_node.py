@@ -311,23 +311,23 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     run) falls back to the CPU with a warning."""
     from .train import model_device
 
-    model.eval()
-    dev = model_device(model)
-    inp = {k: None if v is None else v.to(dev) for k, v in node_inputs(data).items()}
-    try:
-        return _run(model, spec, inp).to(data.y.device)
-    except torch.cuda.OutOfMemoryError:
-        import warnings
+    import warnings
 
-        del inp
+    model.eval()
+    dev, inputs = model_device(model), node_inputs(data)
+    try:
+        return _run(model, spec, {k: None if v is None else v.to(dev) for k, v in inputs.items()}).to(data.y.device)
+    except torch.cuda.OutOfMemoryError:
+        pass  # below, once the failed pass's tensors are released
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
-        warnings.warn(f"the whole graph ({data.num_nodes:,} nodes) does not fit in the GPU's memory for "
-                      "one forward pass: computing its logits on the CPU", stacklevel=2)
-        model.cpu()
-        try:
-            return _run(model, spec, node_inputs(data)).to(data.y.device)
-        finally:
-            model.to(dev)
+    warnings.warn(f"the whole graph ({data.num_nodes:,} nodes) does not fit in the GPU's memory for one "
+                  "forward pass: computing its logits on the CPU", stacklevel=2)
+    model.cpu()
+    try:
+        return _run(model, spec, {k: None if v is None else v.cpu() for k, v in inputs.items()}).to(data.y.device)
+    finally:
+        model.to(dev)
 
 
 def __getattr__(name: str):

@@ -104,3 +104,26 @@ def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_
         assert main(argv[:-7] + ["--device", "cuda", "--epochs", "5", "--no-progress", "--out",
                                  str(tmp_path / out), "--resume"]) == 0  # optimizer state back onto the GPU
     assert "test acc" in capsys.readouterr().out
+
+
+def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, monkeypatch):
+    from graphattn import social_node as sn
+    from graphattn.social_commands import _load, _node_data
+
+    assert main(["train", "karate", "--epochs", "2", "--no-progress", "--out", str(tmp_path)]) == 0
+    _, meta, model = _load(tmp_path / "best.pt")
+    data = _node_data(meta)
+    want = sn.node_logits(model, meta["model"], data)
+    real, calls = sn._run, []
+
+    def full_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sn, "_run", full_once)
+    with pytest.warns(UserWarning, match="does not fit in the GPU's memory"):
+        got = sn.node_logits(model, meta["model"], data)
+    assert len(calls) == 2 and torch.equal(got, want)
+    assert all(p.device.type == "cpu" for p in model.parameters())
