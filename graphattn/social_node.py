@@ -19,6 +19,7 @@ validation/test labels never are. It is a property of the data, so the PyG basel
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .metrics import consistency_loss
+from .train import model_device
 
 __all__ = ["NODE_DATASETS", "load_node_data", "hop_features", "node_defaults", "node_model_spec", "node_forward",
            "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
@@ -309,10 +311,6 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     the graph's device. They are computed on the model's device (the inputs are copied there;
     ``data`` itself is not moved); a graph too large for the GPU's memory (a ``--mini-batch``
     run) falls back to the CPU with a warning."""
-    from .train import model_device
-
-    import warnings
-
     model.eval()
     dev, inputs = model_device(model), node_inputs(data)
     try:

@@ -23,7 +23,6 @@ from . import social_node as sn
 from .social_commands import _message, _node_accuracy, build_model, evaluate, explain, predict
 from .cli_options import check_applicable
 from .social_graph import GRAPH_DATASETS
-from .train import resolve_device
 
 __all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
            "build_model"]
@@ -142,7 +141,6 @@ def train(args) -> int:
     graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
     try:  # everything that depends on the user's input; training errors keep their traceback
         _check_inputs(args)
-        resolve_device(getattr(args, "device", None))
         if (args.baseline or "none") not in SOCIAL_BASELINES:
             raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
                              f"got {args.baseline!r}")

@@ -57,13 +57,12 @@ def resolve_device(device=None) -> torch.device:
         raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
     if dev.type == "cpu":
         return torch.device("cpu")  # "cpu:N" is the same CPU
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ValueError(f"--device {device}: no CUDA GPU is available here (torch "
-                             f"{torch.__version__}); use --device cpu or auto")
-        if dev.index is not None and dev.index >= count:
-            raise ValueError(f"--device {device}: only {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ValueError(f"--device {device}: no CUDA GPU is available here (torch "
+                         f"{torch.__version__}); use --device cpu or auto")
+    if dev.index is not None and dev.index >= count:
+        raise ValueError(f"--device {device}: only {count} CUDA GPU(s) here (cuda:0..cuda:{count - 1})")
     return dev
 
 

@@ -127,3 +127,23 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
         got = sn.node_logits(model, meta["model"], data)
     assert len(calls) == 2 and torch.equal(got, want)
     assert all(p.device.type == "cpu" for p in model.parameters())
+
+
+def test_model_device_and_checkpoints_keep_their_structure(tmp_path):
+    from collections import namedtuple
+
+    from graphattn.checkpoint import _on_cpu, load_checkpoint, save_checkpoint
+    from graphattn.train import model_device
+
+    assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters
+    assert model_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    sd = torch.nn.BatchNorm1d(3).state_dict()  # an OrderedDict with _metadata (module versions)
+    Pair = namedtuple("Pair", "a b")
+    save_checkpoint(tmp_path / "c.pt", {"model": sd, "rng": (1, [2.0, torch.ones(2)]), "size": torch.Size([2, 3])})
+    ck = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert type(ck["model"]).__name__ == "OrderedDict" and ck["model"]._metadata == sd._metadata
+    assert ck["rng"][0] == 1 and torch.equal(ck["rng"][1][1], torch.ones(2)) and ck["size"] == torch.Size([2, 3])
+    assert isinstance(ck["rng"], tuple) and isinstance(ck["rng"][1], list)
+    assert set(load_checkpoint(tmp_path / "c.pt")["model"]) == set(sd)
+    p = _on_cpu(Pair(torch.zeros(1), 2))  # namedtuples keep their type and fields
+    assert type(p) is Pair and p.b == 2 and torch.equal(p.a, torch.zeros(1))
