@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 
 from .csr import to_csr
 from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
@@ -16,7 +17,40 @@ from .validation import check_edge_index, check_features, check_row_index, check
 __all__ = ["GraphSelfAttention"]
 
 
-class GraphSelfAttention(nn.Module):
+def _channel_pair(in_channels) -> Tuple[int, int]:
+    """``(F_src, F_dst)`` from an int or a pair; -1 = inferred on the first call (lazy)."""
+    pair = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else (in_channels, in_channels)
+    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1)
+                                 for v in pair):
+        raise ValueError(f"in_channels must be a positive int, -1 (inferred on the first call) or a pair "
+                         f"(F_src, F_dst) of those, got {in_channels!r}")
+    return pair
+
+
+def _linear(in_channels: int, out_channels: int, bias: bool) -> nn.Module:
+    """``nn.Linear``, or PyG's ``Linear`` (same initialisation) when the width is -1 (lazy)."""
+    if in_channels == -1:
+        from torch_geometric.nn import Linear
+
+        return Linear(-1, out_channels, bias=bias)
+    return nn.Linear(in_channels, out_channels, bias=bias)
+
+
+def _split_input(x) -> Tuple[Tensor, Tensor, bool]:
+    """``(x_src, x_dst, bipartite)`` from ``x`` or a pair ``(x_src, x_dst)`` (PyG's PairTensor).
+    A pair of one tensor twice is the ordinary (non-bipartite) case."""
+    if not isinstance(x, (tuple, list)):
+        return x, x, False
+    if len(x) != 2:
+        raise ValueError(f"x must be a tensor or a pair (x_src, x_dst), got a {type(x).__name__} of {len(x)}")
+    x_src, x_dst = x
+    if x_dst is None:
+        raise ValueError("x[1] (x_dst) is None: graph self-attention takes its queries and root term "
+                         "from the target nodes' features; pass (x_src, x_dst)")
+    return x_src, x_dst, x_src is not x_dst
+
+
+class GraphSelfAttention(MessagePassing):
     r"""Multi-head graph self-attention (Vaswani et al. 2017 restricted to edges, as in
     Dwivedi & Bresson 2020 / Shi et al. 2021 ``TransformerConv``; additive score from
     Brody et al. 2022, GATv2).
@@ -32,7 +66,12 @@ class GraphSelfAttention(nn.Module):
     averaged. A node without incoming edges gets only its root term (zeros without it).
 
     Args:
-        in_channels (int): input feature size F.
+        in_channels (int or tuple): input feature size F, or ``(F_src, F_dst)`` for a
+            bipartite graph whose two node sets have different widths (as PyG's convs); ``-1``
+            (either side) infers the width on the first call (PyG's lazy ``Linear``). With an
+            int the q/k/v (or target/source) projections are one fused ``lin_qkv``; otherwise
+            they are PyG-named ``lin_query``/``lin_key``/``lin_value`` (dot) or ``lin_r``
+            (target) / ``lin_l`` (source) (additive).
         out_channels (int): channels per head C.
         heads (int, default 1): number of heads H.
         concat (bool, default True): concatenate heads (``H*C`` outputs) or average them (``C``).
@@ -50,7 +89,9 @@ class GraphSelfAttention(nn.Module):
             graphs, else a chunked edge path; no fused kernel).
 
     Shapes:
-        - x: ``(N, F)``; edge_index: ``(2, E)``; edge_attr: ``(E, D)``
+        - x: ``(N, F)``, or ``((N_src, F_src), (N_dst, F_dst))`` (bipartite: ``edge_index[0]``
+          indexes sources, ``edge_index[1]`` targets; N = N_dst below); edge_index: ``(2, E)``;
+          edge_attr: ``(E, D)``
         - output: ``(N, H*C)`` if ``concat`` else ``(N, C)``
         - attention weights (with ``return_attention_weights=True``): ``(edge_index, alpha)``
           with the caller's ``edge_index`` unchanged (no self-loops are added) and alpha ``(E, H)``,
@@ -58,15 +99,23 @@ class GraphSelfAttention(nn.Module):
 
     Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
     the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
-    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)`` works: the fused kernels (C++ on CPU, Triton on
+    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there.
+
+    PyG interop: it is a ``MessagePassing`` subclass (it never calls ``propagate``; the
+    attention kernels replace message and aggregate), so ``to_hetero`` makes one copy per edge
+    type and ``HeteroConv`` takes it; PyG's ``Explainer`` edge masks are refused (they act
+    inside ``propagate``). ``torch.compile(layer)`` works: the fused kernels (C++ on CPU, Triton on
     CUDA) run eagerly behind a graph break, the rest is compiled.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
-                 dropout: float = 0.0, edge_dim: Optional[int] = None, bias: bool = True,
-                 score: str = "dot", root_weight: bool = True, negative_slope: float = 0.2,
-                 impl: str = "auto", normalization: str = "softmax"):
-        super().__init__()
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
+                 concat: bool = True, dropout: float = 0.0, edge_dim: Optional[int] = None,
+                 bias: bool = True, score: str = "dot", root_weight: bool = True,
+                 negative_slope: float = 0.2, impl: str = "auto", normalization: str = "softmax"):
+        # A MessagePassing subclass so that PyG treats it as a conv: to_hetero() turns it into
+        # one copy per edge type, HeteroConv and summary() see a conv. It never calls
+        # propagate(): the attention kernels replace message/aggregate.
+        super().__init__(aggr=None, node_dim=0)
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
         if normalization != "softmax" and impl not in ("auto", "chunked"):
@@ -76,56 +125,88 @@ class GraphSelfAttention(nn.Module):
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         if impl not in EDGE_IMPLS:
             raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
-        for name, val in (("in_channels", in_channels), ("out_channels", out_channels), ("heads", heads)):
-            if not isinstance(val, int) or val < 1:
+        f_src, f_dst = _channel_pair(in_channels)
+        for name, val in (("out_channels", out_channels), ("heads", heads)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
                 raise ValueError(f"{name} must be a positive int, got {val!r}")
         if edge_dim is not None and (not isinstance(edge_dim, int) or edge_dim < 1):
             raise ValueError(f"edge_dim must be a positive int or None, got {edge_dim!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
+        self.in_channels = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else in_channels
+        self.out_channels, self.heads = out_channels, heads
         self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, score
         self.root_weight, self.negative_slope, self.impl = root_weight, negative_slope, impl
         self.normalization = normalization
         HC = heads * out_channels
-        # One fused projection for all of q, k, v (dot) or target/source parts (additive):
-        # a single GEMM is faster than three on small batches of molecules.
         n_proj = 3 if score == "dot" else 2
-        self.lin_qkv = nn.Linear(in_channels, n_proj * HC, bias=bias)
+        if isinstance(self.in_channels, int) and self.in_channels > 0:
+            # One fused projection for all of q, k, v (dot) or target/source parts (additive):
+            # a single GEMM is faster than three on small batches of molecules.
+            self.lin_qkv = nn.Linear(f_src, n_proj * HC, bias=bias)
+            self.lin_query = self.lin_key = self.lin_value = self.lin_l = self.lin_r = None
+        else:
+            # (F_src, F_dst) or lazy (-1) widths: one projection per role, on its side, with
+            # PyG's names (TransformerConv: lin_query/key/value; GATv2Conv: lin_l source, lin_r
+            # target) and PyG's Linear, which infers a -1 width on the first call.
+            self.lin_qkv = None
+            side = {"dst": f_dst, "src": f_src}
+            roles = ({"lin_query": "dst", "lin_key": "src", "lin_value": "src"} if score == "dot"
+                     else {"lin_r": "dst", "lin_l": "src"})
+            for name in ("lin_query", "lin_key", "lin_value", "lin_l", "lin_r"):
+                setattr(self, name, _linear(side[roles[name]], HC, bias) if name in roles else None)
         self.att = nn.Parameter(torch.empty(heads, out_channels)) if score == "additive" else None
         self.lin_edge = nn.Linear(edge_dim, HC, bias=False) if edge_dim is not None else None
-        self.lin_skip = (nn.Linear(in_channels, HC if concat else out_channels, bias=bias)
-                         if root_weight else None)
+        self.lin_skip = (_linear(f_dst, HC if concat else out_channels, bias) if root_weight else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.lin_qkv.reset_parameters()
+        for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_value, self.lin_l, self.lin_r,
+                    self.lin_edge, self.lin_skip):
+            if lin is not None:
+                lin.reset_parameters()  # PyG's Linear skips a lazy (not yet shaped) weight
         if self.att is not None:
             nn.init.xavier_uniform_(self.att)
-        if self.lin_edge is not None:
-            self.lin_edge.reset_parameters()
-        if self.lin_skip is not None:
-            self.lin_skip.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
-                return_attention_weights: bool = False, *, attn_bias: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, edge_attr_index: Optional[Tensor] = None,
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_index: Tensor,
+                edge_attr: Optional[Tensor] = None, return_attention_weights: bool = False, *,
+                attn_bias: Optional[Tensor] = None, batch: Optional[Tensor] = None,
+                edge_attr_index: Optional[Tensor] = None,
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
-        """Args: ``x`` (N, F), ``edge_index`` (2, E), ``edge_attr`` (E, D) when ``edge_dim``
+        """Args: ``x`` (N, F), or a pair ``(x_src, x_dst)`` for a bipartite graph (as in PyG:
+        ``edge_index[0]`` indexes ``x_src``, ``edge_index[1]`` indexes ``x_dst``; keys and
+        values come from sources, queries and the root term from targets; the output has one
+        row per target), ``edge_index`` (2, E), ``edge_attr`` (E, D) when ``edge_dim``
         is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
-        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA,
-        ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a ``(U, D)`` table of
-        distinct rows (e.g. bond types) and edge e uses row ``edge_attr_index[e]``; the edge
+        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA (not with
+        a bipartite ``x``), ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a
+        ``(U, D)`` table of distinct rows (e.g. bond types) and edge e uses row ``edge_attr_index[e]``; the edge
         projection runs on the U rows, not on E (same result as ``edge_attr[edge_attr_index]``).
 
         ``x`` and ``edge_attr`` must be finite and ``attn_bias`` free of NaN and +inf
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
         or poison (chunked path) the whole target row. With ``return_attention_weights`` the
         returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
-        check_features(x, self.in_channels, "x", check_values=False)  # values: one sync below
-        N, H, C = x.size(0), self.heads, self.out_channels
+        if self.explain:  # set by torch_geometric.explain (GNNExplainer ...) on every conv
+            raise NotImplementedError(
+                "PyG's Explainer edge masks act inside MessagePassing.propagate(), which "
+                "GraphSelfAttention does not use (fused attention kernels): its edge mask would get "
+                "no gradient. Use return_attention_weights=True or `graphattn explain` instead.")
+        x_src, x_dst, bipartite = _split_input(x)
+        f_src, f_dst = _channel_pair(self.in_channels)
+        check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
+                       check_values=False)  # values: one sync below
+        if bipartite:
+            check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
+            if batch is not None:
+                raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
+        elif f_dst != f_src and f_dst > 0:
+            check_features(x_dst, f_dst, "x", check_values=False)
+        N, H, C = x_dst.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
-        csr = to_csr(edge_index, N)  # cached per edge_index tensor (range-checked on build)
+        # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
+        # as one node set [targets; sources], see to_csr
+        csr = to_csr(edge_index, N, num_src=x_src.size(0) if bipartite else None)
         E = edge_index.size(1)
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
@@ -149,36 +230,56 @@ class GraphSelfAttention(nn.Module):
             raise ValueError("edge_attr_index was given but the layer has no edge_dim")
         # The user's tensors only, one device sync (skipped under torch.compile); q, k, v and
         # the projected edge features derive from them, so the attention call skips its checks.
-        check_all_finite([("x", x, False), ("edge_attr", edge_attr if self.lin_edge is not None else None, False),
-                          ("attn_bias", attn_bias, True)])
-        # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
-        # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
-        n_proj = 3 if self.score == "dot" else 2
-        W, b = self.lin_qkv.weight.chunk(n_proj), (self.lin_qkv.bias.chunk(n_proj)
-                                                   if self.lin_qkv.bias is not None else [None] * n_proj)
-        parts = [F.linear(x, W[i], b[i]).view(N, H, C) for i in range(n_proj)]  # n x (N, H, C)
+        inputs = ([("x[0] (x_src)", x_src, False), ("x[1] (x_dst)", x_dst, False)] if bipartite
+                  else [("x", x_src, False)])
+        check_all_finite(inputs + [("edge_attr", edge_attr if self.lin_edge is not None else None, False),
+                                   ("attn_bias", attn_bias, True)])
+        dst_part, src_parts = self._project(x_src, x_dst)  # (N, H, C), 1-2 x (N_src, H, C)
+        if bipartite:  # stacked [targets; sources]: queries on targets, keys/values on sources
+            n_src = x_src.size(0)
+            dst_part = torch.cat([dst_part, dst_part.new_zeros(n_src, H, C)])  # (N + N_src, H, C)
+            src_parts = [torch.cat([p.new_zeros(N, H, C), p]) for p in src_parts]
         attend = (partial(edge_attention, _check=False) if self.normalization == "softmax"
                   else partial(normalized_edge_attention, normalization=self.normalization))
         if self.score == "dot":
-            q, k, v = parts
-            res = attend(q, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
+            k, v = src_parts
+            res = attend(dst_part, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
                          edge_value=edge_kv, dropout=self.dropout, training=self.training,
                          return_attention_weights=return_attention_weights, batch=batch,
                          impl=self.impl)
         else:
-            xr, xl = parts  # target part, source part
-            res = attend(xr, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
+            (xl,) = src_parts  # target part, source part
+            res = attend(dst_part, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
                          score="additive", att=self.att, negative_slope=self.negative_slope,
                          dropout=self.dropout, training=self.training,
                          return_attention_weights=return_attention_weights, batch=batch,
                          impl=self.impl)
         out, alpha = (res if return_attention_weights else (res, None))
+        if bipartite:
+            out = out[:N]  # (N, H, C): the target rows
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:
-            out = out + self.lin_skip(x)
+            out = out + self.lin_skip(x_dst)
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _project(self, x_src: Tensor, x_dst: Tensor) -> Tuple[Tensor, List[Tensor]]:
+        """Query (dot) or target part (additive) of ``x_dst`` ``(N, H, C)``, and key + value
+        (dot) or source part (additive) of ``x_src``, each ``(N_src, H, C)`` and contiguous."""
+        H, C = self.heads, self.out_channels
+        if self.lin_qkv is None:
+            dst_lin, src_lins = ((self.lin_query, (self.lin_key, self.lin_value)) if self.score == "dot"
+                                 else (self.lin_r, (self.lin_l,)))
+            return (dst_lin(x_dst).view(-1, H, C),  # (N, H, C)
+                    [lin(x_src).view(-1, H, C) for lin in src_lins])  # (N_src, H, C) each
+        # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
+        # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
+        n_proj = 3 if self.score == "dot" else 2
+        W = self.lin_qkv.weight.chunk(n_proj)
+        b = self.lin_qkv.bias.chunk(n_proj) if self.lin_qkv.bias is not None else [None] * n_proj
+        return (F.linear(x_dst, W[0], b[0]).view(-1, H, C),
+                [F.linear(x_src, W[i], b[i]).view(-1, H, C) for i in range(1, n_proj)])
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

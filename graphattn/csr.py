@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -81,12 +82,19 @@ def plain_tensor(t: Tensor) -> Tensor:
     return t.as_subclass(Tensor)
 
 
-def _build(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
-    from .validation import check_edge_index
+def _build(edge_index: Tensor, num_nodes: int, num_src: Optional[int] = None) -> EdgeCSR:
+    from .validation import check_bipartite_edge_index, check_edge_index
 
     edge_index = plain_tensor(edge_index)
-    check_edge_index(edge_index, num_nodes)  # once per graph: the result is cached
+    # once per graph: the result is cached
+    if num_src is None:
+        check_edge_index(edge_index, num_nodes)
+    else:
+        check_bipartite_edge_index(edge_index, num_src, num_nodes)
     src, dst = edge_index[0].long(), edge_index[1].long()
+    if num_src is not None:  # bipartite: sources after the targets in one node set
+        src = src + num_nodes
+        num_nodes = num_nodes + num_src
     # already target-sorted: skip the sort (not under torch.compile, where the check would
     # break the graph on a data-dependent branch; a stable sort of sorted ids is the identity)
     if not torch.compiler.is_compiling() and (dst.numel() < 2 or bool((dst[1:] >= dst[:-1]).all())):
@@ -102,30 +110,37 @@ _CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 _CACHE_SIZE = 16
 
 
-def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True) -> EdgeCSR:
+def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True,
+           num_src: Optional[int] = None) -> EdgeCSR:
     """Return the target-sorted CSR view of ``edge_index`` (shape ``(2, E)``).
 
     With ``cache=True`` the result is remembered for this exact tensor object (checked by
     identity, data pointer and in-place version counter), so it is computed once per static
     graph. Index type, shape and range are checked when the view is built.
+
+    ``num_src`` makes the graph bipartite (PyG's ``x=(x_src, x_dst)``): ``edge_index[0]``
+    indexes ``num_src`` source nodes, ``edge_index[1]`` the ``num_nodes`` targets. The view
+    then runs over one node set of ``num_nodes + num_src`` nodes, targets first and source j
+    as node ``num_nodes + j`` (which has no incoming edge), so every attention kernel computes
+    bipartite attention on stacked ``[targets; sources]`` tensors unchanged.
     """
     if not cache or edge_index.is_inference():  # inference tensors have no version counter
-        return _build(edge_index, num_nodes)
+        return _build(edge_index, num_nodes, num_src)
     if torch.compiler.is_compiling():
         # traced, the identity-keyed lookup would guard the compiled frame on this tensor
         # object and recompile for every new graph: it runs eagerly behind a graph break
-        return _cached_untraced(edge_index, num_nodes)
-    return _cached(edge_index, num_nodes)
+        return _cached_untraced(edge_index, num_nodes, num_src)
+    return _cached(edge_index, num_nodes, num_src)
 
 
-def _cached(edge_index: Tensor, num_nodes: int) -> EdgeCSR:
+def _cached(edge_index: Tensor, num_nodes: int, num_src: Optional[int] = None) -> EdgeCSR:
     key = (id(edge_index), edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape),
-           int(num_nodes), str(edge_index.device))
+           int(num_nodes), None if num_src is None else int(num_src), str(edge_index.device))
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is edge_index:
         _CACHE.move_to_end(key)
         return hit[1]
-    csr = _build(edge_index, num_nodes)
+    csr = _build(edge_index, num_nodes, num_src)
     try:  # the entry goes when the graph's tensor is freed, so dead graphs hold no memory
         ref = weakref.ref(edge_index, lambda _ref, key=key: _CACHE.pop(key, None))
     except TypeError:  # pragma: no cover - tensors are weak-referenceable

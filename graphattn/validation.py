@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["check_edge_index", "check_features", "check_int", "check_row_index", "check_tensor_shape",
-           "mark_index_checked"]
+__all__ = ["check_bipartite_edge_index", "check_edge_index", "check_features", "check_int", "check_row_index",
+           "check_tensor_shape", "mark_index_checked"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -90,6 +90,23 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
         raise ValueError(f"{name} refers to node {hi} but num_nodes={num_nodes} "
                          f"(valid indices are 0..{num_nodes - 1})")
     mark_index_checked(edge_index, num_nodes)
+
+
+def check_bipartite_edge_index(edge_index: Tensor, num_src: int, num_dst: int,
+                               name: str = "edge_index") -> None:
+    """A bipartite ``edge_index`` (PyG's ``x=(x_src, x_dst)``): an integer ``(2, E)`` tensor whose
+    row 0 holds source ids in ``[0, num_src)`` and row 1 target ids in ``[0, num_dst)``."""
+    check_edge_index(edge_index, max(num_src, num_dst), name, check_range=False)
+    if edge_index.numel() == 0:
+        return
+    (slo, shi), (dlo, dhi) = torch.stack([torch.stack(torch.aminmax(r)) for r in edge_index]).tolist()
+    for row, lo, hi, n, side in ((0, slo, shi, num_src, "sources (x_src)"),
+                                 (1, dlo, dhi, num_dst, "targets (x_dst)")):
+        if lo < 0:
+            raise ValueError(f"{name}[{row}] contains negative node indices (min {lo}; {side} has {n} nodes)")
+        if hi >= n:
+            raise ValueError(f"{name}[{row}] refers to node {hi} but {side} has {n} nodes "
+                             f"(valid indices are 0..{n - 1})")
 
 
 def check_tensor_shape(t: Tensor, shape: Sequence[Optional[int]], name: str) -> None:
