@@ -25,7 +25,9 @@ and a key), 0 of 4096 queries shared a cluster with any key but their own, so th
 attended only to itself and never learned. Sharing them puts every node's key in its own
 query's cluster.
 
-Cost: building the pattern is ``O(N·K·D)`` (LSH) or ``O(iters·N·K·D)`` (k-means) plus a sort
+Cost: building the pattern is ``O(N·K·D)`` (LSH) or ``O(iters·B·L·K·D)`` (k-means, run on the
+padded ``(B, L)`` layout of the batch, ``L`` its largest graph: ``B·L = N`` for equal sizes,
+more for graphs of very different sizes) plus a sort
 of the ``E`` edges; attention is ``O(E·H·C)`` with ``E = Σ_groups |queries|·|keys|``, about
 ``N²/K`` per graph for balanced clusters (``N²`` in the worst case: one cluster gets all;
 ``block_size`` caps it at ``N·block_size`` by cutting big clusters into chunks, as Reformer does).
@@ -41,8 +43,8 @@ from torch import Tensor, nn
 
 from .csr import to_csr
 from .functional import edge_attention
-from .padding import GraphLayout
-from .validation import check_features, check_tensor_shape
+from .padding import GraphLayout, check_batch
+from .validation import check_features, check_int, check_tensor_shape
 
 __all__ = ["CLUSTER_METHODS", "cluster_codes", "cluster_graph", "ClusteredAttention"]
 
@@ -96,6 +98,9 @@ def cluster_codes(queries: Tensor, keys: Optional[Tensor] = None, batch: Optiona
     keys = queries if keys is None else keys
     check_tensor_shape(keys, tuple(queries.shape), "keys")
     N, D = queries.shape
+    check_int("iters", iters, 0)
+    if batch is not None:  # every method (k-means checks it again in its layout; cheap)
+        check_batch(batch, N, num_graphs)
     if num_clusters == 1:
         zero = torch.zeros(N, dtype=torch.long, device=queries.device)
         return zero, zero
@@ -206,7 +211,9 @@ class ClusteredAttention(nn.Module):
         self.channels, self.heads, self.num_clusters, self.method = channels, heads, num_clusters, method
         if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
             raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
-        self.iters, self.block_size, self.dropout, self.seed = iters, block_size, dropout, seed
+        check_int("channels", channels, 1)
+        self.iters = check_int("iters", iters, 0)
+        self.block_size, self.dropout, self.seed = block_size, dropout, seed
         self.shared_qk = bool(shared_qk)
         self.lin_qkv = nn.Linear(channels, (2 if self.shared_qk else 3) * channels, bias=bias)  # q[, k], v
         self.lin_out = nn.Linear(channels, channels, bias=bias)

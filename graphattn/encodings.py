@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
 
+from .padding import check_batch
 from .spectral import _component_eigs, _fix_sign
 from .validation import check_edge_index, check_int as _check_int
 
@@ -205,20 +206,26 @@ class LapPEEncoder(nn.Module):
             raise ValueError(f"{name} must have shape ({n}, {self.k}) (N, K), got {tuple(t.shape)}")
 
     def forward(self, pe: Tensor, eigvals: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
+                batch: Optional[Tensor] = None, num_graphs: Optional[int] = None,
+                check_range: bool = True) -> Tensor:
+        """``check_range=False``: ``batch`` was range-checked against ``num_graphs`` by the
+        caller (a model's forward), so the sign flips skip that scan."""
         if pe.dim() != 2 or pe.size(1) != self.k:
             raise ValueError(f"pe must have shape (N, {self.k}) (N, K), got {tuple(pe.shape)}")
         n = pe.size(0)
         self._check("eigvals", eigvals, n)
         self._check("mask", mask, n)
-        if batch is not None and tuple(batch.shape) != (n,):
-            raise ValueError(f"batch must have shape ({n},), got {tuple(batch.shape)}")
+        if batch is not None:
+            check_batch(batch, n, num_graphs, check_range=False)  # type and shape
+            batch = batch.long()  # uint8 ids would index as a boolean mask
         if mask is not None:
             mask = mask.bool()
             pe = torch.where(mask, pe, torch.zeros_like(pe))  # also clears NaN padding
         if self.training and not self.sign_invariant:
-            if num_graphs is None:  # known B (num_graphs >= batch.max() + 1) saves a device sync
-                num_graphs = int(batch.max()) + 1 if batch is not None and n > 0 else 1
+            if batch is None:  # one graph: one sign per eigenvector
+                num_graphs = 1
+            elif num_graphs is None or check_range:  # known B (checked) saves a device sync
+                num_graphs = check_batch(batch, n, num_graphs)
             num_graphs = max(int(num_graphs), 1)
             sign = torch.randint(0, 2, (num_graphs, self.k), device=pe.device).to(pe.dtype) * 2 - 1
             pe = pe * (sign[batch] if batch is not None else sign)  # (N, K)
@@ -252,8 +259,8 @@ def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
     _check_float_dtype(dtype)
     if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 2 or channels % 2:
         raise ValueError(f"channels must be a positive even int, got {channels!r}")
-    if not base > 0:
-        raise ValueError(f"base must be > 0, got {base!r}")
+    if not (base > 0 and math.isfinite(base)):
+        raise ValueError(f"base must be a finite number > 0, got {base!r}")
     pos = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (L, 1)
     freq = torch.exp(torch.arange(0, channels, 2, dtype=torch.float64, device=device)
                      * (-math.log(base) / channels))  # (C/2,)

@@ -70,6 +70,8 @@ class GlobalTokens(nn.Module):
     def __init__(self, channels: int, num_tokens: int = 1, edge_dim: Optional[int] = None):
         super().__init__()
         channels, num_tokens = check_int("channels", channels, 1), check_int("num_tokens", num_tokens, 1)
+        if edge_dim is not None:
+            edge_dim = check_int("edge_dim", edge_dim, 1)
         self.channels, self.num_tokens, self.edge_dim = channels, num_tokens, edge_dim
         self.tokens = nn.Parameter(torch.empty(num_tokens, channels))
         self.edge_emb = nn.Parameter(torch.empty(2, edge_dim)) if edge_dim is not None else None

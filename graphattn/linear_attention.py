@@ -10,7 +10,8 @@ and reorders the products, per graph b::
 The two sums are one ``(M, C)`` matrix and one ``M`` vector per graph and head, so the cost
 is ``O(N·H·M·C)`` time and ``O(N·H·(M + C) + B·H·M·C)`` memory: no ``N × N`` matrix. Graphs
 of a batch never mix (the sums run over each graph's own nodes; the per-graph work is done
-on a padded ``(B, L, H, ·)`` layout, see :class:`~graphattn.padding.GraphLayout`).
+on padded ``(B, L, H, ·)`` layouts, see :class:`~graphattn.padding.GraphLayout`, with graphs of
+very different sizes padded in separate size classes so the padding stays under ``2N`` slots).
 
 Feature maps (``M`` features per head):
 
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .padding import GraphLayout
-from .validation import check_features, check_tensor_shape
+from .validation import check_features, check_int, check_tensor_shape
 
 __all__ = ["FEATURE_MAPS", "linear_attention", "orthogonal_features", "LinearGlobalAttention"]
 
@@ -87,8 +88,10 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
         num_graphs: B (default ``batch.max() + 1``).
         eps: floor of the denominator.
 
-    Cost: ``O(N·H·M·C)`` time, ``O(B·L·H·(M + C) + B·H·M·C)`` memory, with ``L`` the largest
-    graph (the per-graph sums run on a padded layout: ``B·L = N`` for equal sizes or one graph).
+    Cost: ``O(N·H·M·C)`` time, ``O(N·H·(M + C) + B·H·M·C)`` memory. The per-graph sums run
+    on a padded ``(B, L)`` layout (``L`` the largest graph; ``B·L = N`` for equal sizes or one
+    graph); when that would exceed ``2N`` slots, graphs are grouped by size class (sizes in
+    ``[2^s, 2^(s+1))``) and each group is padded on its own: under ``2N`` slots in all.
 
     Shapes: returns ``(N, H, C')``.
     """
@@ -98,17 +101,41 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
     N, H, C = q.shape
     check_tensor_shape(k, (N, H, C), "k")
     check_tensor_shape(v, (N, H, None), "v")
+    if feature_map == "favor":
+        if omega is None:
+            raise ValueError("feature_map='favor' needs omega of shape (H, M, C)")
+        check_tensor_shape(omega, (H, None, C), "omega")
+        omega = omega.to(q.dtype)
     layout = GraphLayout(batch, N, num_graphs, device=q.device)
+    if layout.regular or layout.B * layout.L <= 2 * N:
+        return _padded_linear_attention(q, k, v, layout, feature_map, omega, eps)
+    # Sizes differ a lot (one big graph among many small ones): padding every graph to the
+    # largest would cost B·L >> N. Graphs are grouped by size class [2^s, 2^(s+1)) and each
+    # group runs padded on its own, so at most ~2N slots are used in all.
+    sizes = layout.sizes
+    size_class = torch.floor(torch.log2(sizes.clamp_min(1).double())).long()  # (B,)
+    node_class = size_class[layout.graph]  # (N,)
+    pieces, order = [], []
+    for c in torch.unique(node_class).tolist():
+        idx = torch.nonzero(node_class == c).flatten()  # (n_c,) nodes of this size class
+        graphs, local = torch.unique(layout.graph[idx], return_inverse=True)
+        sub = GraphLayout(local, idx.numel(), graphs.numel(), device=q.device, check_range=False)
+        pieces.append(_padded_linear_attention(q[idx], k[idx], v[idx], sub, feature_map, omega, eps))
+        order.append(idx)
+    inverse = torch.empty_like(layout.graph)
+    inverse[torch.cat(order)] = torch.arange(N, device=q.device)
+    return torch.cat(pieces)[inverse]  # (N, H, C') back in node order
+
+
+def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayout, feature_map: str,
+                             omega: Optional[Tensor], eps: float) -> Tensor:
+    """:func:`linear_attention` on the padded ``(B, L, H, ·)`` layout of ``layout``."""
     Q, K, V = layout.pad(q), layout.pad(k), layout.pad(v)  # (B, L, H, C)
     if feature_map == "elu":
         mask = layout.mask[:, :, None, None]
         fq = F.elu(Q) + 1.0
         fk = (F.elu(K) + 1.0).masked_fill(~mask, 0.0)  # empty slots add nothing to the sums
     else:
-        if omega is None:
-            raise ValueError("feature_map='favor' needs omega of shape (H, M, C)")
-        check_tensor_shape(omega, (H, None, C), "omega")
-        omega = omega.to(q.dtype)
         fq, fk = _favor(Q, omega, layout, True), _favor(K, omega, layout, False)
     kv = torch.einsum("blhm,blhc->bhmc", fk, V)  # (B, H, M, C') per-graph sums
     z = fk.sum(dim=1)  # (B, H, M)
@@ -147,8 +174,11 @@ class LinearGlobalAttention(nn.Module):
             raise ValueError(f"feature_map must be one of {FEATURE_MAPS}, got {feature_map!r}")
         if not isinstance(heads, int) or heads < 1 or channels % heads:
             raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
+        check_int("channels", channels, 1)
         if num_features is not None and feature_map != "favor":
             raise ValueError("num_features is only used by feature_map='favor'")
+        if num_features is not None:
+            check_int("num_features", num_features, 1)
         self.channels, self.heads, self.feature_map = channels, heads, feature_map
         self.dropout, self.seed = dropout, seed
         C = channels // heads
@@ -162,14 +192,22 @@ class LinearGlobalAttention(nn.Module):
         self.reset_parameters()
 
     def redraw_features(self, generator: Optional[torch.Generator] = None) -> None:
+        """New random features for ``"favor"`` (Performer's periodic redraw): from ``generator``,
+        else from seed ``seed + r`` at the r-th redraw since :meth:`reset_parameters`."""
+        self._redraws += 1
+        self._draw(generator or torch.Generator().manual_seed(self.seed + self._redraws))
+
+    def _draw(self, generator: torch.Generator) -> None:
         if self.omega is not None:
-            gen = generator or torch.Generator().manual_seed(self.seed)
-            self.omega.copy_(orthogonal_features(self.heads, self.num_features, self.channels // self.heads, gen))
+            with torch.no_grad():
+                self.omega.copy_(orthogonal_features(self.heads, self.num_features, self.channels // self.heads,
+                                                     generator))
 
     def reset_parameters(self) -> None:
         self.lin_qkv.reset_parameters()
         self.lin_out.reset_parameters()
-        self.redraw_features()
+        self._redraws = 0
+        self._draw(torch.Generator().manual_seed(self.seed))  # the features of seed ``seed``
 
     def forward(self, x: Tensor, batch: Optional[Tensor] = None, num_graphs: Optional[int] = None) -> Tensor:
         check_features(x, self.channels, "x")

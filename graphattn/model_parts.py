@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .validation import mark_index_checked
+from .validation import check_features, mark_index_checked
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "gcn_normalized_graph", "graph_feature_input"]
 
@@ -49,6 +49,7 @@ class FeatureEncoder(nn.Module):
             if not x.is_floating_point():
                 raise TypeError(f"{self.name}: float features expected, got {x.dtype}: pass vocab_sizes "
                                 "for categorical input")
+            check_features(x, self.in_channels, self.name)  # NaN/inf named on the user's tensor
             return self.lin(x)
         self._check_codes(x)
         out = self.embeddings[0](x[:, 0])

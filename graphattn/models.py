@@ -13,7 +13,7 @@ from .global_tokens import GlobalTokens
 from .model_parts import (FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe,
                           graph_feature_input)
 from .padding import check_batch
-from .validation import check_edge_index
+from .validation import check_edge_index, check_int
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
@@ -61,6 +61,12 @@ class GraphTransformer(nn.Module):
         super().__init__()
         if pe_kind not in PE_KINDS:
             raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
+        for name, value, least in (("in_channels", in_channels, 1), ("hidden_channels", hidden_channels, 1),
+                                   ("num_layers", num_layers, 0), ("heads", heads, 1),
+                                   ("num_global_tokens", num_global_tokens, 0), ("pe_dim", pe_dim, 0)):
+            check_int(name, value, least)
+        if edge_dim is not None:
+            check_int("edge_dim", edge_dim, 1)
         self.in_channels, self.hidden_channels, self.num_layers = in_channels, hidden_channels, num_layers
         self.num_global_tokens, self.pe_dim, self.edge_dim = num_global_tokens, pe_dim, edge_dim
         self.node_encoder = FeatureEncoder(in_channels, hidden_channels, node_vocab_sizes)
@@ -105,6 +111,7 @@ class GraphTransformer(nn.Module):
         check_edge_index(edge_index, x.size(0))
         if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)
+            batch = batch.long()  # int32 / uint8 ids are accepted; PyG's pooling and indexing want int64
         h = self.node_encoder(x)
         if self.pe_encoder is None and pe is not None:
             raise ValueError(f"pe of shape {tuple(pe.shape)} was given, but the model was built with pe_dim=0: "
@@ -115,7 +122,8 @@ class GraphTransformer(nn.Module):
             if pe.shape != (x.size(0), self.pe_dim):
                 raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
             if self.pe_kind == "laplacian":
-                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs)
+                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs,
+                                     check_range=check_range)
             else:
                 hp = self.pe_encoder(pe)
             if hp.numel() and not bool(torch.isfinite(hp).all()):
@@ -125,6 +133,11 @@ class GraphTransformer(nn.Module):
         if self.edge_encoder is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
+            if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2) \
+                    or edge_attr.size(0) != edge_index.size(1):
+                raise ValueError(f"edge_attr must have shape ({edge_index.size(1)}, {self.edge_dim}) (one row per "
+                                 f"edge of edge_index), got "
+                                 f"{tuple(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr)}")
             if self.edge_encoder.vocab_sizes is not None:
                 # Categorical edges: encode each distinct row once; every layer then projects
                 # U rows (not E) and gathers them per edge (same values, ~25 % fewer FLOPs on
@@ -176,6 +189,7 @@ class GraphClassifier(nn.Module):
             raise ValueError(f"readout must be one of {READOUTS}, got {readout!r}")
         if readout == "token" and num_global_tokens < 1:
             raise ValueError("readout='token' needs num_global_tokens >= 1")
+        check_int("num_tasks", num_tasks, 1)
         self.num_tasks, self.readout = num_tasks, readout
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
@@ -185,6 +199,14 @@ class GraphClassifier(nn.Module):
         self.head = nn.Sequential(nn.Linear(hidden_channels + graph_feature_dim, hidden_channels), nn.GELU(),
                                   Dropout(dropout), nn.Linear(hidden_channels, num_tasks))
 
+    def reset_parameters(self) -> None:
+        """Re-initialise every trained weight (backbone and head); the fitted statistics of
+        ``graph_feature_norm`` are data, not weights, and are kept."""
+        self.backbone.reset_parameters()
+        for layer in self.head:
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
+
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, graph_features: Optional[Tensor] = None,
@@ -193,6 +215,7 @@ class GraphClassifier(nn.Module):
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
         num_graphs = check_batch(batch, x.size(0), num_graphs)  # B; may exceed batch.max() + 1
+        batch = batch.long()  # int32 / uint8 ids are accepted; PyG's pooling wants int64
         # batch is range-checked now: the backbone's tokens / layouts skip that per-batch sync
         h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, check_range=False, **pe_kwargs)
         if self.readout == "token":

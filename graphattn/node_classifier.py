@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from .model_parts import gcn_normalized_graph
 from .models import GraphTransformer
+from .validation import check_int
 
 __all__ = ["NodeClassifier"]
 
@@ -64,8 +65,9 @@ class NodeClassifier(nn.Module):
                  gcn_weight: float = 0.0, gcn_layers: int = 1, propagation_dropout: float = 0.0,
                  **backbone_kwargs):
         super().__init__()
-        if not isinstance(propagation, int) or propagation < 0:
+        if not isinstance(propagation, int) or isinstance(propagation, bool) or propagation < 0:
             raise ValueError(f"propagation must be an int >= 0, got {propagation!r}")
+        check_int("num_classes", num_classes, 1)
         if not 0.0 < propagation_alpha <= 1.0:
             raise ValueError(f"propagation_alpha must be in (0, 1], got {propagation_alpha}")
         if self_loops and edge_dim is not None:
@@ -97,6 +99,14 @@ class NodeClassifier(nn.Module):
         self.gcn_stack = nn.ModuleList(nn.Linear(hidden_channels, hidden_channels) for _ in range(gcn_layers - 1))
         self.gcn_dropout, self.propagation_dropout = nn.Dropout(dropout), float(propagation_dropout)
         self._graph_cache: Optional[tuple] = None  # (edge_index, key, edges with loops, Â weights)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every trained weight: backbone, head, GCN branch, hop weights."""
+        self.backbone.reset_parameters()
+        self.head[1].reset_parameters()
+        for lin in ([self.gcn] if self.gcn is not None else []) + list(self.gcn_stack):
+            lin.reset_parameters()
+        self.reset_hop_weights()
 
     def reset_hop_weights(self) -> None:
         """Learned hop weights back to the PPR weights of ``propagation_alpha``."""

@@ -1,0 +1,144 @@
+"""Public-API edge cases of the models, encodings and global attention variants (QA, session 12):
+mixed-size batches in linear attention, int32/uint8 batch vectors, feature redraws,
+reset_parameters of the classifiers, constructor checks."""
+import importlib
+from unittest import mock
+
+import pytest
+import torch
+
+from graphattn import GlobalTokens, GraphClassifier, LinearGlobalAttention, NodeClassifier
+from graphattn.clustered_attention import ClusteredAttention, cluster_codes
+from graphattn.encodings import LapPEEncoder, sinusoidal_pe
+
+la = importlib.import_module("graphattn.linear_attention")  # the module (the package exports the function)
+
+
+@pytest.mark.parametrize("feature_map", ["elu", "favor"])
+def test_linear_attention_mixed_sizes_pads_by_size_class_and_matches_each_graph(feature_map):
+    sizes = [300, 3, 1, 40, 5, 2, 70, 9]  # one large graph among small ones, unsorted batch
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    batch = batch[torch.randperm(batch.numel(), generator=torch.Generator().manual_seed(0))]
+    N, H, C = batch.numel(), 2, 4
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(N, H, C, generator=g, dtype=torch.float64) for _ in range(3))
+    omega = la.orthogonal_features(H, 8, C, torch.Generator().manual_seed(2)).double()
+    slots = []
+    real = la._padded_linear_attention
+
+    def spy(q_, k_, v_, layout, *args):
+        slots.append(layout.B * layout.L)
+        return real(q_, k_, v_, layout, *args)
+
+    with mock.patch.object(la, "_padded_linear_attention", spy):
+        out = la.linear_attention(q, k, v, batch, feature_map, omega)
+    assert sum(slots) <= 2 * N and len(slots) > 1  # one padded block would take 8 x 300 slots
+    for b in range(len(sizes)):
+        idx = torch.nonzero(batch == b).flatten()
+        alone = la.linear_attention(q[idx], k[idx], v[idx], None, feature_map, omega)
+        torch.testing.assert_close(out[idx], alone, rtol=1e-10, atol=1e-12)
+    # gradients reach every input through the size-class path
+    q.requires_grad_(True)
+    la.linear_attention(q, k, v, batch, feature_map, omega).sum().backward()
+    assert torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
+
+
+def test_redraw_features_draws_new_ones_and_reset_restores_the_seeded_ones():
+    m = LinearGlobalAttention(8, heads=2, feature_map="favor", seed=3)
+    first = m.omega.clone()
+    m.redraw_features()
+    second = m.omega.clone()
+    m.redraw_features()
+    assert not torch.equal(first, second) and not torch.equal(second, m.omega)
+    m.reset_parameters()
+    assert torch.equal(m.omega, first)
+    assert torch.equal(LinearGlobalAttention(8, heads=2, feature_map="favor", seed=3).omega, first)
+
+
+@pytest.mark.parametrize("readout", ["mean", "sum", "max"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8])
+def test_graph_classifier_takes_narrow_integer_batch(readout, dtype):
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1, 3, 4], [1, 0, 4, 3]])
+    batch = torch.tensor([0, 0, 1, 1, 1])
+    model = GraphClassifier(4, 8, 2, num_layers=1, heads=2, pe_dim=2, readout=readout).train()
+    pe = torch.randn(5, 2)
+    torch.manual_seed(0)
+    want = model(x, ei, batch, pe=pe)
+    torch.manual_seed(0)  # same sign flips and dropout
+    got = model(x, ei, batch.to(dtype), pe=pe)
+    assert torch.equal(got, want)
+
+
+def test_lappe_encoder_sign_flips_per_graph_and_checks_num_graphs():
+    enc = LapPEEncoder(3, 4, use_eigvals=False).train()
+    pe = torch.ones(6, 3)
+    out = enc(pe, num_graphs=6)  # no batch: one graph, one sign row for all nodes
+    assert torch.allclose(out, out[:1].expand_as(out))
+    batch = torch.tensor([0, 0, 1, 1, 2, 2], dtype=torch.uint8)
+    out = enc(pe, batch=batch)
+    assert torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])  # per graph, not a mask
+    with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+        enc(pe, batch=batch, num_graphs=2)
+
+
+def test_classifiers_reset_parameters_resets_every_trained_weight():
+    x, ei = torch.randn(6, 4), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    models = [GraphClassifier(4, 8, 2, num_layers=1, heads=2, num_global_tokens=1),
+              NodeClassifier(4, 8, 3, num_layers=1, heads=2, gcn_weight=0.5, gcn_layers=2, propagation=2,
+                             propagation_learned=True)]
+    for model in models:
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(x, ei).pow(2).sum().backward()
+            opt.step()
+        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+        model.reset_parameters()
+        same = [n for n, p in model.named_parameters() if torch.equal(p, trained[n])]
+        assert not same, same
+    node = models[1]
+    assert torch.allclose(node.hop_weights.detach(),
+                          torch.tensor([0.1, 0.09, 0.81]), atol=1e-6)  # PPR weights of alpha 0.1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GraphClassifier(5, 16, 2, num_layers=-1),
+    lambda: GraphClassifier(5, 16, 2, num_global_tokens=-1),
+    lambda: GraphClassifier(5, 16, 2, pe_dim=-1),
+    lambda: GraphClassifier(5, 16, 0),
+    lambda: GraphClassifier(0, 16, 2),
+    lambda: GraphClassifier(5, 16, 2, heads=0),
+    lambda: GraphClassifier(5, 16, 2, edge_dim=0),
+    lambda: NodeClassifier(5, 16, 0),
+    lambda: NodeClassifier(5, 16, 2, propagation=True),
+    lambda: GlobalTokens(8, edge_dim=0),
+    lambda: GlobalTokens(8, edge_dim=-1),
+    lambda: LinearGlobalAttention(8, feature_map="favor", num_features=0),
+    lambda: LinearGlobalAttention(0),
+    lambda: ClusteredAttention(8, iters=-1),
+    lambda: sinusoidal_pe(3, 4, base=float("inf")),
+])
+def test_bad_constructor_arguments_are_value_errors(make):
+    with pytest.raises(ValueError, match="must be"):
+        make()
+
+
+def test_cluster_codes_check_batch_for_every_method():
+    q = torch.randn(6, 4)
+    for method, k in [("lsh", 3), ("kmeans", 1), ("lsh", 1)]:
+        with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1, 1, 2, 2]), num_clusters=k, method=method, num_graphs=2)
+        with pytest.raises(ValueError, match="negative graph ids"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1, 1, -1, 2]), num_clusters=k, method=method)
+        with pytest.raises(ValueError, match=r"batch must have shape \(6,\)"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1]), num_clusters=k, method=method)
+
+
+def test_model_errors_describe_the_users_tensors_not_the_encoded_ones():
+    model = GraphClassifier(5, 16, 2, edge_dim=2)
+    x, ei = torch.randn(3, 5), torch.tensor([[0, 1, 2, 0], [1, 2, 0, 2]])
+    with pytest.raises(ValueError, match=r"edge_attr must have shape \(4, 2\) .* got \(5, 2\)"):
+        model(x, ei, edge_attr=torch.randn(5, 2))
+    x[1, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"^x contains NaN or inf values \(in 1 of 3 rows\)"):
+        model(x, ei, edge_attr=torch.randn(4, 2))
