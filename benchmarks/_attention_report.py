@@ -19,6 +19,10 @@ CASES = {
     "random-100k": {"kind": "random", "N": 100_000, "E": 2_000_000, "group": "default"},
     "random-200k": {"kind": "random", "N": 200_000, "E": 5_000_000, "group": "large"},
     "molecules-128": {"kind": "molecules", "graphs": 128, "group": "default"},
+    # bipartite (x_src, x_dst), e.g. users -> items: every layer in PyG's bipartite mode
+    "bipartite-100k": {"kind": "bipartite", "N_src": 100_000, "N_dst": 50_000, "E": 1_000_000,
+                       "group": "default"},
+    "bipartite-2k": {"kind": "bipartite", "N_src": 2_000, "N_dst": 1_000, "E": 20_000, "group": "quick"},
     "random-2k": {"kind": "random", "N": 2_000, "E": 40_000, "group": "quick"},
     "molecules-16": {"kind": "molecules", "graphs": 16, "group": "quick"},
 }
@@ -36,8 +40,11 @@ _EDGE_ROWS = {"TransformerConv": 5.5, "GATConv": 3.5, "ours": 0.0}
 
 
 def case_size(case: dict):
+    """``(N, E)``; N counts both sides of a bipartite case."""
     if case["kind"] == "random":
         return case["N"], case["E"]
+    if case["kind"] == "bipartite":
+        return case["N_src"] + case["N_dst"], case["E"]
     n, src, _ = molecule_like_edges(case["graphs"], seed=0)
     return n, len(src)
 
@@ -47,6 +54,8 @@ def case_label(name: str, case: dict) -> str:
     short = lambda v: f"{v / 1e6:g}M" if v >= 1e6 else (f"{v / 1e3:.3g}k" if v >= 1e3 else str(v))  # noqa: E731
     if case["kind"] == "molecules":
         return f"{case['graphs']} molecules (N={short(n)}, E={short(e)})"
+    if case["kind"] == "bipartite":
+        return f"bipartite {short(case['N_src'])} -> {short(case['N_dst'])}, E={short(e)}"
     return f"random N={short(n)}, E={short(e)}"
 
 

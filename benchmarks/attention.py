@@ -6,7 +6,7 @@ same malloc settings; the script prints one markdown table (median time, peak ex
 ratios vs PyG), the memory-bandwidth floor of each case, and writes JSON + CSV to --out.
 See benchmarks/README.md for the method.
 
-    python benchmarks/attention.py                 # 10k/200k, 100k/2M, 128 molecules
+    python benchmarks/attention.py                 # 10k/200k, 100k/2M, 128 molecules, bipartite 100k -> 50k
     python benchmarks/attention.py --large         # + N=200k / E=5M
     python benchmarks/attention.py --quick         # tiny sizes, seconds (smoke test)
     python benchmarks/attention.py --tuned-malloc  # MALLOC_MMAP_MAX_=0 ... for ALL rows
@@ -35,6 +35,10 @@ def build_inputs(case: dict, seed: int):
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    if case["kind"] == "bipartite":  # x = (x_src, x_dst): every layer in PyG's bipartite mode
+        Ns, Nd, E = case["N_src"], case["N_dst"], case["E"]
+        edge_index = torch.stack([torch.randint(0, Ns, (E,), generator=g), torch.randint(0, Nd, (E,), generator=g)])
+        return (torch.randn(Ns, IN_CHANNELS, generator=g), torch.randn(Nd, IN_CHANNELS, generator=g)), edge_index
     if case["kind"] == "random":
         N, E = case["N"], case["E"]
         edge_index = torch.randint(0, N, (2, E), generator=g)  # self-loops/duplicates allowed
@@ -91,14 +95,17 @@ def layer_worker(spec: dict) -> dict:
     device = D.resolve_device(spec["device"])
     x, edge_index = build_inputs(spec["case"], spec["seed"])
     layer, note = build_layer(ROWS[spec["row"]], spec["device"])
-    x, edge_index, layer = x.to(device).requires_grad_(True), edge_index.to(device), layer.to(device)
+    xs = tuple(t.to(device).requires_grad_(True) for t in (x if isinstance(x, tuple) else (x,)))
+    x = xs if len(xs) == 2 else xs[0]  # (x_src, x_dst) for a bipartite case
+    edge_index, layer = edge_index.to(device), layer.to(device)
     meter = D.PeakMemory(device)
     meter.start()  # baseline: imports + inputs + parameters
     ran = []
 
     def step():
         layer.zero_grad(set_to_none=True)
-        x.grad = None
+        for t in xs:
+            t.grad = None
         D.synchronize(device)
         t0 = time.perf_counter()
         out = layer(x, edge_index)
