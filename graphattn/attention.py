@@ -99,13 +99,16 @@ class GraphSelfAttention(MessagePassing):
 
     Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
     the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
-    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there.
+    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)``
+    works: the fused kernels (C++ on CPU, Triton on CUDA) run eagerly behind a graph break,
+    the rest is compiled.
 
     PyG interop: it is a ``MessagePassing`` subclass (it never calls ``propagate``; the
     attention kernels replace message and aggregate), so ``to_hetero`` makes one copy per edge
-    type and ``HeteroConv`` takes it; PyG's ``Explainer`` edge masks are refused (they act
-    inside ``propagate``). ``torch.compile(layer)`` works: the fused kernels (C++ on CPU, Triton on
-    CUDA) run eagerly behind a graph break, the rest is compiled.
+    type and ``HeteroConv`` takes it. PyG's ``Explainer`` (GNNExplainer, ...) works: while its
+    edge mask is set, each message ``α_ij·v_j`` is scaled by the mask as PyG's convs do it,
+    computed by a plain per-edge PyTorch path (:mod:`graphattn.explain_masks`; ``(E, H, C)``
+    temporaries, fine for the small graphs explanations run on).
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
@@ -187,11 +190,9 @@ class GraphSelfAttention(MessagePassing):
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
         or poison (chunked path) the whole target row. With ``return_attention_weights`` the
         returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
-        if self.explain:  # set by torch_geometric.explain (GNNExplainer ...) on every conv
-            raise NotImplementedError(
-                "PyG's Explainer edge masks act inside MessagePassing.propagate(), which "
-                "GraphSelfAttention does not use (fused attention kernels): its edge mask would get "
-                "no gradient. Use return_attention_weights=True or `graphattn explain` instead.")
+        if self.explain and self.normalization != "softmax":
+            raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
+                                      f"{self.normalization!r}")
         x_src, x_dst, bipartite = _split_input(x)
         f_src, f_dst = _channel_pair(self.in_channels)
         check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
@@ -235,6 +236,9 @@ class GraphSelfAttention(MessagePassing):
         check_all_finite(inputs + [("edge_attr", edge_attr if self.lin_edge is not None else None, False),
                                    ("attn_bias", attn_bias, True)])
         dst_part, src_parts = self._project(x_src, x_dst)  # (N, H, C), 1-2 x (N_src, H, C)
+        if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
+            out, alpha = self._explained(dst_part, src_parts, edge_index, edge_kv, attn_bias, N)
+            return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
         if bipartite:  # stacked [targets; sources]: queries on targets, keys/values on sources
             n_src = x_src.size(0)
             dst_part = torch.cat([dst_part, dst_part.new_zeros(n_src, H, C)])  # (N + N_src, H, C)
@@ -257,12 +261,33 @@ class GraphSelfAttention(MessagePassing):
         out, alpha = (res if return_attention_weights else (res, None))
         if bipartite:
             out = out[:N]  # (N, H, C): the target rows
+        return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
+
+    def _finish(self, out: Tensor, alpha: Optional[Tensor], x_dst: Tensor, edge_index: Tensor,
+                return_attention_weights: bool):
+        """Heads concatenated or averaged, plus the root term; the PyG return contract."""
+        N, H, C = out.shape
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:
             out = out + self.lin_skip(x_dst)
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
+
+    def _explained(self, q: Tensor, src_parts: List[Tensor], edge_index: Tensor, edge_kv: Optional[Tensor],
+                   attn_bias: Optional[Tensor], N: int) -> Tuple[Tensor, Tensor]:
+        """The attention with the explainer's edge mask on every message (PyG's
+        ``explain_message``), by the differentiable per-edge path of :mod:`graphattn.explain_masks`."""
+        from .csr import plain_tensor
+        from .explain_masks import layer_edge_mask, masked_edge_attention
+
+        ei = plain_tensor(edge_index).long()
+        mask = layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, ei, N)
+        k, v = src_parts if self.score == "dot" else (src_parts[0], src_parts[0])
+        return masked_edge_attention(q, k, v, ei[0], ei[1], mask, edge_key=edge_kv,
+                                     edge_value=edge_kv if self.score == "dot" else None, bias=attn_bias,
+                                     score=self.score, att=self.att, negative_slope=self.negative_slope,
+                                     dropout=self.dropout, training=self.training)
 
     def _project(self, x_src: Tensor, x_dst: Tensor) -> Tuple[Tensor, List[Tensor]]:
         """Query (dot) or target part (additive) of ``x_dst`` ``(N, H, C)``, and key + value

@@ -241,12 +241,3 @@ def test_heteroconv_and_deepcopy():
     clone = copy.deepcopy(layer)
     x, ei = torch.randn(6, 16), torch.randint(0, 6, (2, 15))
     assert torch.equal(clone(x, ei), layer(x, ei))
-
-
-def test_pyg_explainer_masks_are_refused_clearly():
-    layer = GraphSelfAttention(4, 2)
-    layer.explain = True  # what torch_geometric.explain's set_masks does to every conv
-    with pytest.raises(NotImplementedError, match="return_attention_weights"):
-        layer(torch.randn(3, 4), torch.tensor([[0, 1], [1, 2]]))
-    layer.explain = False
-    assert layer(torch.randn(3, 4), torch.tensor([[0, 1], [1, 2]])).shape == (3, 2)

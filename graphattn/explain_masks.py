@@ -1,0 +1,78 @@
+"""PyG ``Explainer`` edge masks for :class:`~graphattn.GraphSelfAttention`.
+
+PyG's explainers (GNNExplainer, PGExplainer, ...) put a learnable mask on the edges of every
+``MessagePassing`` layer (``torch_geometric.explain.algorithm.utils.set_masks``) and expect
+each message ``α_ij·v_j`` to be multiplied by ``sigmoid(mask_ij)`` inside ``propagate``. The fused
+kernels never form per-edge messages, so while a mask is set the layer computes its attention
+here instead, in plain differentiable PyTorch with ``(E, H, C)`` temporaries (explanations run on
+small graphs): the same softmax over incoming edges, then the masked messages summed per target.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["layer_edge_mask", "masked_edge_attention"]
+
+
+def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bool,
+                    edge_index: Tensor, num_targets: int) -> Tensor:
+    """The explainer's mask ``(E0,)``, set for the model's input edges, as one weight per edge of
+    the ``edge_index`` ``(2, E)`` this layer sees. Handled: the same edges (E = E0); edges
+    appended after them (global-token edges: weight 1); PyG's self-loop convention — the
+    input's self-loops removed and one loop per node appended, as ``NodeClassifier(self_loops=
+    True)`` and ``add_self_loops`` do (``loop_mask`` = the input edges that are not loops,
+    the appended loops get weight 1) — and both (loops, then token edges)."""
+    m = mask.sigmoid() if apply_sigmoid else mask
+    E0, E = m.size(0), edge_index.size(1)
+    if E == E0:
+        return m
+    if E > E0 and loop_mask is not None and loop_mask.numel() == E0 and torch.equal(
+            edge_index[0, :E0] != edge_index[1, :E0], loop_mask.to(edge_index.device)):
+        return torch.cat([m, m.new_ones(E - E0)])  # the input's edges first, extra edges after
+    if loop_mask is not None and loop_mask.numel() == E0:
+        kept = m[loop_mask]  # the input's non-loop edges, in order, then N loops (+ extra edges)
+        n = kept.size(0)
+        if E >= n + num_targets and not bool((edge_index[0, :n] == edge_index[1, :n]).any()):
+            return torch.cat([kept, m.new_ones(E - n)])
+    raise ValueError(f"the explainer's edge mask has {E0} entries but this GraphSelfAttention layer sees "
+                     f"{E} edges that do not start with the explained ones: explain the graph the layer "
+                     "attends over (pass that edge_index to the Explainer)")
+
+
+def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Tensor, edge_mask: Tensor,
+                          *, edge_key: Optional[Tensor] = None, edge_value: Optional[Tensor] = None,
+                          bias: Optional[Tensor] = None,
+                          score: str = "dot", att: Optional[Tensor] = None, negative_slope: float = 0.2,
+                          dropout: float = 0.0, training: bool = False) -> Tuple[Tensor, Tensor]:
+    """Softmax attention over incoming edges with every message scaled by ``edge_mask``.
+
+    ``q`` ``(N, H, C)`` (targets), ``k`` / ``v`` ``(N_k, H, C)`` / ``(N_k, H, C')`` (sources),
+    ``src`` / ``dst`` ``(E,)`` node ids, ``edge_mask`` ``(E,)``, ``edge_key`` / ``edge_value``
+    ``(E, H, C)`` / ``(E, H, C')`` added to the key / value of their edge, ``bias`` ``(E, H)``
+    (``-inf`` hides an edge); the math of :func:`graphattn.functional.edge_attention`. Returns
+    ``out`` ``(N, H, C')`` = Σ_e α_e·mask_e·(v_src + ev_e) and ``alpha`` ``(E, H)`` (before the
+    mask and dropout)."""
+    N, H, C = q.shape
+    key = k[src] if edge_key is None else k[src] + edge_key  # (E, H, C)
+    value = v[src] if edge_value is None else v[src] + edge_value  # (E, H, C')
+    if score == "dot":
+        s = (q[dst] * key).sum(-1) / math.sqrt(C)  # (E, H)
+    else:
+        s = (att * F.leaky_relu(q[dst] + key, negative_slope)).sum(-1)  # (E, H)
+    if bias is not None:
+        s = s + bias
+    idx = dst[:, None].expand(-1, H)
+    smax = s.new_full((N, H), float("-inf")).scatter_reduce(0, idx, s.detach(), "amax")  # (N, H)
+    smax = torch.where(torch.isfinite(smax), smax, torch.zeros_like(smax))
+    e = torch.exp(s - smax[dst])  # (E, H); hidden edges give 0
+    den = torch.zeros_like(smax).index_add(0, dst, e)  # (N, H)
+    alpha = e / den[dst].clamp_min(torch.finfo(e.dtype).tiny)
+    a = F.dropout(alpha, dropout, training) if dropout > 0 else alpha
+    msg = (a * edge_mask[:, None].to(a.dtype))[..., None] * value  # (E, H, C')
+    out = q.new_zeros(N, H, value.size(-1)).index_add(0, dst, msg)  # (N, H, C')
+    return out, alpha.detach()

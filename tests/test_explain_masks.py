@@ -1,0 +1,95 @@
+"""PyG's Explainer on models built from GraphSelfAttention: edge masks scale every message as
+in PyG's convs, computed by a differentiable per-edge path (graphattn.explain_masks)."""
+import pytest
+import torch
+from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
+
+
+def _graph(n=9, e=30, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g), torch.randint(0, n, (2, e), generator=g)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+@pytest.mark.parametrize("concat", [True, False])
+def test_mask_of_ones_changes_nothing(score, concat):
+    x, ei = _graph()
+    ea, bias = torch.randn(ei.size(1), 2), torch.randn(ei.size(1), 2)
+    bias[3] = float("-inf")  # a hidden edge stays hidden
+    layer = GraphSelfAttention(4, 3, heads=2, edge_dim=2, score=score, concat=concat).eval()
+    want, (_, alpha) = layer(x, ei, ea, True, attn_bias=bias)
+    set_masks(layer, torch.ones(ei.size(1)), ei, apply_sigmoid=False)
+    got, (ei_back, alpha_m) = layer(x, ei, ea, True, attn_bias=bias)
+    clear_masks(layer)
+    assert ei_back is ei
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(alpha_m, alpha, rtol=1e-5, atol=1e-6)
+
+
+def test_mask_scales_each_message_after_the_softmax():
+    xs, xd = torch.randn(6, 5), torch.randn(4, 3)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5, 5], [0, 0, 1, 1, 2, 2, 0]])
+    layer = GraphSelfAttention((5, 3), 2, heads=2, root_weight=False).eval()
+    _, (_, alpha) = layer((xs, xd), ei, return_attention_weights=True)
+    mask = torch.tensor([0.0, 0.5, 1.0, 0.2, 0.0, 0.9, 1.0])
+    set_masks(layer, mask, ei, apply_sigmoid=False)
+    out = layer((xs, xd), ei)
+    clear_masks(layer)
+    v = layer.lin_value(xs).view(6, 2, 2)  # (N_src, H, C)
+    want = torch.zeros(4, 2, 2).index_add(0, ei[1], (alpha * mask[:, None])[..., None] * v[ei[0]])
+    torch.testing.assert_close(out, want.reshape(4, 4), rtol=1e-5, atol=1e-6)
+
+
+def _path(n=10):
+    s = torch.arange(n - 1)
+    return torch.cat([torch.stack([s, s + 1]), torch.stack([s + 1, s])], 1)  # both directions
+
+
+def _node_explainer(model, epochs=30):
+    return Explainer(model, algorithm=GNNExplainer(epochs=epochs), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+
+
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops):
+    torch.manual_seed(0)
+    ei = _path()
+    x = torch.randn(10, 4)
+    model = NodeClassifier(4, 16, 3, num_layers=2, heads=2, self_loops=self_loops).eval()
+    explanation = _node_explainer(model)(x, ei, index=0)
+    # 2 attention layers: node 0 hears 1 -> 0, and node 1 hears 0 -> 1 and 2 -> 1
+    used = {tuple(e) for e in ei[:, explanation.edge_mask > 0].t().tolist()}
+    assert used == {(1, 0), (0, 1), (2, 1)}
+    assert torch.isfinite(explanation.edge_mask).all()
+
+
+def test_gnnexplainer_on_a_graph_classifier_with_global_tokens():
+    torch.manual_seed(0)
+    ei = _path(8)
+    x = torch.randn(8, 4)
+    model = GraphClassifier(4, 16, 2, num_layers=2, heads=2, num_global_tokens=1).eval()
+    explainer = Explainer(model, algorithm=GNNExplainer(epochs=20), explanation_type="model",
+                          node_mask_type=None, edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="graph",
+                                            return_type="raw"))
+    explanation = explainer(x, ei, batch=torch.zeros(8, dtype=torch.long))
+    # token edges were appended after the graph's edges; every graph edge got a trained mask
+    assert explanation.edge_mask.shape == (ei.size(1),) and (explanation.edge_mask > 0).all()
+
+
+def test_a_mask_for_other_edges_is_a_clear_error():
+    x, ei = _graph()
+    layer = GraphSelfAttention(4, 3)
+    other = torch.stack([torch.arange(40) % 9, (torch.arange(40) + 1) % 9])  # 40 edges, no loops
+    set_masks(layer, torch.ones(40), other, apply_sigmoid=True)
+    with pytest.raises(ValueError, match="edge mask has 40 entries but this GraphSelfAttention layer sees 30"):
+        layer(x, ei)
+    clear_masks(layer)
+    relu = GraphSelfAttention(4, 3, normalization="relu")
+    set_masks(relu, torch.ones(30), ei)
+    with pytest.raises(NotImplementedError, match="normalization='softmax'"):
+        relu(x, ei)
