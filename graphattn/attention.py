@@ -236,6 +236,8 @@ class GraphSelfAttention(MessagePassing):
         check_all_finite(inputs + [("edge_attr", edge_attr if self.lin_edge is not None else None, False),
                                    ("attn_bias", attn_bias, True)])
         dst_part, src_parts = self._project(x_src, x_dst)  # (N, H, C), 1-2 x (N_src, H, C)
+        # PyG's message hooks (AttentionExplainer reads msg_kwargs["alpha"]) get the weights
+        want_alpha = return_attention_weights or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
             out, alpha = self._explained(dst_part, src_parts, edge_index, edge_kv, attn_bias, N)
             return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
@@ -249,23 +251,27 @@ class GraphSelfAttention(MessagePassing):
             k, v = src_parts
             res = attend(dst_part, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
                          edge_value=edge_kv, dropout=self.dropout, training=self.training,
-                         return_attention_weights=return_attention_weights, batch=batch,
+                         return_attention_weights=want_alpha, batch=batch,
                          impl=self.impl)
         else:
             (xl,) = src_parts  # target part, source part
             res = attend(dst_part, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
                          score="additive", att=self.att, negative_slope=self.negative_slope,
                          dropout=self.dropout, training=self.training,
-                         return_attention_weights=return_attention_weights, batch=batch,
+                         return_attention_weights=want_alpha, batch=batch,
                          impl=self.impl)
-        out, alpha = (res if return_attention_weights else (res, None))
+        out, alpha = (res if want_alpha else (res, None))
         if bipartite:
             out = out[:N]  # (N, H, C): the target rows
         return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
 
     def _finish(self, out: Tensor, alpha: Optional[Tensor], x_dst: Tensor, edge_index: Tensor,
                 return_attention_weights: bool):
-        """Heads concatenated or averaged, plus the root term; the PyG return contract."""
+        """Heads concatenated or averaged, plus the root term; the PyG return contract. PyG's
+        message forward hooks are called with ``({"alpha": alpha},)`` (``(E, H)``, detached; no
+        per-edge messages exist, so their output argument is None)."""
+        for hook in self._message_forward_hooks.values():
+            hook(self, ({"alpha": alpha},), None)
         N, H, C = out.shape
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:

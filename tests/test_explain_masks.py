@@ -93,3 +93,25 @@ def test_a_mask_for_other_edges_is_a_clear_error():
     set_masks(relu, torch.ones(30), ei)
     with pytest.raises(NotImplementedError, match="normalization='softmax'"):
         relu(x, ei)
+
+
+def test_attention_explainer_reads_the_layers_weights():
+    from torch_geometric.explain import AttentionExplainer
+
+    torch.manual_seed(0)
+    ei, x = _path(), torch.randn(10, 4)
+    model = NodeClassifier(4, 16, 3, num_layers=2, heads=2, num_global_tokens=1).eval()
+    seen = []
+    handle = model.backbone.blocks[0].attn.register_message_forward_hook(
+        lambda module, inputs, out: seen.append(inputs[0]["alpha"]))
+    model(x, ei)
+    handle.remove()
+    (alpha,) = seen  # (E + token edges, H): token edges are appended after the graph's
+    assert alpha.size(1) == 2 and alpha.size(0) > ei.size(1) + 2 * 9 and not alpha.requires_grad
+    explainer = Explainer(model, algorithm=AttentionExplainer(), explanation_type="model",
+                          edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"))
+    mask = explainer(x, ei, index=0).edge_mask
+    near = (ei[0] <= 2) & (ei[1] <= 2)  # the 2-hop subgraph of node 0: nodes 0, 1, 2
+    assert (mask[near] > 0).all() and (mask[~near] == 0).all() and (mask <= 1).all()
