@@ -68,8 +68,8 @@ class GraphSelfAttention(MessagePassing):
     Args:
         in_channels (int or tuple): input feature size F, or ``(F_src, F_dst)`` for a
             bipartite graph whose two node sets have different widths (as PyG's convs); ``-1``
-            (either side) infers the width on the first call (PyG's lazy ``Linear``). With an
-            int the q/k/v (or target/source) projections are one fused ``lin_qkv``; otherwise
+            (either side) infers the width on the first call (PyG's lazy ``Linear``). With a
+            positive int the q/k/v (or target/source) projections are one fused ``lin_qkv``; otherwise
             they are PyG-named ``lin_query``/``lin_key``/``lin_value`` (dot) or ``lin_r``
             (target) / ``lin_l`` (source) (additive).
         out_channels (int): channels per head C.
@@ -192,7 +192,8 @@ class GraphSelfAttention(MessagePassing):
         returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
         if self.explain and self.normalization != "softmax":
             raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
-                                      f"{self.normalization!r}")
+                                      f"{self.normalization!r} (the masks stay set after a failed "
+                                      "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
         x_src, x_dst, bipartite = _split_input(x)
         f_src, f_dst = _channel_pair(self.in_channels)
         check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",

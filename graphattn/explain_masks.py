@@ -41,7 +41,8 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
             return torch.cat([kept, m.new_ones(E - n)])
     raise ValueError(f"the explainer's edge mask has {E0} entries but this GraphSelfAttention layer sees "
                      f"{E} edges that do not start with the explained ones: explain the graph the layer "
-                     "attends over (pass that edge_index to the Explainer)")
+                     "attends over (pass that edge_index to the Explainer; the masks stay set after a failed "
+                     "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
 
 
 def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Tensor, edge_mask: Tensor,
