@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from .csr import to_csr
+from .csr import adj_t_edges, to_csr
 from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
 from .validation import check_edge_index, check_features, check_row_index, check_tensor_shape
@@ -179,7 +179,11 @@ class GraphSelfAttention(MessagePassing):
         """Args: ``x`` (N, F), or a pair ``(x_src, x_dst)`` for a bipartite graph (as in PyG:
         ``edge_index[0]`` indexes ``x_src``, ``edge_index[1]`` indexes ``x_dst``; keys and
         values come from sources, queries and the root term from targets; the output has one
-        row per target), ``edge_index`` (2, E), ``edge_attr`` (E, D) when ``edge_dim``
+        row per target), ``edge_index`` (2, E), or PyG's transposed sparse adjacency ``adj_t``
+        ``(N, N_src)`` as a torch.sparse COO/CSR/CSC tensor (entry ``[i, j]`` for an edge j -> i;
+        values ignored; per-edge inputs and the returned ``alpha`` follow its storage order, and
+        ``(adj_t, alpha)`` is returned as PyG's TransformerConv does; an uncoalesced COO ``adj_t``
+        comes back coalesced, the order ``alpha`` is in), ``edge_attr`` (E, D) when ``edge_dim``
         is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
         ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA (not with
         a bipartite ``x``), ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a
@@ -204,6 +208,12 @@ class GraphSelfAttention(MessagePassing):
                 raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
         elif f_dst != f_src and f_dst > 0:
             check_features(x_dst, f_dst, "x", check_values=False)
+        adj = None
+        if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:  # PyG's sparse adj_t
+            if tuple(edge_index.shape[:2]) != (x_dst.size(0), x_src.size(0)):
+                raise ValueError(f"edge_index is a sparse adj_t of shape {tuple(edge_index.shape)}, expected "
+                                 f"({x_dst.size(0)}, {x_src.size(0)}) (targets, sources)")
+            edge_index, adj = adj_t_edges(edge_index)  # (2, E) in adj_t's order, cached per tensor
         N, H, C = x_dst.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
         # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
@@ -241,7 +251,7 @@ class GraphSelfAttention(MessagePassing):
         want_alpha = return_attention_weights or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
             out, alpha = self._explained(dst_part, src_parts, edge_index, edge_kv, attn_bias, N)
-            return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
+            return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
         if bipartite:  # stacked [targets; sources]: queries on targets, keys/values on sources
             n_src = x_src.size(0)
             dst_part = torch.cat([dst_part, dst_part.new_zeros(n_src, H, C)])  # (N + N_src, H, C)
@@ -264,7 +274,7 @@ class GraphSelfAttention(MessagePassing):
         out, alpha = (res if want_alpha else (res, None))
         if bipartite:
             out = out[:N]  # (N, H, C): the target rows
-        return self._finish(out, alpha, x_dst, edge_index, return_attention_weights)
+        return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
 
     def _finish(self, out: Tensor, alpha: Optional[Tensor], x_dst: Tensor, edge_index: Tensor,
                 return_attention_weights: bool):

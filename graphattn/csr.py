@@ -14,12 +14,12 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["EdgeCSR", "to_csr", "clear_csr_cache"]
+__all__ = ["EdgeCSR", "adj_t_edges", "to_csr", "clear_csr_cache"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,33 @@ _cached_untraced = torch.compiler.disable(_cached)
 
 def clear_csr_cache() -> None:
     _CACHE.clear()
+    _ADJ_CACHE.clear()
+
+
+_ADJ_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+def adj_t_edges(adj_t: Tensor) -> Tuple[Tensor, Tensor]:
+    """PyG's transposed sparse adjacency as edges: ``adj_t`` ``(N_dst, N_src)`` (a torch.sparse
+    COO/CSR/CSC tensor, entry ``[i, j]`` present for an edge j -> i, e.g. from
+    ``T.ToSparseTensor(layout=torch.sparse_csr)``; its values are ignored) -> ``(edge_index,
+    adj)``: ``edge_index`` ``(2, E)`` (row 0 sources) in ``adj``'s storage order, and ``adj`` =
+    ``adj_t`` (coalesced if it was an uncoalesced COO tensor) to carry per-edge values back in that
+    order. Cached per tensor, so its CSR view is cached too."""
+    if adj_t.layout not in _SPARSE_LAYOUTS or adj_t.sparse_dim() != 2:
+        raise TypeError(f"edge_index as a sparse adjacency must be a 2-D torch.sparse COO/CSR/CSC tensor, "
+                        f"got layout {adj_t.layout} with shape {tuple(adj_t.shape)}")
+    key = (id(adj_t), tuple(adj_t.shape), adj_t.layout, int(adj_t._nnz()), str(adj_t.device))
+    hit = _ADJ_CACHE.get(key)
+    if hit is not None and hit[0]() is adj_t:
+        return hit[1], hit[2]
+    from torch_geometric.utils import to_edge_index
+
+    adj = adj_t.coalesce() if adj_t.layout == torch.sparse_coo and not adj_t.is_coalesced() else adj_t
+    rows_cols, _ = to_edge_index(adj)  # (2, E): row = target i, col = source j
+    edge_index = rows_cols.flip(0).contiguous()
+    _ADJ_CACHE[key] = (weakref.ref(adj_t, lambda _r, key=key: _ADJ_CACHE.pop(key, None)), edge_index, adj)
+    while len(_ADJ_CACHE) > _CACHE_SIZE:
+        _ADJ_CACHE.popitem(last=False)
+    return edge_index, adj

@@ -1,6 +1,7 @@
-"""PyG's EdgeIndex as edge_index, and the CSR cache forgetting freed graphs."""
+"""PyG's EdgeIndex and sparse adj_t as edge_index, and the CSR cache forgetting freed graphs."""
 import gc
 
+import pytest
 import torch
 from torch_geometric import EdgeIndex
 
@@ -56,3 +57,55 @@ def test_models_run_under_inference_mode():
         got = (gc_model(x2, ei2, b2), nc_model(x2, ei2))
     for a, b in zip(got, want):
         assert torch.allclose(a, b)
+
+
+def _sparse(kind, edge_index, size):
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
+
+    make = {"csr": to_torch_csr_tensor, "coo": to_torch_coo_tensor, "csc": to_torch_csc_tensor}[kind]
+    return make(edge_index, size=size)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+@pytest.mark.parametrize("kind", ["csr", "coo", "csc"])
+def test_sparse_adj_t_as_in_pyg(kind):
+    """PyG's transposed adjacency (adj_t[i, j] for an edge j -> i, e.g. T.ToSparseTensor(layout=
+    torch.sparse_csr)): the same outputs as the edge list, weights in adj_t's storage order."""
+    from torch_geometric.nn import TransformerConv
+    from torch_geometric.utils import to_edge_index
+
+    torch.manual_seed(0)
+    x, ei = torch.randn(6, 4), torch.randint(0, 6, (2, 20))
+    ei = torch.unique(ei, dim=1)  # a sparse tensor merges duplicates
+    adj_t = _sparse(kind, ei.flip(0), (6, 6))
+    layer = GraphSelfAttention(4, 3, heads=2).eval()
+    out, (adj_back, alpha) = layer(x, adj_t, return_attention_weights=True)
+    want, (_, want_alpha) = layer(x, ei, return_attention_weights=True)
+    assert adj_back is adj_t and alpha.shape == (ei.size(1), 2)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+    order = to_edge_index(adj_t)[0].flip(0)  # adj_t's storage order as (source, target)
+    pos = {tuple(e): i for i, e in enumerate(ei.t().tolist())}
+    torch.testing.assert_close(alpha, want_alpha[[pos[tuple(e)] for e in order.t().tolist()]])
+    if kind != "csc":  # PyG's TransformerConv takes COO and CSR
+        ref = TransformerConv(4, 3, heads=2)
+        with torch.no_grad():
+            W, b = layer.lin_qkv.weight.chunk(3), layer.lin_qkv.bias.chunk(3)
+            for lin, w, bb in zip((ref.lin_query, ref.lin_key, ref.lin_value), W, b):
+                lin.weight.copy_(w), lin.bias.copy_(bb)
+            ref.lin_skip.load_state_dict(layer.lin_skip.state_dict())
+        torch.testing.assert_close(ref(x, adj_t), out, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+def test_sparse_adj_t_bipartite_and_shape_errors():
+    xs, xd = torch.randn(5, 4), torch.randn(3, 4)
+    ei = torch.tensor([[0, 4, 2, 1], [0, 0, 1, 2]])
+    layer = GraphSelfAttention(4, 2).eval()
+    adj_t = _sparse("csr", ei.flip(0), (3, 5))  # (targets, sources)
+    torch.testing.assert_close(layer((xs, xd), adj_t), layer((xs, xd), ei))
+    with pytest.raises(ValueError, match=r"sparse adj_t of shape \(5, 3\), expected \(3, 5\)"):
+        layer((xs, xd), _sparse("csr", ei, (5, 3)))
+    uncoalesced = torch.sparse_coo_tensor(ei.flip(0)[:, [1, 0, 3, 2]], torch.ones(4), (3, 5))
+    out, (adj_back, alpha) = layer((xs, xd), uncoalesced, return_attention_weights=True)
+    assert adj_back.is_coalesced() and alpha.shape == (4, 1)  # alpha in the coalesced order
+    torch.testing.assert_close(out, layer((xs, xd), ei))
