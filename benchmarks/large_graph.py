@@ -12,6 +12,8 @@ under ``--max-rss-gb``, 24 by default).
 
     python benchmarks/large_graph.py                 # the full 2 M / 20 M run (minutes)
     python benchmarks/large_graph.py --quick         # 50 k nodes / 500 k edges (seconds)
+    python benchmarks/large_graph.py --sampler neighbor --num-neighbors 10,10 --seed-batch 1024
+                                                     # neighbour-sampled mini-batches instead
     graphattn bench large_graph --quick --json out.json
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
 from graphattn.large_graph import node_loaders, saved_tensor_bytes, sbm_graph  # noqa: E402
+from graphattn.neighbor_loader import neighbor_loaders  # noqa: E402
 from graphattn.train import fit, task_loss  # noqa: E402
 
 
@@ -50,6 +53,10 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-nodes", type=int, default=100_000, help="nodes per mini-batch (about)")
     p.add_argument("--parts-per-batch", type=int, default=4)
     p.add_argument("--method", choices=("bfs", "random"), default="bfs")
+    p.add_argument("--sampler", choices=("partition", "neighbor"), default="partition",
+                   help="partition mini-batches (default) or neighbour sampling (graphattn.NeighborLoader)")
+    p.add_argument("--num-neighbors", default="10,10", help="neighbor: edges per node and hop")
+    p.add_argument("--seed-batch", type=int, default=1024, help="neighbor: seed nodes per mini-batch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--max-rss-gb", type=float, default=24.0)
@@ -78,20 +85,31 @@ def main(argv=None) -> dict:
         in_channels=a.features, hidden_channels=a.hidden, num_classes=a.blocks, num_layers=a.layers,
         heads=a.heads, num_global_tokens=a.global_tokens, dropout=0.1)}
     t = time.perf_counter()
-    loaders, forward = node_loaders(data, spec, seed=a.seed, batch_nodes=a.batch_nodes,
-                                    parts_per_batch=a.parts_per_batch, method=a.method)
-    train = loaders["train"]
-    res.update(partition_s=time.perf_counter() - t, num_parts=train.num_parts, batches_per_epoch=len(train))
-    inside, total = train.coverage()
-    res["edges_inside_parts"] = inside / total
-    print(f"partition ({a.method}): {train.num_parts} parts, {len(train)} batches of ~{a.batch_nodes:,} nodes "
-          f"| {res['partition_s']:.1f} s | peak RSS {rss_gb():.2f} GB", flush=True)
+    if a.sampler == "neighbor":
+        fanouts = [int(v) for v in a.num_neighbors.split(",")]
+        loaders, forward = neighbor_loaders(data, spec, fanouts, batch_size=a.seed_batch)
+        train = loaders["train"]
+        res.update(sampler=f"neighbor {fanouts} x {a.seed_batch} seeds", batches_per_epoch=len(train),
+                   partition_s=time.perf_counter() - t)
+        batch = max((next(iter(train)) for _ in range(3)), key=lambda b: b.num_nodes)  # a large one of 3
+        layout = f"{a.seed_batch} seeds, {fanouts}"
+    else:
+        loaders, forward = node_loaders(data, spec, seed=a.seed, batch_nodes=a.batch_nodes,
+                                        parts_per_batch=a.parts_per_batch, method=a.method)
+        train = loaders["train"]
+        res.update(sampler="partition", partition_s=time.perf_counter() - t, num_parts=train.num_parts,
+                   batches_per_epoch=len(train))
+        inside, total = train.coverage()
+        res["edges_inside_parts"] = inside / total
+        print(f"partition ({a.method}): {train.num_parts} parts, {len(train)} batches of ~{a.batch_nodes:,} nodes "
+              f"| {res['partition_s']:.1f} s | peak RSS {rss_gb():.2f} GB", flush=True)
+        sizes = [(int(train.node_ptr[g + 1] - train.node_ptr[g]), g) for g in range(train.num_parts)]
+        biggest = torch.tensor([g for _, g in sorted(sizes)[-a.parts_per_batch:]])
+        batch = train.subgraph(biggest)  # the largest mini-batch
+        layout = f"{train.num_parts} parts x {a.parts_per_batch}"
 
     model = NodeClassifier(**spec["kwargs"])
-    # activation memory of one training step on the largest mini-batch, and per node / edge
-    sizes = [(int(train.node_ptr[g + 1] - train.node_ptr[g]), g) for g in range(train.num_parts)]
-    biggest = torch.tensor([g for _, g in sorted(sizes)[-a.parts_per_batch:]])
-    batch = train.subgraph(biggest)
+    # activation memory of one training step on a (the largest) mini-batch, and per node / edge
     model.train()
     (loss, _), saved = saved_tensor_bytes(lambda: _step(model, forward, batch))
     loss.backward()
@@ -117,9 +135,9 @@ def main(argv=None) -> dict:
                train_accuracy=out["train"]["accuracy"], val_accuracy=out["val"]["accuracy"],
                test_accuracy=out["test"]["accuracy"], peak_rss_gb=rss_gb(), max_rss_gb=a.max_rss_gb)
     res["within_memory_budget"] = res["peak_rss_gb"] < a.max_rss_gb
-    print("\n| nodes | edges (undirected) | parts x per batch | train s/epoch | eval s/pass | test acc | peak RSS |")
+    print("\n| nodes | edges (undirected) | mini-batches | train s/epoch | eval s/pass | test acc | peak RSS |")
     print("|---|---|---|---|---|---|---|")
-    print(f"| {a.nodes:,} | {a.edges:,} | {train.num_parts} x {a.parts_per_batch} | {res['seconds_per_epoch']:.1f} "
+    print(f"| {a.nodes:,} | {a.edges:,} | {layout} | {res['seconds_per_epoch']:.1f} "
           f"| {res['eval_seconds_per_epoch']:.1f} | {res['test_accuracy']:.3f} | {res['peak_rss_gb']:.2f} GB |")
     cmp = "<" if res["within_memory_budget"] else ">="
     print(f"peak RSS {res['peak_rss_gb']:.2f} GB {cmp} {a.max_rss_gb} GB budget; "

@@ -13,6 +13,7 @@ from .variants import (GLOBAL_ATTNS, NORMALIZATIONS, ClusteredAttention, LinearG
                        linear_attention, make_global_attention, normalized_edge_attention)
 from .patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
 from .csr import EdgeCSR, to_csr
+from .neighbor_loader import NeighborLoader
 from .functional import dense_attention, edge_attention
 from .pretrain import MoleculePretrainer  # the pipeline (pool, run_pretraining, --init) stays in graphattn.pretrain
 
@@ -51,6 +52,7 @@ __all__ = [
     "NORMALIZATIONS",
     "GLOBAL_ATTNS",
     "EdgeCSR",
+    "NeighborLoader",
     "to_csr",
     "dense_attention",
     "edge_attention",

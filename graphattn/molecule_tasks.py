@@ -82,7 +82,7 @@ def _hparams(args) -> Dict[str, Any]:
 
 # ----------------------------------------------------------------------------- train
 #: ``graphattn train`` options of the social tasks that have no meaning for molecules.
-_SOCIAL_ONLY = ("mini_batch", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
+_SOCIAL_ONLY = ("mini_batch", "num_neighbors", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
                 "propagation_learned", "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops",
                 "label_input", "consistency", "consistency_weight", "consistency_temperature", "folds")
 

@@ -73,8 +73,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                        help="train a PyG model of the same depth and width instead of ours: "
                             "social: gcn | gat | transformer (GCNConv, GATConv, TransformerConv); "
                             "molecules: gine | gat")
-    g.add_argument("--mini-batch", action="store_true",
-                   help="node classification on partition mini-batches (graphs too large for full batch)")
+    g.add_argument("--mini-batch", nargs="?", const="partition", default=None, choices=("partition", "neighbor"),
+                   help="node classification in mini-batches (graphs too large for full batch): "
+                        "'partition' (the default) trains on induced subgraphs of graph partitions, "
+                        "'neighbor' on sampled neighbourhoods of 1024 seed nodes (GraphSAGE; --num-neighbors)")
+    g.add_argument("--num-neighbors", default=None,
+                   help="with --mini-batch neighbor: incoming edges sampled per node and hop, comma-separated "
+                        "(-1 = all; default 10 per attention layer)")
     g.add_argument("--attn-dropout", type=float, default=None, help="node sets: dropout on attention weights")
     g.add_argument("--input-dropout", type=float, default=None,
                    help="node sets: dropout on the input features (default: --dropout)")
@@ -185,6 +190,19 @@ def train(args) -> int:
     return _train_node(args, *job)
 
 
+def _fanouts(text: Optional[str], layers: int) -> list:
+    """``--num-neighbors 10,5`` -> [10, 5]; default 10 per attention layer."""
+    if text is None:
+        return [10] * max(int(layers), 1)
+    try:
+        fan = [int(v) for v in str(text).split(",")]
+    except ValueError:
+        fan = []
+    if not fan or any(v < -1 or v == 0 for v in fan):
+        raise ValueError(f"--num-neighbors must be comma-separated ints >= 1 or -1 (all), got {text!r}")
+    return fan
+
+
 def _check_inputs(args) -> None:
     """ValueError for options that contradict each other (instead of silently ignoring one)."""
     given = [f for f, v in (("a dataset name", args.dataset), ("--edges", args.edges),
@@ -219,6 +237,10 @@ def _prepare_node(args, spec: Dict[str, Any]):
         if getattr(args, "label_input", None):
             raise ValueError("--label-input needs full-batch training (not --mini-batch)")
         hp["label_input"] = False  # the partition loader has no masked label input
+    if getattr(args, "num_neighbors", None) is not None and args.mini_batch != "neighbor":
+        raise ValueError("--num-neighbors goes with --mini-batch neighbor")
+    if args.mini_batch == "neighbor":
+        hp["num_neighbors"] = _fanouts(getattr(args, "num_neighbors", None), hp["layers"])
     if args.mini_batch and int(hp.get("consistency") or 0) > 1:
         if getattr(args, "consistency", None):
             raise ValueError("--consistency needs full-batch training (not --mini-batch)")
@@ -242,7 +264,11 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp}
     print(describe_node(spec, data, model_spec, hp, args.mini_batch))
-    if args.mini_batch:
+    if args.mini_batch == "neighbor":
+        from .neighbor_loader import neighbor_loaders
+
+        loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
+    elif args.mini_batch:
         from .large_graph import node_loaders
 
         loaders, forward = node_loaders(data, model_spec, seed=args.seed)
@@ -256,9 +282,12 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
     print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
           + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)
-          + f" | {res['seconds_per_epoch']:.2f} s/epoch" + (" (on the partitions)" if args.mini_batch else ""))
+          + f" | {res['seconds_per_epoch']:.2f} s/epoch"
+          + {None: "", "partition": " (on the partitions)",
+             "neighbor": " (on sampled neighbourhoods)"}[args.mini_batch])
     if args.mini_batch:
-        # the numbers above come from the partition subgraphs (edges between parts are cut);
+        # the numbers above come from the partition subgraphs (edges between parts are cut) or
+        # sampled neighbourhoods;
         # evaluate / predict / explain read the whole graph, so report that too
         full = _node_accuracy(model, meta, data)
         res["full_graph"] = full
@@ -276,7 +305,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
 # ----------------------------------------------------------------------------- node runs
 
 def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
-                  mini_batch: bool = False) -> str:
+                  mini_batch: Optional[str] = None) -> str:
     kw = model_spec["kwargs"]
     what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
             f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
@@ -287,11 +316,13 @@ def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Di
             + (f", GCN branch w={kw['gcn_weight']}" if kw.get("gcn_weight") else "")
             + (f" ({kw['gcn_layers']} layers)" if kw.get("gcn_layers", 1) > 1 else ""))
     counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
+    batching = {None: "full batch", "partition": "mini-batch (partitions)",
+                "neighbor": f"mini-batch (neighbour sampling {hp.get('num_neighbors')})"}[mini_batch or None]
     return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
             f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
             f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
             f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
-            f"dropout {hp['dropout']}; {'mini-batch (partitions)' if mini_batch else 'full batch'}, "
+            f"dropout {hp['dropout']}; {batching}, "
             + ("consistency loss S={samples} w={weight} T={temperature}, ".format(**model_spec["consistency"])
                if model_spec.get("consistency") else "") +
             f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")

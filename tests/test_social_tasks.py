@@ -172,6 +172,23 @@ def test_mini_batch_mode_on_karate(tmp_path, capsys):
     assert json.loads((tmp_path / "mb" / "metrics.json").read_text())["epochs_run"] == 3
 
 
+def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
+    _run("train", "karate", "--mini-batch", "neighbor", "--num-neighbors", "5,-1", "--epochs", 3,
+         "--out", tmp_path / "nb", "--no-progress")
+    out = capsys.readouterr().out
+    assert "neighbour sampling [5, -1] per hop" in out and "(on sampled neighbourhoods)" in out
+    metrics = json.loads((tmp_path / "nb" / "metrics.json").read_text())
+    assert metrics["epochs_run"] == 3 and set(metrics["full_graph"]) == {"train", "val", "test"}
+    _run("evaluate", "--checkpoint", tmp_path / "nb" / "best.pt")  # a plain checkpoint of the model
+    for argv, msg in [(["karate", "--num-neighbors", "5"], "goes with --mini-batch neighbor"),
+                      (["karate", "--mini-batch", "--num-neighbors", "5"], "goes with --mini-batch neighbor"),
+                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "5,0"], "ints >= 1 or -1"),
+                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "a"], "ints >= 1 or -1"),
+                      (["tox21", "--mini-batch", "neighbor"], "--mini-batch")]:
+        assert main(["train", *argv, "--epochs", "1"]) == 2, argv
+        assert msg in capsys.readouterr().err, argv
+
+
 def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert main(["train", "--edges", str(tmp_path / "nope.csv"), "--target", "t.csv"]) == 2
     assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,204 @@
+"""Neighbour-sampled mini-batches (GraphSAGE, Hamilton et al. 2017) in pure PyTorch.
+
+PyG's ``NeighborLoader`` needs pyg-lib or torch-sparse for its sampler; neither installs
+everywhere (not on this project's CPU machines), and without them it fails. :class:`NeighborLoader`
+here yields the same mini-batches from plain tensor ops: for a batch of seed nodes it samples,
+hop by hop, up to ``num_neighbors[k]`` incoming edges (j -> i) of every node reached at hop k,
+and returns the sampled subgraph as a PyG ``Data`` in PyG's layout — seed nodes first, local ids,
+``n_id`` / ``e_id`` (global node / edge ids), ``batch_size``, ``input_id``, and
+``num_sampled_nodes`` / ``num_sampled_edges`` per hop — so a loop written for PyG's loader
+(``model(batch.x, batch.edge_index)[:batch.batch_size]``) runs unchanged, with any model.
+
+Cost per batch: ``O(Σ in-degree of the nodes expanded)`` (each expanded node's incoming edges
+get one random key; the ``k`` smallest are kept), plus an ``O(N)`` id map allocated once per
+loader. The graph is held once as edges sorted by target (CSR).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .validation import check_edge_index, check_int
+
+__all__ = ["NeighborLoader", "neighbor_loaders", "sample_neighbors"]
+
+
+def sample_neighbors(rowptr: Tensor, col: Tensor, nodes: Tensor, num: int, replace: bool = False,
+                     generator: Optional[torch.Generator] = None) -> Tuple[Tensor, Tensor]:
+    """Up to ``num`` incoming edges of every node in ``nodes`` from a target-sorted CSR.
+
+    Args:
+        rowptr: ``(N + 1,)`` CSR over targets; col: ``(E,)`` sources in CSR order.
+        nodes: ``(M,)`` node ids to expand.
+        num: edges per node; ``-1`` = all of them. Without ``replace`` a node with fewer
+            incoming edges keeps all of them, else ``num`` distinct ones uniformly at random;
+            with ``replace``, ``num`` draws with replacement (none for a node without edges).
+
+    Returns ``(pos, owner)``: ``pos`` CSR positions of the sampled edges, ``owner`` the index
+    into ``nodes`` of the node each one was sampled for.
+    """
+    starts = rowptr[nodes]
+    deg = rowptr[nodes + 1] - starts  # (M,)
+    if replace and num >= 0:
+        has = deg > 0
+        owner = torch.arange(nodes.numel(), device=nodes.device)[has].repeat_interleave(num)
+        draw = (torch.rand(owner.numel(), generator=generator, dtype=torch.float64) * deg[owner]).long()
+        return starts[owner] + draw.clamp(max=torch.clamp(deg[owner] - 1, min=0)), owner
+    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)  # (T,)
+    first = torch.cumsum(deg, 0) - deg  # (M,) first candidate of each node
+    pos = torch.arange(owner.numel(), device=nodes.device) - first[owner] + starts[owner]  # (T,)
+    if num < 0 or owner.numel() == 0 or bool((deg <= num).all()):
+        return pos, owner
+    # the num smallest random keys of every node: one sort by owner + key (key in [0, 1), in
+    # float64 the owner's integer part leaves the key > 30 bits), then the rank within the owner
+    keys = torch.rand(owner.numel(), generator=generator, dtype=torch.float64)
+    order = torch.argsort(owner.to(torch.float64) + keys)  # grouped by owner, random within
+    rank = torch.arange(owner.numel(), device=nodes.device) - first[owner[order]]
+    keep = order[rank < num]
+    return pos[keep], owner[keep]
+
+
+class NeighborLoader:
+    """Mini-batches of seed nodes with their sampled ``len(num_neighbors)``-hop neighbourhood.
+
+    Args:
+        data: the graph (``edge_index`` ``(2, E)``, node attributes such as ``x``, ``y``, masks;
+            edge attributes such as ``edge_attr``) — a PyG ``Data``.
+        num_neighbors: incoming edges sampled per node at each hop (``-1`` = all), e.g.
+            ``[10, 10]`` for a 2-layer model.
+        batch_size (int, default 1): seed nodes per mini-batch.
+        input_nodes: the seed nodes, as a bool mask ``(N,)`` or ids; default every node.
+        shuffle (bool, default False): new seed order every epoch.
+        replace (bool, default False): sample with replacement.
+        drop_last (bool, default False): drop a last, smaller batch.
+        generator: a ``torch.Generator`` for the shuffling and sampling (default: the global
+            RNG, so a seeded run — and a resumed one — draws the same batches).
+
+    Yields PyG ``Data``: node attributes of ``data`` cut to the sampled nodes (``n_id``, the seeds
+    first: the loss goes on the first ``batch_size`` rows), ``edge_index`` of the sampled edges
+    in local ids (row 0 the neighbour j, row 1 the node i that sampled it), edge attributes cut to
+    them (``e_id``), ``input_id`` (positions in ``input_nodes``), ``num_sampled_nodes`` /
+    ``num_sampled_edges`` per hop, and graph-level attributes unchanged.
+    """
+
+    def __init__(self, data: Data, num_neighbors: Sequence[int], batch_size: int = 1,
+                 input_nodes: Optional[Tensor] = None, shuffle: bool = False, replace: bool = False,
+                 drop_last: bool = False, generator: Optional[torch.Generator] = None):
+        if isinstance(num_neighbors, int) or not len(num_neighbors):
+            raise ValueError(f"num_neighbors must be a non-empty list of ints (per hop, -1 = all), "
+                             f"got {num_neighbors!r}")
+        self.num_neighbors = [check_int("num_neighbors[k]", k, -1) for k in num_neighbors]
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        N = data.num_nodes
+        check_edge_index(data.edge_index, N)
+        self.data, self.shuffle, self.replace, self.drop_last = data, shuffle, replace, drop_last
+        self.generator = generator
+        self.input_nodes = _seed_ids(input_nodes, N)
+        src, dst = data.edge_index[0].long(), data.edge_index[1].long()
+        self.perm = torch.argsort(dst, stable=True)  # CSR position -> edge id
+        self.col = src[self.perm]  # (E,) sources by target
+        self.rowptr = torch.zeros(N + 1, dtype=torch.long)
+        torch.cumsum(torch.bincount(dst, minlength=N), 0, out=self.rowptr[1:])
+        self._local = torch.full((N,), -1, dtype=torch.long)  # global -> batch-local id, reset after use
+
+    def __len__(self) -> int:
+        n = self.input_nodes.numel()
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[Data]:
+        n = self.input_nodes.numel()
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        for i in range(len(self)):
+            input_id = order[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.sample(self.input_nodes[input_id], input_id)
+
+    def sample(self, seeds: Tensor, input_id: Optional[Tensor] = None) -> Data:
+        """The sampled subgraph of ``seeds`` (distinct node ids), as yielded by the iterator."""
+        seeds = torch.as_tensor(seeds, dtype=torch.long).view(-1)
+        local = self._local
+        local[seeds] = torch.arange(seeds.numel())
+        if bool((local[seeds] != torch.arange(seeds.numel())).any()):
+            local[seeds] = -1
+            raise ValueError("seeds must be distinct node ids")
+        nodes: List[Tensor] = [seeds]
+        rows: List[Tensor] = []
+        cols: List[Tensor] = []
+        eids: List[Tensor] = []
+        frontier, count = seeds, seeds.numel()
+        num_nodes, num_edges = [seeds.numel()], []
+        for k in self.num_neighbors:
+            pos, owner = sample_neighbors(self.rowptr, self.col, frontier, k, self.replace, self.generator)
+            nbr = self.col[pos]  # (S,) global ids of the sampled neighbours
+            new = torch.unique(nbr[local[nbr] < 0])  # reached for the first time
+            local[new] = torch.arange(count, count + new.numel())
+            count += new.numel()
+            rows.append(local[nbr])
+            cols.append(local[frontier[owner]])
+            eids.append(self.perm[pos])
+            nodes.append(new)
+            num_nodes.append(new.numel())
+            num_edges.append(pos.numel())
+            frontier = new
+        n_id = torch.cat(nodes)
+        local[n_id] = -1
+        e_id = torch.cat(eids)
+        out = Data(edge_index=torch.stack([torch.cat(rows), torch.cat(cols)]), num_nodes=n_id.numel())
+        data = self.data
+        for key, value in data.items():
+            if key in ("edge_index", "num_nodes"):
+                continue
+            if isinstance(value, Tensor) and data.is_node_attr(key):
+                out[key] = value[n_id]
+            elif isinstance(value, Tensor) and data.is_edge_attr(key):
+                out[key] = value[e_id]
+            else:
+                out[key] = value
+        out.n_id, out.e_id, out.batch_size = n_id, e_id, seeds.numel()
+        out.input_id = input_id if input_id is not None else torch.arange(seeds.numel())
+        out.num_sampled_nodes, out.num_sampled_edges = num_nodes, num_edges
+        return out
+
+
+def _seed_ids(input_nodes: Optional[Tensor], N: int) -> Tensor:
+    if input_nodes is None:
+        return torch.arange(N)
+    t = torch.as_tensor(input_nodes)
+    if t.dtype == torch.bool:
+        if t.shape != (N,):
+            raise ValueError(f"input_nodes as a mask must have shape ({N},), got {tuple(t.shape)}")
+        return torch.nonzero(t).view(-1)
+    if t.is_floating_point() or t.dim() != 1:
+        raise ValueError(f"input_nodes must be a bool mask ({N},) or 1-D integer node ids, got "
+                         f"{t.dtype} of shape {tuple(t.shape)}")
+    t = t.long()
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= N):
+        raise ValueError(f"input_nodes holds ids outside [0, {N}): min {int(t.min())}, max {int(t.max())}")
+    if torch.unique(t).numel() != t.numel():
+        raise ValueError("input_nodes holds duplicate node ids")
+    return t
+
+
+def neighbor_loaders(data: Data, model_spec: dict, num_neighbors: Sequence[int], batch_size: int = 1024):
+    """``(loaders, forward)`` for :func:`graphattn.train.fit` in neighbour-sampling mode
+    (``graphattn train ... --mini-batch neighbor``): the training, validation and test nodes are
+    the seeds of their splits' loaders (training ones shuffled every epoch, from the global RNG
+    so a resumed run continues identically); the loss and the metrics read the seeds' rows."""
+    from .social_node import _run, node_inputs
+    from .train import model_device
+
+    loaders = {split: NeighborLoader(data, num_neighbors, batch_size, input_nodes=data[f"{split}_mask"],
+                                     shuffle=split == "train")
+               for split in ("train", "val", "test")}
+    print(f"mini-batch: neighbour sampling {list(num_neighbors)} per hop, {batch_size} seed nodes per batch, "
+          f"{len(loaders['train'])} batches/epoch")
+
+    def forward(model, batch, split):
+        batch = batch.to(model_device(model))
+        bs = batch.batch_size
+        return _run(model, model_spec, node_inputs(batch))[:bs], batch.y[:bs]
+
+    return loaders, forward
