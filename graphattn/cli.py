@@ -7,6 +7,7 @@ the right one (by dataset name, by input-file option, or by the checkpoint's ``p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -145,6 +146,18 @@ def _stdout_is_broken() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _quiet_unless_main():
+    """stdout to /dev/null on the ranks other than 0 of a torchrun job (a no-op otherwise)."""
+    from . import distributed
+
+    if distributed.is_main():
+        yield
+        return
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``graphattn ...``; returns the exit status (0 ok, 2 bad input, 1 output pipe closed)."""
     try:
@@ -198,10 +211,12 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 return 2
             distributed.init_from_env(device=device)
         try:
-            if molecule_tasks.handles(args):
-                return molecule_tasks.train(args)
-            if social_tasks.handles(args):
-                return social_tasks.train(args)
+            # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
+            with _quiet_unless_main():
+                if molecule_tasks.handles(args):
+                    return molecule_tasks.train(args)
+                if social_tasks.handles(args):
+                    return social_tasks.train(args)
         except CheckpointError as exc:  # e.g. --resume into a folder of another model
             print(f"graphattn train: {exc}", file=sys.stderr)
             return 2

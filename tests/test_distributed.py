@@ -111,3 +111,19 @@ def test_nan_loss_on_one_rank_stops_every_rank(tmp_path):
     r0, r1 = ((tmp_path / f"rank{r}.txt").read_text() for r in (0, 1))
     assert "epoch 1, batch 1" in r0
     assert "epoch 1" in r1 and "another rank" in r1 and "batch 1" not in r1
+
+
+def test_only_rank_zero_prints(monkeypatch, capsys):
+    """Under torchrun the ranks other than 0 are silent on stdout (rank 0 alone writes the files and
+    says so); errors still reach stderr."""
+    import sys
+
+    from graphattn import cli, distributed
+
+    for main_rank, shown in ((True, "report\n"), (False, "")):
+        monkeypatch.setattr(distributed, "is_main", lambda main_rank=main_rank: main_rank)
+        with cli._quiet_unless_main():
+            print("report")
+            print("problem", file=sys.stderr)
+        out, err = capsys.readouterr()
+        assert out == shown and err == "problem\n"
