@@ -176,11 +176,25 @@ class PartitionBatches:
         del order
         self._local = torch.full((N,), -1, dtype=torch.int64)  # global -> batch-local id
         self._in = torch.zeros(self.num_parts, dtype=torch.bool)
+        self._shard, self._epoch = (0, 1, 0), 0  # (rank, world, seed), see set_shard
+
+    def set_shard(self, rank: int, world: int, seed: int = 0) -> None:
+        """Under torch.distributed: every epoch, all ranks draw the same groups (from ``seed`` and
+        the epoch) and rank r takes groups r, r + W, ...; cut to a multiple of W so that every
+        rank takes the same number of steps."""
+        self._shard = (check_int("rank", rank, 0), check_int("world", world, 1), int(seed))
 
     def __len__(self) -> int:
-        return math.ceil(self.num_parts / self.parts_per_batch)
+        n = math.ceil(self.num_parts / self.parts_per_batch)
+        return n // self._shard[1] if self._shard[1] > 1 else n
 
     def groups(self) -> Sequence[Tensor]:
+        rank, world, seed = self._shard
+        if world > 1:  # the same groups on every rank, new ones every epoch
+            self._epoch += 1
+            gen = torch.Generator().manual_seed(seed + self._epoch)
+            order = torch.randperm(self.num_parts, generator=gen) if self.shuffle else torch.arange(self.num_parts)
+            return list(order.split(self.parts_per_batch))[rank::world][:len(self)]
         order = torch.randperm(self.num_parts) if self.shuffle else torch.arange(self.num_parts)
         return list(order.split(self.parts_per_batch))
 

@@ -15,6 +15,7 @@ loader. The graph is held once as edges sorted by target (CSR).
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -77,6 +78,11 @@ class NeighborLoader:
         drop_last (bool, default False): drop a last, smaller batch.
         generator: a ``torch.Generator`` for the shuffling and sampling (default: the global
             RNG, so a seeded run — and a resumed one — draws the same batches).
+        seed (int, optional): instead, every pass starts a fresh generator from this seed: the
+            same batches on every pass (for evaluation).
+
+    The graph is sampled on the CPU (keep ``data`` there; move each batch with
+    ``batch.to(device)``).
 
     Yields PyG ``Data``: node attributes of ``data`` cut to the sampled nodes (``n_id``, the seeds
     first: the loss goes on the first ``batch_size`` rows), ``edge_index`` of the sampled edges
@@ -87,7 +93,8 @@ class NeighborLoader:
 
     def __init__(self, data: Data, num_neighbors: Sequence[int], batch_size: int = 1,
                  input_nodes: Optional[Tensor] = None, shuffle: bool = False, replace: bool = False,
-                 drop_last: bool = False, generator: Optional[torch.Generator] = None):
+                 drop_last: bool = False, generator: Optional[torch.Generator] = None,
+                 seed: Optional[int] = None):
         if isinstance(num_neighbors, int) or not len(num_neighbors):
             raise ValueError(f"num_neighbors must be a non-empty list of ints (per hop, -1 = all), "
                              f"got {num_neighbors!r}")
@@ -95,9 +102,16 @@ class NeighborLoader:
         self.batch_size = check_int("batch_size", batch_size, 1)
         N = data.num_nodes
         check_edge_index(data.edge_index, N)
+        if data.edge_index.device.type != "cpu":
+            raise ValueError("NeighborLoader samples on the CPU: pass the graph on the CPU and move each "
+                             "batch with batch.to(device)")
+        if generator is not None and seed is not None:
+            raise ValueError("give generator or seed, not both")
         self.data, self.shuffle, self.replace, self.drop_last = data, shuffle, replace, drop_last
-        self.generator = generator
+        self.generator, self.seed = generator, None if seed is None else check_int("seed", seed, 0)
         self.input_nodes = _seed_ids(input_nodes, N)
+        self._shard = (0, 1, 0)  # (rank, world, seed) under torch.distributed, see set_shard
+        self._epoch = 0
         src, dst = data.edge_index[0].long(), data.edge_index[1].long()
         self.perm = torch.argsort(dst, stable=True)  # CSR position -> edge id
         self.col = src[self.perm]  # (E,) sources by target
@@ -105,25 +119,57 @@ class NeighborLoader:
         torch.cumsum(torch.bincount(dst, minlength=N), 0, out=self.rowptr[1:])
         self._local = torch.full((N,), -1, dtype=torch.long)  # global -> batch-local id, reset after use
 
+    def with_seeds(self, input_nodes: Optional[Tensor], shuffle: bool = False,
+                   seed: Optional[int] = None) -> "NeighborLoader":
+        """A loader of other seed nodes over the same graph, sharing this one's CSR (no copy)."""
+        other = copy.copy(self)
+        other.input_nodes = _seed_ids(input_nodes, self.data.num_nodes)
+        other.shuffle, other.generator = shuffle, None
+        other.seed = None if seed is None else check_int("seed", seed, 0)
+        other._shard, other._epoch = (0, 1, 0), 0
+        return other
+
+    def set_shard(self, rank: int, world: int, seed: int = 0) -> None:
+        """Under torch.distributed: every epoch, all ranks draw the same batch order (from
+        ``seed`` and the epoch) and rank r samples batches r, r + W, ...; the batch count is cut
+        to a multiple of W so every rank takes the same number of steps."""
+        self._shard = (check_int("rank", rank, 0), check_int("world", world, 1), int(seed))
+
     def __len__(self) -> int:
         n = self.input_nodes.numel()
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        batches = n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        rank, world, _ = self._shard
+        return batches // world if world > 1 else batches
 
     def __iter__(self) -> Iterator[Data]:
         n = self.input_nodes.numel()
-        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        rank, world, shard_seed = self._shard
+        gen = self.generator if self.seed is None else torch.Generator().manual_seed(self.seed)
+        if world > 1:  # the same order on every rank
+            self._epoch += 1
+            order_gen = torch.Generator().manual_seed(shard_seed + self._epoch)
+            order = torch.randperm(n, generator=order_gen) if self.shuffle else torch.arange(n)
+        else:
+            order = torch.randperm(n, generator=gen) if self.shuffle else torch.arange(n)
         for i in range(len(self)):
-            input_id = order[i * self.batch_size:(i + 1) * self.batch_size]
-            yield self.sample(self.input_nodes[input_id], input_id)
+            b = i * world + rank
+            input_id = order[b * self.batch_size:(b + 1) * self.batch_size]
+            yield self.sample(self.input_nodes[input_id], input_id, generator=gen)
 
-    def sample(self, seeds: Tensor, input_id: Optional[Tensor] = None) -> Data:
+    def sample(self, seeds: Tensor, input_id: Optional[Tensor] = None,
+               generator: Optional[torch.Generator] = None) -> Data:
         """The sampled subgraph of ``seeds`` (distinct node ids), as yielded by the iterator."""
-        seeds = torch.as_tensor(seeds, dtype=torch.long).view(-1)
+        seeds = _seed_ids(torch.as_tensor(seeds).view(-1), self.data.num_nodes, what="seeds")
+        gen = generator if generator is not None else self.generator
         local = self._local
+        try:
+            return self._sample(seeds, input_id, gen, local)
+        except BaseException:  # the id map is shared by every batch: left clean after errors, Ctrl-C
+            local.fill_(-1)
+            raise
+
+    def _sample(self, seeds: Tensor, input_id: Optional[Tensor], gen, local: Tensor) -> Data:
         local[seeds] = torch.arange(seeds.numel())
-        if bool((local[seeds] != torch.arange(seeds.numel())).any()):
-            local[seeds] = -1
-            raise ValueError("seeds must be distinct node ids")
         nodes: List[Tensor] = [seeds]
         rows: List[Tensor] = []
         cols: List[Tensor] = []
@@ -131,7 +177,7 @@ class NeighborLoader:
         frontier, count = seeds, seeds.numel()
         num_nodes, num_edges = [seeds.numel()], []
         for k in self.num_neighbors:
-            pos, owner = sample_neighbors(self.rowptr, self.col, frontier, k, self.replace, self.generator)
+            pos, owner = sample_neighbors(self.rowptr, self.col, frontier, k, self.replace, gen)
             nbr = self.col[pos]  # (S,) global ids of the sampled neighbours
             new = torch.unique(nbr[local[nbr] < 0])  # reached for the first time
             local[new] = torch.arange(count, count + new.numel())
@@ -144,7 +190,7 @@ class NeighborLoader:
             num_edges.append(pos.numel())
             frontier = new
         n_id = torch.cat(nodes)
-        local[n_id] = -1
+        local[n_id] = -1  # clean for the next batch (only the entries this one set)
         e_id = torch.cat(eids)
         out = Data(edge_index=torch.stack([torch.cat(rows), torch.cat(cols)]), num_nodes=n_id.numel())
         data = self.data
@@ -163,22 +209,22 @@ class NeighborLoader:
         return out
 
 
-def _seed_ids(input_nodes: Optional[Tensor], N: int) -> Tensor:
+def _seed_ids(input_nodes: Optional[Tensor], N: int, what: str = "input_nodes") -> Tensor:
     if input_nodes is None:
         return torch.arange(N)
-    t = torch.as_tensor(input_nodes)
+    t = torch.as_tensor(input_nodes).cpu()
     if t.dtype == torch.bool:
         if t.shape != (N,):
-            raise ValueError(f"input_nodes as a mask must have shape ({N},), got {tuple(t.shape)}")
+            raise ValueError(f"{what} as a mask must have shape ({N},), got {tuple(t.shape)}")
         return torch.nonzero(t).view(-1)
-    if t.is_floating_point() or t.dim() != 1:
-        raise ValueError(f"input_nodes must be a bool mask ({N},) or 1-D integer node ids, got "
+    if t.is_floating_point() or t.is_complex() or t.dim() != 1:
+        raise ValueError(f"{what} must be a bool mask ({N},) or 1-D integer node ids, got "
                          f"{t.dtype} of shape {tuple(t.shape)}")
     t = t.long()
     if t.numel() and (int(t.min()) < 0 or int(t.max()) >= N):
-        raise ValueError(f"input_nodes holds ids outside [0, {N}): min {int(t.min())}, max {int(t.max())}")
+        raise ValueError(f"{what} holds ids outside [0, {N}): min {int(t.min())}, max {int(t.max())}")
     if torch.unique(t).numel() != t.numel():
-        raise ValueError("input_nodes holds duplicate node ids")
+        raise ValueError(f"{what} holds duplicate node ids")
     return t
 
 
@@ -186,13 +232,16 @@ def neighbor_loaders(data: Data, model_spec: dict, num_neighbors: Sequence[int],
     """``(loaders, forward)`` for :func:`graphattn.train.fit` in neighbour-sampling mode
     (``graphattn train ... --mini-batch neighbor``): the training, validation and test nodes are
     the seeds of their splits' loaders (training ones shuffled every epoch, from the global RNG
-    so a resumed run continues identically); the loss and the metrics read the seeds' rows."""
+    so a resumed run continues identically; validation and test batches are drawn from a fixed
+    seed, the same on every pass); the loss and the metrics read the seeds' rows. The three share
+    one CSR of the graph."""
     from .social_node import _run, node_inputs
     from .train import model_device
 
-    loaders = {split: NeighborLoader(data, num_neighbors, batch_size, input_nodes=data[f"{split}_mask"],
-                                     shuffle=split == "train")
-               for split in ("train", "val", "test")}
+    train = NeighborLoader(data, num_neighbors, batch_size, input_nodes=data.train_mask, shuffle=True)
+    # evaluation: the same sampled neighbourhoods on every pass (model selection sees no draw noise)
+    loaders = {"train": train, "val": train.with_seeds(data.val_mask, seed=0),
+               "test": train.with_seeds(data.test_mask, seed=1)}
     print(f"mini-batch: neighbour sampling {list(num_neighbors)} per hop, {batch_size} seed nodes per batch, "
           f"{len(loaders['train'])} batches/epoch")
 

@@ -123,9 +123,54 @@ def test_bad_arguments_are_clear_errors():
         with pytest.raises(ValueError, match=match):
             NeighborLoader(data, **kwargs)
     loader = NeighborLoader(data, [2], batch_size=4)
-    with pytest.raises(ValueError, match="distinct"):
-        loader.sample(torch.tensor([3, 3]))
-    assert loader.sample(torch.tensor([3, 4])).num_nodes >= 2  # the id map was reset after the error
+    for bad, match in [([3, 3], "duplicate"), ([-1], "outside"), ([0.5], "integer"), ([60], "outside")]:
+        with pytest.raises(ValueError, match=match):
+            loader.sample(torch.tensor(bad))
+    # an error inside a batch (here: interrupted sampling) leaves the shared id map clean
+    real = loader.col
+    loader.col = None
+    with pytest.raises(TypeError):
+        loader.sample(torch.tensor([3, 4]))
+    loader.col = real
+    assert bool((loader._local == -1).all())
+    for b in loader:
+        assert torch.equal(b.n_id[b.edge_index], data.edge_index[:, b.e_id])
+    with pytest.raises(ValueError, match="on the CPU"):
+        NeighborLoader(Data(edge_index=torch.empty(2, 0, dtype=torch.long, device="meta"), num_nodes=3), [2])
     empty = Data(edge_index=torch.empty(2, 0, dtype=torch.long), num_nodes=3, x=torch.randn(3, 2))
     (b,) = list(NeighborLoader(empty, [2, 2], batch_size=3))
     assert b.num_nodes == 3 and b.edge_index.shape == (2, 0) and b.num_sampled_edges == [0, 0]
+
+
+def test_eval_seed_shared_csr_and_distributed_shards():
+    data = _graph()
+    train = NeighborLoader(data, [3, 3], batch_size=5, input_nodes=data.train_mask, shuffle=True)
+    val = train.with_seeds(~data.train_mask, seed=7)
+    assert val.col is train.col and val.rowptr is train.rowptr  # one CSR for both
+    a, b = ([x.e_id for x in val] for _ in range(2))
+    assert all(torch.equal(u, v) for u, v in zip(a, b))  # the same batches on every pass
+    # two ranks: same order, disjoint seeds, a new order every epoch, equal step counts
+    ranks = [train.with_seeds(data.train_mask, shuffle=True) for _ in range(2)]
+    for r, loader in enumerate(ranks):
+        loader.set_shard(r, 2, seed=3)
+    epochs = [[torch.cat([x.n_id[:x.batch_size] for x in loader]) for loader in ranks] for _ in range(2)]
+    for s0, s1 in epochs:
+        assert len(s0) and not set(s0.tolist()) & set(s1.tolist())
+        assert len(ranks[0]) == len(ranks[1]) == (-(-int(data.train_mask.sum()) // 5)) // 2
+    assert not torch.equal(epochs[0][0], epochs[1][0])
+
+
+def test_partition_batches_shard_across_ranks(monkeypatch):
+    from graphattn import distributed
+    from graphattn.large_graph import PartitionBatches, partition_nodes
+
+    data = _graph()
+    part = partition_nodes(data.edge_index, 60, 6, seed=0)
+    ranks = [PartitionBatches(data, part, 1, shuffle=True) for _ in range(2)]
+    for r, loader in enumerate(ranks):
+        monkeypatch.setattr(distributed, "world_size", lambda: 2)
+        monkeypatch.setattr(distributed, "rank", lambda r=r: r)
+        assert distributed.shard_loader(loader, seed=4) == (loader, None)
+    for _ in range(2):
+        keys = [[b.key for b in loader] for loader in ranks]
+        assert len(keys[0]) == len(keys[1]) == 3 and not set(keys[0]) & set(keys[1])
