@@ -173,16 +173,29 @@ def adj_t_edges(adj_t: Tensor) -> Tuple[Tensor, Tensor]:
     if adj_t.layout not in _SPARSE_LAYOUTS or adj_t.sparse_dim() != 2:
         raise TypeError(f"edge_index as a sparse adjacency must be a 2-D torch.sparse COO/CSR/CSC tensor, "
                         f"got layout {adj_t.layout} with shape {tuple(adj_t.shape)}")
-    key = (id(adj_t), tuple(adj_t.shape), adj_t.layout, int(adj_t._nnz()), str(adj_t.device))
+    key = (id(adj_t), tuple(adj_t.shape), adj_t.layout, int(adj_t._nnz()), str(adj_t.device),
+           _index_versions(adj_t))  # an in-place edit of the indices is another graph
     hit = _ADJ_CACHE.get(key)
     if hit is not None and hit[0]() is adj_t:
-        return hit[1], hit[2]
+        _ADJ_CACHE.move_to_end(key)
+        return hit[1], (adj_t if hit[2] is None else hit[2])
     from torch_geometric.utils import to_edge_index
 
     adj = adj_t.coalesce() if adj_t.layout == torch.sparse_coo and not adj_t.is_coalesced() else adj_t
     rows_cols, _ = to_edge_index(adj)  # (2, E): row = target i, col = source j
     edge_index = rows_cols.flip(0).contiguous()
-    _ADJ_CACHE[key] = (weakref.ref(adj_t, lambda _r, key=key: _ADJ_CACHE.pop(key, None)), edge_index, adj)
+    # adj_t itself only weakly (the entry goes with it); a coalesced copy is ours to keep
+    _ADJ_CACHE[key] = (weakref.ref(adj_t, lambda _r, key=key: _ADJ_CACHE.pop(key, None)), edge_index,
+                       None if adj is adj_t else adj)
     while len(_ADJ_CACHE) > _CACHE_SIZE:
         _ADJ_CACHE.popitem(last=False)
     return edge_index, adj
+
+
+def _index_versions(adj: Tensor) -> tuple:
+    """In-place version counters of a sparse tensor's index tensors."""
+    if adj.layout == torch.sparse_coo:
+        return (adj._indices()._version,)
+    if adj.layout == torch.sparse_csr:
+        return adj.crow_indices()._version, adj.col_indices()._version
+    return adj.ccol_indices()._version, adj.row_indices()._version

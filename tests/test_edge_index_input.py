@@ -109,3 +109,29 @@ def test_sparse_adj_t_bipartite_and_shape_errors():
     out, (adj_back, alpha) = layer((xs, xd), uncoalesced, return_attention_weights=True)
     assert adj_back.is_coalesced() and alpha.shape == (4, 1)  # alpha in the coalesced order
     torch.testing.assert_close(out, layer((xs, xd), ei))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+def test_sparse_adj_t_cache_forgets_freed_tensors_and_sees_in_place_edits():
+    import weakref
+
+    x = torch.randn(6, 4)
+    ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    layer = GraphSelfAttention(4, 2).eval()
+    for kind in ("csr", "coo"):
+        adj = _sparse(kind, ei.flip(0), (6, 6))
+        ref = weakref.ref(adj)
+        layer(x, adj)
+        del adj
+        gc.collect()
+        assert ref() is None and not C._ADJ_CACHE  # the cache held it only weakly
+    for kind in ("csr", "coo"):
+        adj = _sparse(kind, ei.flip(0), (6, 6))
+        before = layer(x, adj)
+        cols = adj.col_indices() if kind == "csr" else adj._indices()[1]
+        cols[0] = 3  # target 1 now hears node 3 instead of node 0
+        moved = ei.clone()
+        moved[0, 0] = 3
+        after = layer(x, adj)
+        assert not torch.allclose(before, after)
+        torch.testing.assert_close(after, layer(x, moved))
