@@ -29,20 +29,32 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
     the appended loops get weight 1) — and both (loops, then token edges)."""
     m = mask.sigmoid() if apply_sigmoid else mask
     E0, E = m.size(0), edge_index.size(1)
+    loops_ok = loop_mask is not None and loop_mask.numel() == E0
+    if loops_ok and not bool(loop_mask.all()):
+        # the input has self-loops: did the layer's graph replace them (non-loop input edges in
+        # order, then exactly one loop per node, 0..N-1)? Then the loops' mask entries are dropped
+        kept = m[loop_mask.to(m.device)]
+        n, N = kept.size(0), num_targets
+        if E >= n + N and _is_loop_replaced(edge_index, n, N):
+            return torch.cat([kept, m.new_ones(E - n)])
     if E == E0:
         return m
-    if E > E0 and loop_mask is not None and loop_mask.numel() == E0 and torch.equal(
-            edge_index[0, :E0] != edge_index[1, :E0], loop_mask.to(edge_index.device)):
+    if E > E0 and (not loops_ok or torch.equal(edge_index[0, :E0] != edge_index[1, :E0],
+                                               loop_mask.to(edge_index.device))):
         return torch.cat([m, m.new_ones(E - E0)])  # the input's edges first, extra edges after
-    if loop_mask is not None and loop_mask.numel() == E0:
-        kept = m[loop_mask]  # the input's non-loop edges, in order, then N loops (+ extra edges)
-        n = kept.size(0)
-        if E >= n + num_targets and not bool((edge_index[0, :n] == edge_index[1, :n]).any()):
-            return torch.cat([kept, m.new_ones(E - n)])
     raise ValueError(f"the explainer's edge mask has {E0} entries but this GraphSelfAttention layer sees "
                      f"{E} edges that do not start with the explained ones: explain the graph the layer "
                      "attends over (pass that edge_index to the Explainer; the masks stay set after a failed "
                      "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
+
+
+def _is_loop_replaced(edge_index: Tensor, n: int, N: int) -> bool:
+    """``edge_index[:, :n]`` has no self-loop and ``edge_index[:, n:n + N]`` is the loop of each
+    node 0..N-1 in order (PyG's ``add_self_loops`` / ``NodeClassifier(self_loops=True)`` layout)."""
+    head, loops = edge_index[:, :n], edge_index[:, n:n + N]
+    ids = torch.arange(N, device=edge_index.device)
+    return (loops.size(1) == N and not bool((head[0] == head[1]).any())
+            and bool((loops[0] == ids).all() and (loops[1] == ids).all()))
 
 
 def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Tensor, edge_mask: Tensor,

@@ -139,9 +139,23 @@ class NodeClassifier(nn.Module):
         (in training, each entry of Â dropped with probability ``edge_dropout``)."""
         ei, w = self._graph(edge_index, z.size(0))
         w = w.to(z.dtype)
+        mask = self._explainer_mask(ei, z.size(0))
+        if mask is not None:  # a PyG Explainer's edge mask reaches the GCN branch and propagation too
+            w = w * mask.to(w.dtype)
         if edge_dropout > 0 and self.training:
             w = nn.functional.dropout(w, edge_dropout, True)  # (E' + N,), kept ones scaled by 1/(1-p)
         return torch.zeros_like(z).index_add_(0, ei[1], z[ei[0]] * w[:, None])
+
+    def _explainer_mask(self, ei: Tensor, N: int) -> Optional[Tensor]:
+        """The edge mask a PyG ``Explainer`` set on the attention layers, mapped onto ``ei``
+        (None when no explanation runs)."""
+        from .attention import GraphSelfAttention
+        from .explain_masks import layer_edge_mask
+
+        for m in self.backbone.modules():
+            if isinstance(m, GraphSelfAttention) and m.explain and m._edge_mask is not None:
+                return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N)
+        return None
 
     def propagate(self, z: Tensor, edge_index: Tensor) -> Tensor:
         """``propagation`` APPNP steps of ``z`` ``(N, K)`` over the graph (identity when 0)."""

@@ -79,7 +79,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "'neighbor' on sampled neighbourhoods of 1024 seed nodes (GraphSAGE; --num-neighbors)")
     g.add_argument("--num-neighbors", default=None,
                    help="with --mini-batch neighbor: incoming edges sampled per node and hop, comma-separated "
-                        "(-1 = all; default 10 per attention layer)")
+                        "(all or -1 = every edge, e.g. 10,all or --num-neighbors=-1,-1; default 10 per attention "
+                        "layer)")
     g.add_argument("--attn-dropout", type=float, default=None, help="node sets: dropout on attention weights")
     g.add_argument("--input-dropout", type=float, default=None,
                    help="node sets: dropout on the input features (default: --dropout)")
@@ -195,11 +196,12 @@ def _fanouts(text: Optional[str], layers: int) -> list:
     if text is None:
         return [10] * max(int(layers), 1)
     try:
-        fan = [int(v) for v in str(text).split(",")]
+        fan = [-1 if v.strip().lower() == "all" else int(v) for v in str(text).split(",")]
     except ValueError:
         fan = []
     if not fan or any(v < -1 or v == 0 for v in fan):
-        raise ValueError(f"--num-neighbors must be comma-separated ints >= 1 or -1 (all), got {text!r}")
+        raise ValueError(f"--num-neighbors must be comma-separated ints >= 1, or all / -1 (every edge), "
+                         f"got {text!r}")
     return fan
 
 

@@ -55,15 +55,22 @@ def _node_explainer(model, epochs=30):
 
 
 @pytest.mark.parametrize("self_loops", [False, True])
-def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops):
+@pytest.mark.parametrize("input_loops", [False, True])
+def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops, input_loops):
+    from torch_geometric.utils import add_self_loops, coalesce
+
     torch.manual_seed(0)
     ei = _path()
+    if input_loops:  # loops interleaved with the other edges (sorted): the layer re-orders them
+        ei = coalesce(add_self_loops(ei)[0])
     x = torch.randn(10, 4)
     model = NodeClassifier(4, 16, 3, num_layers=2, heads=2, self_loops=self_loops).eval()
     explanation = _node_explainer(model)(x, ei, index=0)
-    # 2 attention layers: node 0 hears 1 -> 0, and node 1 hears 0 -> 1 and 2 -> 1
+    # 2 attention layers: node 0 hears 1 -> 0, and node 1 hears 0 -> 1 and 2 -> 1 (and, when the
+    # model attends over the input's own loops, 0 -> 0 and 1 -> 1; self_loops=True replaces them)
     used = {tuple(e) for e in ei[:, explanation.edge_mask > 0].t().tolist()}
-    assert used == {(1, 0), (0, 1), (2, 1)}
+    loops = {(0, 0), (1, 1)} if input_loops and not self_loops else set()
+    assert used == {(1, 0), (0, 1), (2, 1)} | loops
     assert torch.isfinite(explanation.edge_mask).all()
 
 
@@ -115,3 +122,23 @@ def test_attention_explainer_reads_the_layers_weights():
     mask = explainer(x, ei, index=0).edge_mask
     near = (ei[0] <= 2) & (ei[1] <= 2)  # the 2-hop subgraph of node 0: nodes 0, 1, 2
     assert (mask[near] > 0).all() and (mask[~near] == 0).all() and (mask <= 1).all()
+
+
+@pytest.mark.parametrize("branch", [dict(propagation=2), dict(gcn_weight=0.5, propagation=2)])
+def test_explainer_masks_reach_the_propagation_and_gcn_branch(branch):
+    torch.manual_seed(0)
+    ei, x = _path(), torch.randn(10, 4)
+    model = NodeClassifier(4, 16, 3, num_layers=1, heads=2, **branch).eval()
+    want = model(x, ei)
+    set_masks(model, torch.ones(ei.size(1)), ei, apply_sigmoid=False)
+    torch.testing.assert_close(model(x, ei), want)  # a mask of ones changes nothing
+    # mask out the only edge into node 0 (1 -> 0): no path reaches node 0 any more, through the
+    # attention, the GCN branch or the propagation, so its output ignores every other node
+    mask = torch.ones(ei.size(1))
+    mask[(ei[0] == 1) & (ei[1] == 0)] = 0.0
+    set_masks(model, mask, ei, apply_sigmoid=False)
+    x2 = x.clone()
+    x2[1:] += 1.0
+    torch.testing.assert_close(model(x2, ei)[0], model(x, ei)[0])
+    clear_masks(model)
+    assert not torch.allclose(model(x2, ei)[0], model(x, ei)[0])  # unmasked, it hears them

@@ -173,7 +173,7 @@ def test_mini_batch_mode_on_karate(tmp_path, capsys):
 
 
 def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
-    _run("train", "karate", "--mini-batch", "neighbor", "--num-neighbors", "5,-1", "--epochs", 3,
+    _run("train", "karate", "--mini-batch", "neighbor", "--num-neighbors", "5,all", "--epochs", 3,
          "--out", tmp_path / "nb", "--no-progress")
     out = capsys.readouterr().out
     assert "neighbour sampling [5, -1] per hop" in out and "(on sampled neighbourhoods)" in out
@@ -182,8 +182,8 @@ def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
     _run("evaluate", "--checkpoint", tmp_path / "nb" / "best.pt")  # a plain checkpoint of the model
     for argv, msg in [(["karate", "--num-neighbors", "5"], "goes with --mini-batch neighbor"),
                       (["karate", "--mini-batch", "--num-neighbors", "5"], "goes with --mini-batch neighbor"),
-                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "5,0"], "ints >= 1 or -1"),
-                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "a"], "ints >= 1 or -1"),
+                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "5,0"], "ints >= 1, or all"),
+                      (["karate", "--mini-batch", "neighbor", "--num-neighbors", "a"], "ints >= 1, or all"),
                       (["tox21", "--mini-batch", "neighbor"], "--mini-batch")]:
         assert main(["train", *argv, "--epochs", "1"]) == 2, argv
         assert msg in capsys.readouterr().err, argv
