@@ -177,11 +177,18 @@ def test_int32_edge_index_with_a_local_mpnn(local):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # torch's notes on sparse tensors
-def test_sparse_adjacency_gets_one_clear_error():
+def test_sparse_adjacency_is_adj_t_for_the_layer_and_a_clear_error_elsewhere():
+    from graphattn import NodeClassifier, edge_attention
+
     adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2))
-    for a in (adj, adj.to_sparse_csr()):
+    x = torch.randn(2, 4)
+    layer = GraphSelfAttention(4, 4)
+    for a in (adj, adj.to_sparse_csr()):  # the layer reads PyG's adj_t (edge j -> i at [i, j])
+        torch.testing.assert_close(layer(x, a), layer(x, torch.tensor([[1, 0], [0, 1]])))
+        with pytest.raises(TypeError, match="sparse"):  # the models and the functional API take edge_index
+            NodeClassifier(4, 8, 2)(x, a)
         with pytest.raises(TypeError, match="sparse"):
-            GraphSelfAttention(4, 4)(torch.randn(2, 4), a)
+            edge_attention(torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 1, 4), a)
 
 
 def test_bench_without_such_script_lists_the_available_ones(capsys):
