@@ -9,9 +9,10 @@ and returns the sampled subgraph as a PyG ``Data`` in PyG's layout — seed node
 ``num_sampled_nodes`` / ``num_sampled_edges`` per hop — so a loop written for PyG's loader
 (``model(batch.x, batch.edge_index)[:batch.batch_size]``) runs unchanged, with any model.
 
-Cost per batch: ``O(Σ in-degree of the nodes expanded)`` (each expanded node's incoming edges
-get one random key; the ``k`` smallest are kept), plus an ``O(N)`` id map allocated once per
-loader. The graph is held once as edges sorted by target (CSR).
+Cost per batch: ``O(Σ min(in-degree, 8k))`` over the nodes expanded — a node with at most
+``8k`` incoming edges gives each a random key and keeps the ``k`` smallest; a hub draws ``2k``
+positions and keeps the first ``k`` distinct ones (both uniform without replacement) — plus an
+``O(N)`` id map allocated once per loader. The graph is held once as edges sorted by target (CSR).
 """
 from __future__ import annotations
 
@@ -49,18 +50,56 @@ def sample_neighbors(rowptr: Tensor, col: Tensor, nodes: Tensor, num: int, repla
         owner = torch.arange(nodes.numel(), device=nodes.device)[has].repeat_interleave(num)
         draw = (torch.rand(owner.numel(), generator=generator, dtype=torch.float64) * deg[owner]).long()
         return starts[owner] + draw.clamp(max=torch.clamp(deg[owner] - 1, min=0)), owner
-    owner = torch.repeat_interleave(torch.arange(nodes.numel(), device=nodes.device), deg)  # (T,)
+    if num < 0:
+        return _by_keys(starts, deg, -1, generator)
+    # hubs (more than 8 num edges): num distinct draws in O(num), not a key per edge
+    hub = deg > 8 * num
+    if not bool(hub.any()):
+        return _by_keys(starts, deg, num, generator)
+    small, hubs = torch.nonzero(~hub).view(-1), torch.nonzero(hub).view(-1)
+    pos_s, own_s = _by_keys(starts[small], deg[small], num, generator)
+    pos_h, own_h, short = _by_draws(starts[hubs], deg[hubs], num, generator)
+    pieces = [(pos_s, small[own_s]), (pos_h, hubs[own_h])]
+    if short.numel():  # a hub whose draws repeated too often (rare): by keys
+        pos_f, own_f = _by_keys(starts[hubs[short]], deg[hubs[short]], num, generator)
+        pieces.append((pos_f, hubs[short][own_f]))
+    return torch.cat([p for p, _ in pieces]), torch.cat([o for _, o in pieces])
+
+
+def _by_keys(starts: Tensor, deg: Tensor, num: int, generator) -> Tuple[Tensor, Tensor]:
+    """Every candidate edge gets a random key; the ``num`` smallest per node are kept (all of
+    them for ``num = -1`` or ``deg <= num``). ``O(Σ deg)``."""
+    owner = torch.repeat_interleave(torch.arange(deg.numel(), device=deg.device), deg)  # (T,)
     first = torch.cumsum(deg, 0) - deg  # (M,) first candidate of each node
-    pos = torch.arange(owner.numel(), device=nodes.device) - first[owner] + starts[owner]  # (T,)
+    pos = torch.arange(owner.numel(), device=deg.device) - first[owner] + starts[owner]  # (T,)
     if num < 0 or owner.numel() == 0 or bool((deg <= num).all()):
         return pos, owner
-    # the num smallest random keys of every node: one sort by owner + key (key in [0, 1), in
-    # float64 the owner's integer part leaves the key > 30 bits), then the rank within the owner
+    # one sort by owner + key (key in [0, 1); in float64 the owner's integer part leaves the
+    # key > 30 bits), then the rank within the owner
     keys = torch.rand(owner.numel(), generator=generator, dtype=torch.float64)
     order = torch.argsort(owner.to(torch.float64) + keys)  # grouped by owner, random within
-    rank = torch.arange(owner.numel(), device=nodes.device) - first[owner[order]]
+    rank = torch.arange(owner.numel(), device=deg.device) - first[owner[order]]
     keep = order[rank < num]
     return pos[keep], owner[keep]
+
+
+def _by_draws(starts: Tensor, deg: Tensor, num: int, generator) -> Tuple[Tensor, Tensor, Tensor]:
+    """``num`` distinct edges per node (``deg > num``) from ``2 num`` uniform draws with
+    replacement: the first ``num`` distinct values of an i.i.d. sequence are a uniform random
+    ``num``-subset. ``O(num)`` per node. Returns ``(pos, owner, short)``, ``short`` the nodes whose
+    draws held fewer than ``num`` distinct values (left out of ``pos``)."""
+    h, m = deg.numel(), 2 * num
+    draws = (torch.rand(h, m, generator=generator, dtype=torch.float64) * deg[:, None]).long()  # (h, m)
+    draws = torch.minimum(draws, deg[:, None] - 1)
+    vals, perm = torch.sort(draws, dim=1, stable=True)  # ties keep draw order: first one = first drawn
+    repeat = torch.zeros_like(vals, dtype=torch.bool)
+    repeat[:, 1:] = vals[:, 1:] == vals[:, :-1]
+    fresh = torch.zeros_like(repeat).scatter_(1, perm, ~repeat)  # (h, m) first occurrences, draw order
+    count = torch.cumsum(fresh, dim=1)
+    ok = count[:, -1] >= num
+    take = fresh & (count <= num) & ok[:, None]
+    owner = torch.arange(h, device=deg.device)[:, None].expand(h, m)[take]
+    return starts[owner] + draws[take], owner, torch.nonzero(~ok).view(-1)
 
 
 class NeighborLoader:

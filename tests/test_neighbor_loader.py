@@ -174,3 +174,25 @@ def test_partition_batches_shard_across_ranks(monkeypatch):
     for _ in range(2):
         keys = [[b.key for b in loader] for loader in ranks]
         assert len(keys[0]) == len(keys[1]) == 3 and not set(keys[0]) & set(keys[1])
+
+
+@pytest.mark.parametrize("deg, num", [(100, 3), (9, 1)])
+def test_hub_sampling_draws_distinct_uniform_edges(deg, num):
+    """Nodes with more than 8 num edges draw num distinct edges in O(num) (first distinct values of
+    uniform draws; when the draws repeat too often, by keys): uniform and exactly num per node."""
+    from graphattn.neighbor_loader import sample_neighbors
+
+    rowptr = torch.tensor([0, 0, deg, deg + 2])  # node 1: the hub; node 2: two edges
+    col = torch.arange(deg + 2)
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.zeros(deg)
+    trials = 300 * deg // num
+    for _ in range(trials):
+        pos, owner = sample_neighbors(rowptr, col, torch.tensor([2, 1, 0]), num, generator=gen)
+        hub = pos[owner == 1]
+        assert hub.numel() == num and hub.unique().numel() == num and bool((hub < deg).all())
+        small = pos[owner == 0]  # node 2 keeps min(2, num) of its two edges
+        assert small.numel() == min(2, num) and set(small.tolist()) <= {deg, deg + 1}
+        assert not bool((owner == 2).any())  # node 0 has no edges
+        counts[hub] += 1
+    assert counts.min() > 0.75 * 300 and counts.max() < 1.25 * 300  # 300 expected per edge
