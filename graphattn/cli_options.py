@@ -23,9 +23,9 @@ GROUPS: Dict[str, FrozenSet[str]] = {
     "--edges input": frozenset({"edges", "target", "features", "target_col"}),
     "graph-set": frozenset({"tu_text", "folds"}),
     "node-classification": frozenset({
-        "mini_batch", "num_neighbors", "attn_dropout", "input_dropout", "propagation", "propagation_alpha", "propagation_learned",
-        "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops", "label_input", "consistency",
-        "consistency_weight", "consistency_temperature"}),
+        "mini_batch", "num_neighbors", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
+        "propagation_learned", "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops", "label_input",
+        "consistency", "consistency_weight", "consistency_temperature"}),
     "graph-level": frozenset({"readout", "local_mpnn", "batch_size", "limit"}),
 }
 #: the groups each task reads

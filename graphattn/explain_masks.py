@@ -79,6 +79,8 @@ def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Ten
         s = (att * F.leaky_relu(q[dst] + key, negative_slope)).sum(-1)  # (E, H)
     if bias is not None:
         s = s + bias
+    # softmax per target written out: torch_geometric.utils.softmax gives NaN for a target whose
+    # edges are all hidden (-inf bias); here such a target gets zeros, as on the fused path
     idx = dst[:, None].expand(-1, H)
     smax = s.new_full((N, H), float("-inf")).scatter_reduce(0, idx, s.detach(), "amax")  # (N, H)
     smax = torch.where(torch.isfinite(smax), smax, torch.zeros_like(smax))
