@@ -20,12 +20,12 @@ DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
     "molecule": frozenset({"csv", "smiles_col", "tasks", "split", "pos_weight", "descriptors", "ensemble", "init"}),
-    "--edges input": frozenset({"edges", "target", "features", "target_col"}),
+    "--edges input": frozenset({"edges", "target", "features", "target_col", "id_col"}),
     "graph-set": frozenset({"tu_text", "folds"}),
     "node-classification": frozenset({
         "mini_batch", "num_neighbors", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
         "propagation_learned", "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops", "label_input",
-        "consistency", "consistency_weight", "consistency_temperature"}),
+        "consistency", "consistency_weight", "consistency_temperature", "max_features"}),
     "graph-level": frozenset({"readout", "local_mpnn", "batch_size", "limit"}),
 }
 #: the groups each task reads

@@ -146,7 +146,8 @@ def _node_row(data, node: int) -> int:
         if not 0 <= node < data.num_nodes:
             raise ValueError(f"--node must be in [0, {data.num_nodes}), got {node}")
         return node
-    hit = (ids == node).nonzero().view(-1)
+    in_range = -2 ** 63 <= node < 2 ** 63  # node ids are int64
+    hit = (ids == node).nonzero().view(-1) if in_range else ids.new_zeros(0)
     if hit.numel() == 0:
         raise ValueError(f"--node {node} is not a node id of this graph (ids {int(ids.min())}..{int(ids.max())}, "
                          f"{data.num_nodes} nodes)")
@@ -179,7 +180,8 @@ def explain(args) -> int:
         out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
                               hops=args.hops)
-    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), label {info['label']}; "
+    label = "unlabelled" if info["label"] is None else f"label {info['label']}"
+    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), {label}; "
           f"{info['nodes']} nodes / {info['edges']} edges drawn"
           + (f" (of the {info['ego_nodes']} nodes within {args.hops} hops)"
              if info["ego_nodes"] > info["nodes"] else "")

@@ -70,10 +70,17 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
                             "folds": args.folds, **GRAPH_FEATURES, "node_attr": True}
     if args.tu_text:
-        if not Path(args.tu_text).is_file():
-            raise ValueError(f"--tu-text {args.tu_text}: no such file")
-        spec.update(name=None, tu_text=str(Path(args.tu_text).resolve()),
-                    display=Path(args.tu_text).name.split(".")[0].lower())
+        path = Path(args.tu_text)
+        if not path.exists():
+            raise ValueError(f"--tu-text {args.tu_text}: no such file or folder")
+        from .data.tu_folder import find_tu_prefix
+
+        tu = find_tu_prefix(path)  # the TU original format (NAME_A.txt, ...): its folder or A file
+        if path.is_dir() and tu is None:
+            raise ValueError(f"--tu-text {args.tu_text}: a folder without TU files (NAME_A.txt, "
+                             "NAME_graph_indicator.txt, NAME_graph_labels.txt); give a DGCNN/GIN text file instead")
+        spec.update(name=None, tu_text=str(path.resolve()),
+                    display=(tu[1] if tu else path.name.split(".")[0]).lower())
     else:
         spec.update(display=name, root=str(data_root().resolve()))
     return spec
@@ -82,12 +89,13 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
 def load_graphs(spec: Dict[str, Any]):
     """The featurised graphs of a data spec (a :class:`~graphattn.data.tu.GraphList`)."""
     from .data.download import DataFileError
-    from .data.tu import (add_structural_features, load_social_graph_dataset, load_tu_folds,
-                          load_tu_text)
+    from .data.tu import (add_structural_features, find_tu_prefix, load_social_graph_dataset, load_tu_folder,
+                          load_tu_folds, load_tu_text)
 
     if spec.get("tu_text"):
-        graphs = load_tu_text(spec["tu_text"])
-        fold_dir = Path(spec["tu_text"]).parent / "10fold_idx"
+        tu = find_tu_prefix(spec["tu_text"])
+        graphs = load_tu_folder(*tu) if tu else load_tu_text(spec["tu_text"])
+        fold_dir = (tu[0] if tu else Path(spec["tu_text"]).parent) / "10fold_idx"
         graphs.folds = None
         if fold_dir.is_dir():
             try:
@@ -134,6 +142,14 @@ def _stratified_part(idx: Tensor, y: Tensor, frac: float, seed: int) -> Tuple[Te
     _, va, _ = stratified_masks(y[idx], 1.0 - frac, frac, seed=seed) if frac > 0 else (None, None, None)
     if va is None:
         return idx, idx[:0]
+    if not bool(va.any()) and idx.numel() >= 2:
+        # per-class rounding left the part empty (tiny sets: 10 % of 5 graphs rounds to 0): one graph of
+        # the largest class, drawn with the seed, so that a split never lacks validation or test graphs
+        yi = y[idx]
+        big = int(torch.bincount(yi).argmax())
+        members = (yi == big).nonzero().view(-1)
+        va = va.clone()
+        va[members[torch.randint(members.numel(), (1,), generator=torch.Generator().manual_seed(seed))]] = True
     return idx[~va], idx[va]
 
 
@@ -245,7 +261,7 @@ def prepare_graph(args, name: Optional[str]):
             where = f"fold {fold + 1} of {args.folds}" if fold is not None else "the 80/10/10 split"
             raise ValueError(f"{spec['display']}: {len(graphs)} graphs are too few: {where} has no "
                              f"{'/'.join(empty)} graphs (10 % of the training graphs go to validation); "
-                             + (f"use fewer folds than --folds {args.folds}, or more graphs" if fold is not None
+                             + ("use fewer folds, or more graphs" if fold is not None and args.folds > 2
                                 else "use more graphs"))
     return spec, graphs, hp
 

@@ -4,8 +4,11 @@ A *data spec* is a plain dict (stored in checkpoints) from which :func:`load_nod
 rebuilds exactly the graph, features and split a model was trained on::
 
     {"level": "node", "display": "karate", "name": "karate" | None, "root": "...",
-     "edges": path, "target": path, "features": path, "target_col": str,
-     "split": [0.6, 0.2], "split_seed": 0, "pe_dim": 0}
+     "edges": path, "target": path, "features": path, "target_col": str, "id_col": str,
+     "split": [0.6, 0.2], "split_seed": 0, "pe_dim": 0, "max_features": int}
+
+(``max_features``: the most frequent feature ids kept; ``graphattn train`` cuts wide feature
+files to what fits a dense ``x`` of :data:`FEATURE_BYTES`, ``--max-features all`` keeps all.)
 
 Features: a file's multi-hot features are used as they are (Cora's are row-normalised, as in
 GCN/GAT); graphs without a features file
@@ -44,6 +47,9 @@ NODE_DATASETS = ("karate", "cora") + _musae_names()
 
 #: (train, val) fractions of the stratified split; test is the rest.
 SPLIT = (0.6, 0.2)
+#: memory budget of a features file's dense multi-hot ``x`` in ``graphattn train`` (Deezer Europe's
+#: 28k nodes x 31k feature ids would be 3.5 GB, ~11 GB at peak with input dropout)
+FEATURE_BYTES = 2 ** 30
 
 _BASE = dict(hidden=64, layers=2, epochs=150, lr=3e-3, dropout=0.3, weight_decay=0.0,
              global_tokens=0, pe_dim=0, patience=50, attn_dropout=0.0, input_dropout=None,
@@ -111,14 +117,16 @@ def load_node_data(spec: Dict[str, Any]):
                               structural_node_features)
 
     split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
+    cut = {k: spec[k] for k in ("max_features", "max_feature_bytes") if spec.get(k) is not None}
     root = spec.get("root")
     root = root if root and Path(root).is_dir() else None
     if spec.get("name"):
         # a model pinned to structural features does not read (or try to download) the features file
         data = load_social_node_dataset(spec["name"], root=root, split=split, seed=seed,
-                                        features=spec.get("feature_source") != "structural")
+                                        features=spec.get("feature_source") != "structural", **cut)
     else:
-        data = load_musae(spec["edges"], spec["target"], spec.get("features"), spec.get("target_col"))
+        data = load_musae(spec["edges"], spec["target"], spec.get("features"), spec.get("target_col"),
+                          id_col=spec.get("id_col"), **cut)
         data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, *split, seed=seed)
         if data.x is None:
             data.x = structural_node_features(data.edge_index, data.num_nodes)

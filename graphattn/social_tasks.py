@@ -64,7 +64,16 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--target", default=None, help="target CSV (node id column + label column) for --edges")
     g.add_argument("--features", default=None, help="optional features JSON {node id: [feature ids]} for --edges")
     g.add_argument("--target-col", default=None, help="label column of --target (default: auto-detected)")
-    g.add_argument("--tu-text", default=None, help="graph classification file in the DGCNN/GIN text format")
+    g.add_argument("--id-col", default=None,
+                   help="node id column of --target (default: new_id, id, node_id, node, numeric_id, else the first "
+                        "column named *_id / *Id, else the first column)")
+    g.add_argument("--max-features", default=None,
+                   help="node sets: keep the N most frequent feature ids of a features file, or 'all' (default: "
+                        "all that fit a dense x of 1 GiB, with a warning when some are cut)")
+    g.add_argument("--tu-text", default=None,
+                   help="graph classification set: a file in the DGCNN/GIN text format, or the TU original "
+                        "format (a folder with NAME_A.txt, NAME_graph_indicator.txt, NAME_graph_labels.txt, or "
+                        "its NAME_A.txt)")
     g.add_argument("--folds", type=int, default=None,
                    help="k-fold cross-validation for graph classification (10 uses the dataset's "
                         "10fold_idx files when present); reports mean ± std")
@@ -213,7 +222,8 @@ def _check_inputs(args) -> None:
         raise ValueError(f"give one input: {' or '.join(given)}, not both")
     if args.edges and not args.target:
         raise ValueError("--edges needs --target (the node id + label CSV)")
-    for flag, val in (("--target", args.target), ("--target-col", args.target_col)):
+    for flag, val in (("--target", args.target), ("--target-col", args.target_col),
+                      ("--id-col", getattr(args, "id_col", None))):
         if val and not args.edges:
             raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels)")
 
@@ -232,6 +242,9 @@ def _prepare_node(args, spec: Dict[str, Any]):
                          f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels?")
     if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
         spec["feature_source"] = data.base_feature_source
+    if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
+            and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
+        spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
     hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
     if args.baseline != "none":
         hp["pe_dim"] = 0
@@ -330,11 +343,29 @@ def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Di
             f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
 
 
+def _max_features(text) -> Dict[str, Any]:
+    """``--max-features N | all`` -> the data spec's feature cut: ``max_features`` (a fixed
+    count) or ``max_feature_bytes`` (the default: a 1 GiB budget for the dense ``x``,
+    resolved to a count by :func:`_prepare_node` so a checkpoint rebuilds the same columns)."""
+    if text is None or str(text).lower() == "auto":
+        return {"max_feature_bytes": sn.FEATURE_BYTES}
+    if str(text).lower() == "all":
+        return {}
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--max-features must be a positive integer or 'all', got {text!r}")
+    return {"max_features": n}
+
+
 def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
     from .data.download import data_root
 
     spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
+    spec.update(_max_features(getattr(args, "max_features", None)))
     if name is not None:
         spec.update(name=name, display=name, root=str(data_root().resolve()))
         return spec
@@ -345,6 +376,6 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
         if p is not None and not Path(p).is_file():
             raise ValueError(f"--{k} {p}: no such file")
     spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
-                target_col=args.target_col,
+                target_col=args.target_col, id_col=getattr(args, "id_col", None),
                 **{k: (str(Path(p).resolve()) if p else None) for k, p in paths.items()})
     return spec

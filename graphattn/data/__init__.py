@@ -15,7 +15,7 @@ from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS
 from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_social_node_dataset,
                      random_walk_pe, stratified_masks, structural_node_features)
 from .tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
-                 load_tu_dataset, load_tu_folds, load_tu_text, stratified_folds)
+                 load_tu_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
 from .splits import (balanced_scaffold_split, murcko_scaffold, random_split, scaffold_groups,
                      scaffold_split, stratified_split)
 
@@ -29,7 +29,7 @@ __all__ = [
     "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_social_node_dataset",
     "random_walk_pe", "stratified_masks", "structural_node_features",
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",
-    "load_tu_dataset", "load_tu_folds", "load_tu_text", "stratified_folds",
+    "load_tu_dataset", "load_tu_folder", "load_tu_folds", "load_tu_text", "stratified_folds",
     "balanced_scaffold_split", "murcko_scaffold", "random_split", "scaffold_groups", "scaffold_split",
     "stratified_split",
 ]

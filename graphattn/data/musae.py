@@ -15,6 +15,7 @@ ones by name.
 """
 from __future__ import annotations
 
+import re
 import warnings
 from itertools import chain
 from typing import Dict, List, Optional, Tuple
@@ -88,23 +89,29 @@ def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
     return names, pairs[:, 0], pairs[:, 1]
 
 
-_ID_COLUMNS = ("new_id", "id", "node_id", "node")
+_ID_COLUMNS = ("new_id", "id", "node_id", "node", "numeric_id")
+_ID_NAME = re.compile(r"(^|[^A-Za-z])(id|ID|Id)$|[a-z](Id|ID)$")  # user_id, numeric id, userId; not "paid"
 _TARGET_COLUMNS = ("target", "page_type", "ml_target", "mature", "label", "class", "y")
 
 
-def _read_target(path: PathLike, target_col: Optional[str]):
+def _column(path, header: List[str], name: str, what: str) -> int:
+    """Index of column ``name`` (exact, else the one case-insensitive match)."""
+    lower = [h.lower() for h in header]
+    if name in header:
+        return header.index(name)
+    if lower.count(name.lower()) == 1:  # e.g. --target-col label for a 'Label' column
+        return lower.index(name.lower())
+    if lower.count(name.lower()) > 1:
+        raise DataFileError(f"{path}: column {name!r} ({what}s) is ambiguous: "
+                            f"{[h for h in header if h.lower() == name.lower()]} match it")
+    raise DataFileError(f"{path}: no column {name!r} for the {what}s (columns: {header})")
+
+
+def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str] = None):
     header, rows = csv_rows(read_text(path), str(path))
     lower = [h.lower() for h in header]
     if target_col is not None:
-        if target_col in header:
-            t_col = header.index(target_col)
-        elif lower.count(target_col.lower()) == 1:  # e.g. --target-col label for a 'Label' column
-            t_col = lower.index(target_col.lower())
-        elif lower.count(target_col.lower()) > 1:
-            raise DataFileError(f"{path}: column {target_col!r} is ambiguous: "
-                                f"{[h for h in header if h.lower() == target_col.lower()]} match it")
-        else:
-            raise DataFileError(f"{path}: no column {target_col!r} (columns: {header})")
+        t_col = _column(path, header, target_col, "label")
     else:
         t_col = next((lower.index(c) for c in _TARGET_COLUMNS if c in lower), None)
         if t_col is None:
@@ -113,9 +120,17 @@ def _read_target(path: PathLike, target_col: Optional[str]):
     if lower[t_col] in _ID_COLUMNS:
         raise DataFileError(f"{path}: column {header[t_col]!r} is an id column, not class labels; "
                             f"pass the column of class labels (columns: {header})")
-    # the node id column: a known id name, else the first column that is not the label column
-    id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
-                  next((i for i in range(len(header)) if i != t_col), None))
+    if id_col is not None:
+        id_col = _column(path, header, id_col, "node id")
+        if id_col == t_col:
+            raise DataFileError(f"{path}: the node id column and the label column are both "
+                                f"{header[t_col]!r}")
+    else:
+        # a known id name, else a name ending in "id" (numeric_id, user_id), else the first
+        # column that is not the label column
+        id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
+                      next((i for i, h in enumerate(header) if i != t_col and _ID_NAME.search(h)),
+                           next((i for i in range(len(header)) if i != t_col), None)))
     if id_col is None:
         raise DataFileError(f"{path}: the only column {header[t_col]!r} is the label column; a "
                             "target CSV needs a node id column too (e.g. 'id,target')")
@@ -128,7 +143,7 @@ def _read_target(path: PathLike, target_col: Optional[str]):
         ids = np.array([int(r[id_col]) for r in rows], dtype=np.int64)
     except (ValueError, OverflowError) as exc:
         raise DataFileError(f"{path}: id column {header[id_col]!r} is not an int64 integer "
-                            f"({exc})") from exc
+                            f"({exc}); name the node id column with id_col= (--id-col)") from exc
     y, names = label_codes([r[t_col] for r in rows])
     n_missing = int(np.count_nonzero(y < 0))
     if rows and n_missing == len(rows):
@@ -156,8 +171,10 @@ def _bad_feature(path, keys: List[str], lists: List[list]) -> DataFileError:
 
 
 def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
-                   max_features: Optional[int]) -> Tuple[Tensor, np.ndarray, int]:
-    """``(x (N, F) multi-hot, feature ids (F,), number of target nodes that have a row)``."""
+                   max_features: Optional[int], max_bytes: Optional[int] = None
+                   ) -> Tuple[Tensor, np.ndarray, int, int]:
+    """``(x (N, F) multi-hot, feature ids (F,), number of target nodes that have a row,
+    number of distinct feature ids before any cut)``."""
     obj = parse_json(read_text(path), str(path))
     if not isinstance(obj, dict):
         raise DataFileError(f"{path}: expected an object {{node id: [feature ids]}}")
@@ -191,6 +208,15 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
         raise _bad_feature(path, keys, lists)
     r = np.repeat(np.asarray(nodes, dtype=np.int64), lens)
     feature_ids, c = sorted_unique(c, return_inverse=True)  # sparse ids -> 0..F-1 (sorted)
+    total = int(feature_ids.size)
+    if max_bytes is not None and num_nodes * total * 4 > max_bytes:
+        fit = max(1, int(max_bytes // (4 * max(num_nodes, 1))))
+        if max_features is None or fit < max_features:
+            warnings.warn(f"{path}: {total:,} feature ids x {num_nodes:,} nodes would make a dense x of "
+                          f"{num_nodes * total * 4 / 2**30:.1f} GiB; keeping the {fit:,} most frequent ids "
+                          f"(budget {max_bytes / 2**30:.2f} GiB; on the command line --max-features all keeps "
+                          "every one)", stacklevel=3)
+            max_features = fit
     if max_features is not None and max_features < feature_ids.size:
         # keep the most frequent feature ids (counted once per node), in id order
         first = sorted_unique(r * feature_ids.size + c)
@@ -203,7 +229,7 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
         feature_ids = feature_ids[keep]
     x = torch.zeros(num_nodes, int(feature_ids.size), dtype=torch.float32)
     x[torch.from_numpy(r), torch.from_numpy(c)] = 1.0  # duplicates collapse to 1 (multi-hot)
-    return x, feature_ids, len(set(nodes))
+    return x, feature_ids, len(set(nodes)), total
 
 
 def check_max_features(max_features: Optional[int]) -> None:
@@ -219,16 +245,18 @@ def check_max_features(max_features: Optional[int]) -> None:
 
 def load_musae(edges_path: PathLike, target_path: PathLike,
                features_path: Optional[PathLike] = None, target_col: Optional[str] = None,
-               *, max_features: Optional[int] = None, remove_self_loops: bool = True) -> Data:
+               *, max_features: Optional[int] = None, remove_self_loops: bool = True,
+               id_col: Optional[str] = None, max_feature_bytes: Optional[int] = None) -> Data:
     """Read a graph in the MUSAE/FEATHER release format into a PyG ``Data``.
 
     Args:
         edges_path: CSV with a two-column header and one edge per row (plain or ``.gz``);
             every non-blank row must hold exactly two integer ids (a row with 1 or 3 fields
             is a :class:`DataFileError` naming the file and row).
-        target_path: CSV with an id column (``new_id`` if present, else ``id``, else the
-            first column) and a label column (``target_col``, or auto-detected among
-            ``target, page_type, ml_target, mature, label, class, y``).
+        target_path: CSV with an id column (``id_col``, or auto-detected: ``new_id``,
+            ``id``, ``node_id``, ``node``, ``numeric_id``, else the first name ending in
+            ``id``, else the first column) and a label column (``target_col``, or
+            auto-detected among ``target, page_type, ml_target, mature, label, class, y``).
         features_path: optional JSON ``{node id: [feature ids]}``; becomes a dense
             multi-hot float matrix ``x`` of shape (N, F), the distinct feature ids being
             re-numbered 0..F-1 in sorted order (original ids in ``data.feature_ids``).
@@ -241,6 +269,10 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
             paths compute structural features, as for a graph without a features file.
         max_features: keep only the F most frequent feature ids (memory control); a
             positive integer (else ``ValueError``).
+        max_feature_bytes: a memory budget for the dense ``x``: when N × F float32 would
+            exceed it, only the most frequent feature ids that fit are kept (with a warning;
+            ``data.num_feature_ids`` is the number before the cut). ``None``: no budget.
+        id_col: name of the node id column of the target CSV (case-insensitive).
         remove_self_loops: drop ``u,u`` rows (Facebook has 179).
 
     Labels: re-coded to 0..C-1, names in ``data.class_names``: numbers in numeric order
@@ -262,7 +294,10 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     is given. :class:`DataFileError` is a ``ValueError``.
     """
     check_max_features(max_features)
-    ids, y, class_names, id_name, t_name = _read_target(target_path, target_col)
+    if max_feature_bytes is not None and (isinstance(max_feature_bytes, bool) or not isinstance(
+            max_feature_bytes, (int, np.integer)) or max_feature_bytes <= 0):
+        raise ValueError(f"max_feature_bytes must be a positive integer or None, got {max_feature_bytes!r}")
+    ids, y, class_names, id_name, t_name = _read_target(target_path, target_col, id_col)
     order = np.argsort(ids, kind="stable")
     ids, y = ids[order], y[order]
     if ids.size and np.any(ids[1:] == ids[:-1]):
@@ -295,7 +330,8 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     data.x, data.has_features, data.feature_source = None, False, "none"
     if features_path is not None:
         index = {int(v): i for i, v in enumerate(ids.tolist())}
-        x, feature_ids, matched = _read_features(features_path, index, n, max_features)
+        x, feature_ids, matched, total = _read_features(features_path, index, n, max_features,
+                                                        max_feature_bytes)
         reason = None
         if 2 * matched < n:
             reason = f"features for only {matched} of {n} nodes (fewer than half)"
@@ -312,5 +348,6 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
                               "get all-zero rows", stacklevel=2)
             data.x = x
             data.feature_ids = torch.from_numpy(feature_ids)
+            data.num_feature_ids = total
             data.has_features, data.feature_source = True, "file"
     return data

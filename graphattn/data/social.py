@@ -59,10 +59,16 @@ def _spec(folder, stem, upstream, commit, feat_commit, counts, snap_prefix="", f
     ``extra_features``) and URLs."""
     def names(kind, ext, extra=()):
         base = f"{stem}_{kind}.{ext}"
-        cands = [f"{folder}/{base}", f"{folder}/{base}.gz"]  # downloads are plain: 1st name
-        if snap_prefix:  # SNAP's zips name the files musae_<stem>_<kind>.<ext>
-            cands += [f"{folder}/{snap_prefix}{base}", f"{folder}/{snap_prefix}{base}.gz"]
-        return list(dict.fromkeys(cands + [f"{folder}/{e}" for e in extra]))
+        cands = []
+        # the shared-data folder first (downloads are plain: the 1st name), then the folder
+        # the release unzips into (facebook_large/, git_web_ml/, lasftm_asia/ [sic]), then the
+        # root itself (root= pointed at the folder holding the files)
+        for d in dict.fromkeys((f"{folder}/", f"{upstream}/", "")):
+            cands += [f"{d}{base}", f"{d}{base}.gz"]
+            if snap_prefix:  # SNAP's zips name the files musae_<stem>_<kind>.<ext>
+                cands += [f"{d}{snap_prefix}{base}", f"{d}{snap_prefix}{base}.gz"]
+            cands += [f"{d}{e}" for e in extra]
+        return list(dict.fromkeys(cands))
     fname = feat_name or f"{stem}_features.json"
     return {
         "edges": (names("edges", "csv"), f"{_DS}/{commit}/{upstream}/{stem}_edges.csv"),
@@ -120,7 +126,7 @@ def _structural_check(kind: str, rows: Optional[int] = None):
                 except (EOFError, OSError) as exc:
                     raise DataFileError(f"{path}: corrupt gzip file ({exc})") from exc
         if kind == "features":
-            if not head.lstrip().startswith(b"{"):
+            if not head.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):  # UTF-8 BOM
                 raise DataFileError(f"{path}: not a JSON object (an HTML page or LFS pointer?)")
             return
         if b"," not in head.split(b"\n", 1)[0] or head.startswith(b"version https://git-lfs"):
@@ -190,6 +196,7 @@ def load_karate(structural_features: bool = True, rw_steps: int = 16) -> Data:
 def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, download: bool = True,
                              features: bool = True, structural_features: Union[str, bool] = "auto",
                              rw_steps: int = 16, max_features: Optional[int] = None,
+                             max_feature_bytes: Optional[int] = None,
                              split: Tuple[float, float] = (0.6, 0.2), seed: int = 0) -> Data:
     """A published node-classification social graph by name, with stratified masks.
 
@@ -197,7 +204,9 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     ``twitch-de|engb|es|fr|ptbr|ru|tw`` (and ``cora``, which keeps its public split).
     Files are looked up under ``<root>/<folder>/`` by the names of the shared data folder
     (``facebook_page_page/facebook_edges.csv.gz``, ``twitch/DE/DE_edges.csv.gz``...) and
-    the upstream/SNAP names (``musae_facebook_edges.csv``...), plain or gzipped; absent ones
+    the upstream/SNAP names (``musae_facebook_edges.csv``...), plain or gzipped, then in
+    the folders the releases unzip into (``facebook_large/``, ``git_web_ml/``,
+    ``lasftm_asia/``) and in ``<root>`` itself; absent ones
     are downloaded (``download=True``) from benedekrozemberczki/datasets at the pinned
     commits listed in ``datasets/social.md``.
 
@@ -211,7 +220,8 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     ``structural_features``: ``"auto"`` adds ``[log1p(deg), RWPE_1..rw_steps]`` as ``x``
     only when there are no features (warning, ``data.feature_source = "structural"``);
     ``True`` appends them to file features too; ``False`` never (``x`` may be ``None``).
-    ``max_features``: ``None`` or a positive integer (see :func:`load_musae`).
+    ``max_features``, ``max_feature_bytes``: ``None`` or positive integers, memory controls for
+    wide feature files (see :func:`load_musae`).
     ``split``: (train, val) fractions per class for :func:`stratified_masks`, test = rest;
     nodes with a missing label (``y = -1``) are in no mask.
     """
@@ -234,7 +244,8 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
             except DataFileError as exc:
                 warnings.warn(f"{key}: no node features file ({exc}); using structural features "
                               "(log-degree + random-walk PE) instead", stacklevel=2)
-        data = load_musae(paths["edges"], paths["target"], feat_path, max_features=max_features)
+        data = load_musae(paths["edges"], paths["target"], feat_path, max_features=max_features,
+                          max_feature_bytes=max_feature_bytes)
         n_exp, e_exp, c_exp = spec["counts"]
         got = (data.num_nodes, data.edge_index.size(1) // 2, len(data.class_names))
         if got[0] != n_exp or got[2] != c_exp:

@@ -11,8 +11,9 @@ set and reads it with the format readers of this package:
 
 Social graphs have no node features: :func:`add_structural_features` adds degree features
 and random-walk PE. Users with the TU original format (``NAME_A.txt``,
-``NAME_graph_indicator.txt``...) use :func:`load_tu_dataset`, a thin wrapper of PyG's
-``TUDataset``. The readers are re-exported here.
+``NAME_graph_indicator.txt``...) read any folder of them with :func:`load_tu_folder` (the
+named sets accept those files too), or get PyG's ``TUDataset`` from :func:`load_tu_dataset`.
+The readers are re-exported here.
 """
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ from .ego_json import load_ego_json
 from .rawio import canonical_name, zip_check
 from .social_splits import load_tu_folds, stratified_folds
 from .structural import add_structural_features
+from .tu_folder import find_tu_prefix, load_tu_folder
 from .tu_text import GraphList, load_tu_text
 
 __all__ = [
-    "GraphList", "load_tu_text", "load_tu_folds", "stratified_folds", "load_ego_json",
+    "GraphList", "load_tu_text", "load_tu_folder", "load_tu_folds", "stratified_folds", "load_ego_json",
     "load_social_graph_dataset", "load_tu_dataset", "add_structural_features",
     "SOCIAL_GRAPH_DATASETS",
 ]
@@ -43,6 +45,10 @@ random_walk_pe = _structural.random_walk_pe
 _IHGNN = ("https://raw.githubusercontent.com/yeweiysh/IHGNN/"
           "dcb2c23cdc06f3ed8cc1dd0f0dced9ddd9156bad/data")
 _DS = "https://raw.githubusercontent.com/benedekrozemberczki"
+
+#: the TU collection's names of the sets (their original-format files NAME_A.txt ...)
+_TU_NAMES = {"imdb-binary": "IMDB-BINARY", "imdb-multi": "IMDB-MULTI", "reddit-binary": "REDDIT-BINARY",
+             "collab": "COLLAB", "mutag": "MUTAG", "ptc": "PTC_MR", "nci1": "NCI1"}
 
 #: name -> (folder, file stem, expected (graphs, nodes, undirected edges w/o loops, classes))
 SOCIAL_GRAPH_DATASETS = {
@@ -64,6 +70,20 @@ _GRAPH_ALIASES = {"imdbbinary": "imdb-binary", "imdb_binary": "imdb-binary",
                   "reddit10k": "reddit-threads", "reddit_threads_10k": "reddit-threads"}
 
 
+def _tu_folder_files(key: str, folder: str, root) -> Optional[Path]:
+    """The folder of the set's TU original-format files under the data root, if any:
+    ``<folder>/[<TU>/][raw/]`` or PyG's ``<TU>/raw/`` (``TUDataset(root, TU)``'s layout)."""
+    tu = _TU_NAMES.get(key)
+    if tu is None:
+        return None
+    base = data_root(root)
+    for d in (base / folder, base / folder / tu, base / tu):
+        found = find_tu_prefix(d, tu) if d.is_dir() else None
+        if found is not None:
+            return found[0]
+    return None
+
+
 def _tu_text_files(folder: str, stem: str, root, download: bool) -> Tuple[Path, Optional[Path]]:
     """Locate ``<stem>.txt[.gz]`` and its fold folder; extract/download the IHGNN zip if needed."""
     base = data_root(root)
@@ -74,8 +94,16 @@ def _tu_text_files(folder: str, stem: str, root, download: bool) -> Tuple[Path, 
             break
     else:
         zrel = f"{folder}/{stem}.zip"
-        zpath = find_file([zrel], url=f"{_IHGNN}/{stem}.zip", root=root, download=download,
-                          check=zip_check([f"{stem}/{stem}.txt"]))
+        try:
+            zpath = find_file([zrel], url=f"{_IHGNN}/{stem}.zip", root=root, download=download,
+                              check=zip_check([f"{stem}/{stem}.txt"]))
+        except DataFileError as exc:
+            tu = next((v for k, v in _TU_NAMES.items() if SOCIAL_GRAPH_DATASETS[k][0] == folder), "NAME")
+            raise DataFileError(
+                f"no {stem} files under {base}: accepted are the DGCNN/GIN text file {folder}/{stem}.txt[.gz] "
+                f"(with {folder}/10fold_idx/), its zip {folder}/{stem}.zip, or the TU original format "
+                f"({tu}_A.txt, {tu}_graph_indicator.txt, {tu}_graph_labels.txt) in {folder}/, {folder}/{tu}/[raw/] "
+                f"or {tu}/raw/ ({exc})") from exc
         with zipfile.ZipFile(zpath) as zf:
             wanted = [m for m in zf.namelist() if m.startswith(f"{stem}/")
                       and "__MACOSX" not in m and not m.endswith((".DS_Store", "/"))]
@@ -127,8 +155,16 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
         out = load_ego_json(g, t, remove_self_loops=remove_self_loops)
         out.folds = stratified_folds(out.y)
     else:
-        txt, fold_dir = _tu_text_files(folder, stem, root, download)
-        out = load_tu_text(txt, remove_self_loops=remove_self_loops)
+        tu_dir = _tu_folder_files(key, folder, root)
+        if tu_dir is not None and not any((data_root(root) / folder / f).is_file()
+                                          for f in (f"{stem}.txt.gz", f"{stem}.txt")):
+            out = load_tu_folder(tu_dir, _TU_NAMES[key], remove_self_loops=remove_self_loops)
+            txt = tu_dir / f"{_TU_NAMES[key]}_A.txt"
+            # GIN's fold files index the text file's graph order: used only when put with these files
+            fold_dir = tu_dir / "10fold_idx" if (tu_dir / "10fold_idx").is_dir() else None
+        else:
+            txt, fold_dir = _tu_text_files(folder, stem, root, download)
+            out = load_tu_text(txt, remove_self_loops=remove_self_loops)
         out.folds = load_tu_folds(fold_dir, num_graphs=len(out)) if fold_dir else None
         if out.folds is None:
             warnings.warn(f"{key}: no 10fold_idx folder next to {txt}; using stratified_folds()",
@@ -148,12 +184,32 @@ def load_tu_dataset(root: PathLike, name: str, **kwargs):
     ``NAME_graph_labels.txt``[, ``NAME_node_labels.txt``...]) via PyG's ``TUDataset``.
 
     Expects ``<root>/<name>/raw/<name>_*.txt`` (PyG downloads from the TU server when they
-    are absent and a network is available). PyG already re-codes graph labels to 0..C-1.
+    are absent and a network is available; a failed download is a :class:`DataFileError` and
+    leaves no empty folders; files elsewhere: :func:`load_tu_folder`). PyG already re-codes graph labels to 0..C-1.
     Returns the ``TUDataset``; ``list(ds)`` gives the same shape as :func:`load_tu_text`
     (``x`` holds one-hot node labels where the set has them; social sets have none — use
     ``graphs = add_structural_features(list(ds))``: indexing a dataset returns copies, so the
     features must be added to the list).
     """
+    import shutil
+
     from torch_geometric.datasets import TUDataset
 
-    return TUDataset(str(root), name, **kwargs)
+    raw = Path(root) / name / "raw"
+    if find_tu_prefix(raw, name) is None:
+        for d in (Path(root) / name, Path(root)):
+            if d.is_dir() and find_tu_prefix(d, name) is not None:
+                raise DataFileError(
+                    f"TUDataset reads {raw}/{name}_A.txt ...; the files are in {d}: move them into {raw}, or "
+                    f"read them where they are with graphattn.data.load_tu_folder({str(d)!r}, {name!r})")
+    made = [p for p in (Path(root), Path(root) / name, raw) if not p.exists()]
+    try:
+        return TUDataset(str(root), name, **kwargs)
+    except Exception as exc:  # PyG's download: URLError, aiohttp errors, HTTP 404 for unknown names...
+        if find_tu_prefix(raw, name) is not None:
+            raise  # the files were there: PyG's own error is about their content
+        for p in reversed(made):  # no empty folders left behind by the failed download
+            shutil.rmtree(p, ignore_errors=True)
+        raise DataFileError(f"no {raw}/{name}_A.txt (with {name}_graph_indicator.txt, {name}_graph_labels.txt) "
+                            f"and PyG's download of {name!r} from the TU server failed "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from exc

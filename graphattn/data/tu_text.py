@@ -117,8 +117,11 @@ def _parse_lines(text: str, path):
             raise ValueError
         n_graphs = int(first[0])
     except ValueError:
+        hint = (" — it looks like the TU original format's NAME_A.txt ('i, j' edge rows): read its folder "
+                "with graphattn.data.load_tu_folder (on the command line --tu-text accepts it)"
+                if len(first) == 2 and first[0].endswith(",") else "")
         raise DataFileError(f"{path}: first line must be the number of graphs alone, got "
-                            f"{' '.join(first[:4])!r}") from None
+                            f"{' '.join(first[:4])!r}{hint}") from None
     sizes, labels, tags, nbr_counts, nbrs, attrs = [], [], [], [], [], []
     for g in range(n_graphs):
         head = next(it, None)

@@ -1,0 +1,184 @@
+"""The TU original format of graph-classification sets, read from any folder.
+
+The TU Dortmund collection (Morris et al. 2020) ships a set ``NAME`` as text files in one
+folder (plain or ``.gz``)::
+
+    NAME_A.txt                 one edge "i, j" per line, 1-based node ids over the whole set
+    NAME_graph_indicator.txt   per node, its 1-based graph id
+    NAME_graph_labels.txt      per graph, its class label
+    NAME_node_labels.txt       optional: per node, its label(s) (comma-separated)
+    NAME_node_attributes.txt   optional: per node, continuous attributes (comma-separated)
+
+:func:`load_tu_folder` returns the :class:`~graphattn.data.tu_text.GraphList` layout of
+:func:`~graphattn.data.tu_text.load_tu_text` (``y``, ``tag``, ``x`` = one-hot tags when
+there are several, ``node_attr``, undirected deduplicated edges, ``label_values``).
+
+Why not PyG's ``TUDataset`` here: it needs the ``<root>/<NAME>/raw/`` layout (anything else
+starts a download), and its reader ``torch_geometric.io.read_tu_data`` cuts the edge slices
+from ``bincount(batch[row])`` without ``minlength``, so a set whose last graphs have no edges
+loses them (a 3-graph set whose graphs 2 and 3 have no edges loads as 1 graph; checked with
+PyG 2.8). :func:`~graphattn.data.tu.load_tu_dataset` still wraps ``TUDataset``
+for users who want the PyG dataset object.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from .download import DataFileError, PathLike
+from .rawio import parse_int_tokens, read_bytes, sorted_unique, undirected_edge_index
+from .tu_text import GraphList
+
+__all__ = ["load_tu_folder", "find_tu_prefix"]
+
+_A_FILE = re.compile(r"^(?P<prefix>.+)_A\.txt(\.gz)?$")
+
+
+def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple[Path, str]]:
+    """``(folder, NAME)`` of the TU files at ``path`` (a ``NAME_A.txt[.gz]`` file, or a folder
+    holding one directly or under ``raw/``), or ``None`` when there are none.
+    A folder with several sets needs ``name``."""
+    p = Path(path)
+    if p.is_file():
+        m = _A_FILE.match(p.name)
+        return (p.parent, m.group("prefix")) if m else None
+    for folder in (p, p / "raw"):
+        if not folder.is_dir():
+            continue
+        found = sorted({m.group("prefix") for f in folder.iterdir() if (m := _A_FILE.match(f.name))})
+        if name is not None:
+            if name in found:
+                return folder, name
+            continue
+        if len(found) > 1:
+            raise DataFileError(f"{folder}: TU files of several sets {found}; name the one to read")
+        if found:
+            return folder, found[0]
+    return None
+
+
+def _read(folder: Path, prefix: str, kind: str, required: bool = True) -> Optional[bytes]:
+    for cand in (folder / f"{prefix}_{kind}.txt", folder / f"{prefix}_{kind}.txt.gz"):
+        if cand.is_file():
+            return read_bytes(cand).replace(b"\r", b"")
+    if required:
+        raise DataFileError(f"{folder}: no {prefix}_{kind}.txt (the TU format needs {prefix}_A.txt, "
+                            f"{prefix}_graph_indicator.txt and {prefix}_graph_labels.txt)")
+    return None
+
+
+def _rows(buf: bytes, what: str, n_rows: int, floats: bool = False) -> np.ndarray:
+    """A comma-separated table of ``n_rows`` equally wide rows, as (n_rows, D)."""
+    lines = [ln for ln in buf.split(b"\n") if ln.strip()]
+    if len(lines) != n_rows:
+        raise DataFileError(f"{what}: {len(lines)} rows, expected {n_rows} (one per node/graph)")
+    width = lines[0].count(b",") + 1 if lines else 0
+    body = b" ".join(lines).replace(b",", b" ")
+    if floats:
+        try:
+            vals = np.array(body.split(), dtype=np.float64)
+        except ValueError as exc:
+            raise DataFileError(f"{what}: not numbers ({exc})") from None
+        if not np.isfinite(vals).all():
+            raise DataFileError(f"{what}: NaN or infinite values")
+    else:
+        vals = parse_int_tokens(body, what)
+    if vals.size != n_rows * width:
+        raise DataFileError(f"{what}: rows of different widths (expected {width} values per row)")
+    return vals.reshape(n_rows, width)
+
+
+def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_loops: bool = True,
+                   one_hot_tags: bool = True) -> GraphList:
+    """Read a TU-format set from ``path``: its ``NAME_A.txt`` file, its folder, or a folder
+    with the files under ``raw/`` (PyG's layout). ``name`` picks a set when the folder holds
+    several. Returns a :class:`GraphList` as :func:`~graphattn.data.tu_text.load_tu_text`:
+    labels re-coded to 0..C-1 (sorted; originals in ``label_values``), node labels as ``tag``
+    (several label columns: each distinct row is one tag) with ``x`` its one-hot when there
+    are several, ``node_attr`` (N, D) float when the set has node attributes, edges made
+    undirected and deduplicated, self-loops removed unless ``remove_self_loops=False``.
+    Shapes per graph: ``y`` (1,), ``tag`` (n,), ``edge_index`` (2, e)."""
+    found = find_tu_prefix(path, name)
+    if found is None:
+        raise DataFileError(f"{path}: no TU files (NAME_A.txt, NAME_graph_indicator.txt, "
+                            f"NAME_graph_labels.txt{f' with NAME={name}' if name else ''}) here or under raw/")
+    folder, prefix = found
+    if _read(folder, prefix, "graph_attributes", required=False) is not None and \
+            _read(folder, prefix, "graph_labels", required=False) is None:
+        raise DataFileError(f"{folder}: {prefix} has graph_attributes (regression targets) and no "
+                            "graph_labels: graph classification needs class labels")
+    where = f"{folder}/{prefix}"
+    gi = parse_int_tokens(_read(folder, prefix, "graph_indicator"), f"{where}_graph_indicator.txt")
+    n = int(gi.size)
+    labels = parse_int_tokens(_read(folder, prefix, "graph_labels"), f"{where}_graph_labels.txt")
+    n_graphs = int(labels.size)
+    if n and (gi.min() < 1 or gi.max() > n_graphs):
+        raise DataFileError(f"{where}_graph_indicator.txt: graph ids must be in 1..{n_graphs} (the number "
+                            f"of graph labels), got {int(gi.min())}..{int(gi.max())}")
+    gi = gi - 1
+    order = np.argsort(gi, kind="stable")  # nodes grouped by graph (they usually are already)
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[order] = np.arange(n)
+    sizes = np.bincount(gi, minlength=n_graphs)
+    node_off = np.concatenate([[0], np.cumsum(sizes)])
+
+    a = parse_int_tokens(_read(folder, prefix, "A").replace(b",", b" "), f"{where}_A.txt")
+    if a.size % 2:
+        raise DataFileError(f"{where}_A.txt: every row must be an edge 'i, j' (odd number of ids)")
+    a = a.reshape(-1, 2) - 1
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise DataFileError(f"{where}_A.txt: node ids must be in 1..{n} (the rows of the graph indicator), "
+                            f"got {int(a.min()) + 1}..{int(a.max()) + 1}")
+    src, dst = new_id[a[:, 0]], new_id[a[:, 1]]
+    cross = gi[a[:, 0]] != gi[a[:, 1]]
+    if cross.any():
+        k = int(np.flatnonzero(cross)[0])
+        raise DataFileError(f"{where}_A.txt: row {k + 1} joins nodes of graphs {int(gi[a[k, 0]]) + 1} and "
+                            f"{int(gi[a[k, 1]]) + 1} ({int(cross.sum())} such edges)")
+    n_loops = int(np.count_nonzero(src == dst))
+    ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)
+    e_off = np.searchsorted(ei[0], node_off)
+
+    tag_raw = _read(folder, prefix, "node_labels", required=False)
+    if tag_raw is not None:
+        rows = _rows(tag_raw, f"{where}_node_labels.txt", n)[order]
+        _, tag = np.unique(rows, axis=0, return_inverse=True)
+        tag_values = rows[:, 0] if rows.shape[1] == 1 else None
+        tag = tag.reshape(-1).astype(np.int64)
+        tag_values = (sorted_unique(tag_values).tolist() if tag_values is not None
+                      else list(range(int(tag.max()) + 1 if n else 0)))
+    else:
+        tag, tag_values = np.zeros(n, dtype=np.int64), [0]
+    attr_raw = _read(folder, prefix, "node_attributes", required=False)
+    attr = (torch.from_numpy(_rows(attr_raw, f"{where}_node_attributes.txt", n, floats=True)[order]).float()
+            if attr_raw is not None else None)
+
+    label_values, y = sorted_unique(labels, return_inverse=True)
+    n_tags = len(tag_values)
+    tag_all = torch.from_numpy(tag)
+    out = GraphList()
+    for g in range(n_graphs):
+        lo, hi = int(node_off[g]), int(node_off[g + 1])
+        data_ei = torch.from_numpy(ei[:, int(e_off[g]):int(e_off[g + 1])] - lo)
+        data = Data(edge_index=data_ei, y=torch.tensor([int(y[g])]), num_nodes=hi - lo)
+        data.tag = tag_all[lo:hi].clone()
+        if one_hot_tags and n_tags > 1:
+            data.x = torch.nn.functional.one_hot(data.tag, n_tags).float()
+        if attr is not None:
+            data.node_attr = attr[lo:hi].clone()
+        out.append(data)
+    n_empty = int(np.count_nonzero(sizes == 0))
+    if n_empty:
+        warnings.warn(f"{where}: {n_empty} of {n_graphs} graphs have no nodes (graph ids absent from the "
+                      "graph indicator); kept as empty graphs", stacklevel=2)
+    out.name = prefix
+    out.label_values = [int(v) for v in label_values]
+    out.tag_values = [int(v) for v in tag_values]
+    out.num_self_loops_removed = n_loops if remove_self_loops else 0
+    return out

@@ -1,0 +1,295 @@
+"""Files as users have them: release folders, the TU original format, id columns, wide features."""
+import gzip
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from graphattn.cli import main
+from graphattn.data import load_musae, load_tu_dataset, load_tu_folder, load_tu_text
+from graphattn.data.download import DataFileError
+from graphattn.data.social import load_social_node_dataset
+from graphattn.data.social_splits import stratified_folds
+from graphattn.data.tu import load_social_graph_dataset
+from graphattn.train import load_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "no-data-here"))
+
+
+# ----------------------------------------------------------------------------- TU original format
+def _random_sets(seed, n_graphs=12, empty_tail=0):
+    """Random graphs (sizes 1..6, some without edges; the last ``empty_tail`` edgeless)."""
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for k in range(n_graphs):
+        n = int(torch.randint(1, 7, (1,), generator=g))
+        p = 0.0 if k >= n_graphs - empty_tail else float(torch.rand(1, generator=g))
+        edges = [(i, j) for i in range(n) for j in range(i + 1, n) if torch.rand(1, generator=g) < p]
+        tags = torch.randint(0, 3, (n,), generator=g).tolist()
+        graphs.append((n, edges, 2 * int(torch.randint(0, 3, (1,), generator=g)) - 1, tags))
+    return graphs
+
+
+def _write_text(path, graphs):
+    lines = [str(len(graphs))]
+    for n, edges, label, tags in graphs:
+        lines.append(f"{n} {label}")
+        for i in range(n):
+            nb = [j for a, b in edges for j in ((b,) if a == i else (a,) if b == i else ())]
+            lines.append(" ".join(map(str, [tags[i], len(nb), *nb])))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _write_tu(folder, name, graphs, attrs=None, gz=False, shuffle_edges=True):
+    folder.mkdir(parents=True, exist_ok=True)
+    a, gi, gl, nl, off = [], [], [], [], 0
+    for k, (n, edges, label, tags) in enumerate(graphs):
+        for i, j in edges:  # both directions, as TU files list them
+            a += [f"{off + i + 1}, {off + j + 1}", f"{off + j + 1}, {off + i + 1}"]
+        gi += [str(k + 1)] * n
+        gl.append(str(label))
+        nl += [str(t) for t in tags]
+        off += n
+    if shuffle_edges:
+        a = [a[i] for i in np.random.default_rng(0).permutation(len(a))]
+    files = {"A": a, "graph_indicator": gi, "graph_labels": gl, "node_labels": nl}
+    if attrs is not None:
+        files["node_attributes"] = [", ".join(f"{v:.3f}" for v in row) for row in attrs.tolist()]
+    for kind, rows in files.items():
+        text = ("\n".join(rows) + "\n").encode()
+        if gz:
+            (folder / f"{name}_{kind}.txt.gz").write_bytes(gzip.compress(text))
+        else:
+            (folder / f"{name}_{kind}.txt").write_bytes(text)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tu_folder_equals_the_text_format_reader(tmp_path, seed):
+    graphs = _random_sets(seed, empty_tail=2)
+    _write_text(tmp_path / "S.txt", graphs)
+    _write_tu(tmp_path / "S" / "raw", "S", graphs, gz=seed % 2 == 1)
+    ref = load_tu_text(tmp_path / "S.txt")
+    for path in (tmp_path / "S", tmp_path / "S" / "raw", tmp_path / "S" / "raw" / f"S_A.txt{'.gz' * (seed % 2)}"):
+        got = load_tu_folder(path)
+        assert len(got) == len(ref) == 12  # the two trailing edgeless graphs are kept
+        assert got.label_values == ref.label_values == sorted({g[2] for g in graphs})
+        assert got.tag_values == ref.tag_values
+        for a, b in zip(ref, got):
+            assert a.num_nodes == b.num_nodes
+            assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
+            assert torch.equal(a.tag, b.tag) and torch.equal(a.x, b.x)
+
+
+def test_tu_folder_keeps_what_pyg_read_tu_data_drops(tmp_path):
+    """PyG's reader loses trailing graphs without edges; ours keeps them (see tu_folder's docstring)."""
+    graphs = [(2, [(0, 1)], 1, [0, 0]), (1, [], 2, [0]), (1, [], 1, [0])]
+    _write_tu(tmp_path / "T" / "raw", "T", graphs)
+    got = load_tu_folder(tmp_path / "T")
+    assert [g.num_nodes for g in got] == [2, 1, 1] and got.y.tolist() == [0, 1, 0]
+    assert [g.edge_index.size(1) for g in got] == [2, 0, 0]
+
+
+def test_tu_folder_attributes_multi_column_labels_and_order(tmp_path):
+    graphs = _random_sets(7, n_graphs=5)
+    n = sum(g[0] for g in graphs)
+    attrs = torch.randn(n, 3, generator=torch.Generator().manual_seed(0))
+    _write_tu(tmp_path, "X", graphs, attrs=attrs)
+    got = load_tu_folder(tmp_path)
+    assert torch.allclose(torch.cat([g.node_attr for g in got]), attrs, atol=1e-3)
+    # nodes listed out of graph order in the indicator (graphs interleaved, each graph's nodes in
+    # their order) are regrouped with their edges, labels and attributes
+    gi = (tmp_path / "X_graph_indicator.txt").read_text().split()
+    keys, lo = np.random.default_rng(1).random(n), 0
+    for size, *_ in graphs:
+        keys[lo:lo + size] = np.sort(keys[lo:lo + size])
+        lo += size
+    perm = np.argsort(keys)  # new row -> original node
+    inv = np.empty(n, dtype=np.int64)
+    inv[perm] = np.arange(n)
+    (tmp_path / "X_graph_indicator.txt").write_text("\n".join(gi[p] for p in perm) + "\n")
+    tags = (tmp_path / "X_node_labels.txt").read_text().split()
+    (tmp_path / "X_node_labels.txt").write_text("\n".join(f"{tags[p]}, 7" for p in perm) + "\n")
+    attr_rows = (tmp_path / "X_node_attributes.txt").read_text().splitlines()
+    (tmp_path / "X_node_attributes.txt").write_text("\n".join(attr_rows[p] for p in perm) + "\n")
+    a = np.array([[int(v) for v in ln.split(",")] for ln in (tmp_path / "X_A.txt").read_text().splitlines()])
+    (tmp_path / "X_A.txt").write_text("\n".join(f"{inv[i - 1] + 1}, {inv[j - 1] + 1}" for i, j in a) + "\n")
+    again = load_tu_folder(tmp_path)
+    for g, h in zip(got, again):
+        assert torch.equal(g.edge_index, h.edge_index) and torch.equal(g.tag, h.tag)
+        assert torch.allclose(g.node_attr, h.node_attr)
+
+
+def test_tu_folder_errors_name_the_problem(tmp_path):
+    graphs = [(2, [(0, 1)], 0, [0, 0]), (2, [(0, 1)], 1, [0, 0])]
+    _write_tu(tmp_path / "a", "A", graphs)
+    (tmp_path / "a" / "A_A.txt").write_text("1, 3\n")  # joins graph 1 and graph 2
+    with pytest.raises(DataFileError, match="joins nodes of graphs 1 and 2"):
+        load_tu_folder(tmp_path / "a")
+    (tmp_path / "a" / "A_A.txt").write_text("1, 9\n")
+    with pytest.raises(DataFileError, match=r"node ids must be in 1\.\.4"):
+        load_tu_folder(tmp_path / "a")
+    (tmp_path / "a" / "A_A.txt").write_text("1, 2\n")
+    (tmp_path / "a" / "A_graph_labels.txt").unlink()
+    with pytest.raises(DataFileError, match="no A_graph_labels.txt"):
+        load_tu_folder(tmp_path / "a")
+    with pytest.raises(DataFileError, match="no TU files"):
+        load_tu_folder(tmp_path / "nothing")
+    _write_tu(tmp_path / "two", "P", graphs)
+    _write_tu(tmp_path / "two", "Q", graphs)
+    with pytest.raises(DataFileError, match="several sets"):
+        load_tu_folder(tmp_path / "two")
+    assert len(load_tu_folder(tmp_path / "two", "Q")) == 2
+    # the text reader points at the TU reader when handed NAME_A.txt
+    with pytest.raises(DataFileError, match="load_tu_folder"):
+        load_tu_text(tmp_path / "two" / "P_A.txt")
+
+
+def test_named_graph_set_from_tu_files_and_the_cli(tmp_path, capsys):
+    graphs = [(3, [(0, 1), (1, 2)], k % 2, [0, 0, 0]) for k in range(30)]
+    root = tmp_path / "root"
+    _write_tu(root / "mutag" / "MUTAG" / "raw", "MUTAG", graphs)
+    with pytest.warns(UserWarning):
+        got = load_social_graph_dataset("mutag", root=root, download=False)
+    assert len(got) == 30 and got.folds is not None and len(got.folds) == 10
+    with pytest.raises(DataFileError, match=r"TU original format.*COLLAB_A.txt"):
+        load_social_graph_dataset("collab", root=root, download=False)
+    for arg in (root / "mutag" / "MUTAG", root / "mutag" / "MUTAG" / "raw" / "MUTAG_A.txt"):
+        out = tmp_path / f"run{len(str(arg))}"
+        assert main(["train", "--tu-text", str(arg), "--epochs", "1", "--folds", "2", "--out", str(out),
+                     "--no-progress", "--threads", "1"]) == 0
+        assert (out / "best.pt").is_file()
+    assert main(["train", "--tu-text", str(tmp_path), "--epochs", "1", "--out", str(tmp_path / "x")]) == 2
+    assert "without TU files" in capsys.readouterr().err
+
+
+def test_load_tu_dataset_layout_and_failed_download(tmp_path, monkeypatch):
+    graphs = [(2, [(0, 1)], k % 2, [0, 0]) for k in range(4)]
+    _write_tu(tmp_path / "flat" / "S", "S", graphs)
+    with pytest.raises(DataFileError, match="load_tu_folder"):
+        load_tu_dataset(tmp_path / "flat", "S")
+    from torch_geometric.datasets import TUDataset
+
+    def offline(self):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(TUDataset, "download", offline)
+    with pytest.raises(DataFileError, match="download of 'NOPE'.*network unreachable"):
+        load_tu_dataset(tmp_path / "new", "NOPE")
+    assert not (tmp_path / "new").exists()
+
+
+# ----------------------------------------------------------------------------- tiny graph sets
+def test_tiny_graph_sets_split_and_fold_messages(tmp_path, capsys):
+    graphs = [(3, [(0, 1)], k % 3, [0, 0, 0]) for k in range(15)]
+    _write_tu(tmp_path / "t", "T", graphs)
+    assert main(["train", "--tu-text", str(tmp_path / "t"), "--epochs", "1", "--out", str(tmp_path / "r"),
+                 "--no-progress", "--threads", "1"]) == 0  # 80/10/10 of 5 per class rounds val/test to 0
+    from graphattn.social_graph import graph_split
+
+    parts = graph_split({"split_seed": 0}, load_tu_folder(tmp_path / "t"), None)
+    assert all(p.numel() > 0 for p in parts) and sum(p.numel() for p in parts) == 15
+    assert len(set(torch.cat(parts).tolist())) == 15
+    with pytest.raises(ValueError, match=r"no class has 6 graphs.*\[5, 5, 5\].*at most 5 folds"):
+        stratified_folds(torch.arange(15) % 3, 6)
+    assert main(["train", "--tu-text", str(tmp_path / "t"), "--folds", "6", "--epochs", "1",
+                 "--out", str(tmp_path / "r6")]) == 2
+    assert "at most 5 folds" in capsys.readouterr().err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scikit-learn warns about the 2-graph class; it still splits
+        folds = stratified_folds(torch.tensor([0] * 20 + [1] * 2), 5)
+    assert len(folds) == 5
+
+
+# ----------------------------------------------------------------------------- MUSAE files
+def _musae(folder, n=60, ids=lambda i: i, target_header="id,target", feats=None, prefix=""):
+    folder.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    y = (torch.arange(n) >= n // 2).long()
+    rows = [(ids(i), ids(j)) for i in range(n) for j in range(i + 1, n)
+            if torch.rand(1, generator=g) < (0.3 if y[i] == y[j] else 0.02)]
+    (folder / f"{prefix}edges.csv").write_text("id_1,id_2\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    (folder / f"{prefix}target.csv").write_text(target_header + "\n" + "".join(
+        f"{ids(i)},{int(y[i])}\n" for i in range(n)))
+    if feats is not None:
+        (folder / f"{prefix}features.json").write_text(json.dumps({str(ids(i)): feats(i) for i in range(n)}))
+    return y
+
+
+def test_id_column_choice(tmp_path):
+    # Twitch Gamers' layout: a numeric_id column after per-node numbers
+    n = 30
+    (tmp_path / "e.csv").write_text("numeric_id_1,numeric_id_2\n" + "".join(f"{i},{(i + 1) % n}\n" for i in range(n)))
+    (tmp_path / "t.csv").write_text("views,mature,numeric_id\n" + "".join(f"{7 * (i % 3)},{i % 2},{i}\n"
+                                                                         for i in range(n)))
+    d = load_musae(tmp_path / "e.csv", tmp_path / "t.csv", target_col="mature")
+    assert d.node_id.tolist() == list(range(n)) and d.y.tolist() == [i % 2 for i in range(n)]
+    (tmp_path / "u.csv").write_text("paid,label,user_id\n" + "".join(f"{i % 2},{i % 2},{i}\n" for i in range(n)))
+    assert load_musae(tmp_path / "e.csv", tmp_path / "u.csv").node_id.tolist() == list(range(n))  # not "paid"
+    (tmp_path / "v.csv").write_text("views,mature,key\n" + "".join(f"{i % 3},{i % 2},{i}\n" for i in range(n)))
+    with pytest.raises(DataFileError, match="duplicated node ids in column 'views'"):
+        load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature")
+    d = load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature", id_col="KEY")
+    assert d.node_id.tolist() == list(range(n))
+    with pytest.raises(DataFileError, match="no column 'nope'"):
+        load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature", id_col="nope")
+    with pytest.raises(DataFileError, match="both 'mature'"):
+        load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature", id_col="mature")
+
+
+def test_feature_budget_keeps_the_most_frequent_ids(tmp_path):
+    # feature 1000 + i on node i alone, 0..4 on many nodes
+    _musae(tmp_path, feats=lambda i: [i % 5, 1000 + i])
+    full = load_musae(tmp_path / "edges.csv", tmp_path / "target.csv", tmp_path / "features.json")
+    assert full.x.shape == (60, 65)
+    with pytest.warns(UserWarning, match="keeping the 10 most frequent"):
+        cut = load_musae(tmp_path / "edges.csv", tmp_path / "target.csv", tmp_path / "features.json",
+                         max_feature_bytes=60 * 4 * 10)
+    assert cut.x.shape == (60, 10) and cut.num_feature_ids == 65
+    assert cut.feature_ids[:5].tolist() == [0, 1, 2, 3, 4]
+    assert torch.equal(cut.x[:, :5], full.x[:, :5])
+    with pytest.raises(ValueError, match="max_feature_bytes"):
+        load_musae(tmp_path / "edges.csv", tmp_path / "target.csv", max_feature_bytes=0)
+
+
+@pytest.mark.parametrize("layout", ["facebook_large/musae_facebook_", "facebook_large/facebook_", "musae_facebook_"])
+def test_named_node_set_in_its_release_folder(tmp_path, layout):
+    folder, prefix = layout.rsplit("/", 1) if "/" in layout else ("", layout)
+    root = tmp_path / "root"
+    y = _musae(root / folder, feats=lambda i: [i % 4], prefix=prefix, target_header="id,page_type")
+    # the features JSON with a UTF-8 byte-order mark (Windows editors write one)
+    fj = root / folder / f"{prefix}features.json"
+    fj.write_bytes(b"\xef\xbb\xbf" + fj.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # counts differ from the real Facebook
+        d = load_social_node_dataset("facebook", root=root, download=False)
+    assert torch.equal(d.y, y) and d.feature_source == "file" and d.x.shape == (60, 4)
+
+
+def test_cli_id_col_max_features_and_huge_node_ids(tmp_path, capsys):
+    n = 40
+    _musae(tmp_path, n=n, ids=lambda i: 5 + 10 * i, feats=lambda i: [i % 3, 100 + i],
+           target_header="key,kind")
+    args = ["train", "--edges", tmp_path / "edges.csv", "--target", tmp_path / "target.csv", "--features",
+            tmp_path / "features.json", "--target-col", "kind", "--epochs", "2", "--no-progress", "--threads", "1"]
+    assert main([*map(str, args), "--id-col", "key", "--max-features", "5", "--out", str(tmp_path / "r")]) == 0
+    meta = load_checkpoint(tmp_path / "r" / "best.pt")["meta"]
+    assert meta["data"]["max_features"] == 5 and meta["data"]["id_col"] == "key"
+    assert main(["predict", "--checkpoint", str(tmp_path / "r" / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == n + 1
+    capsys.readouterr()
+    assert main(["explain", "--checkpoint", str(tmp_path / "r" / "best.pt"), "--node", "99999999999999999999",
+                 "--out", str(tmp_path / "x.png")]) == 2
+    assert "not a node id" in capsys.readouterr().err
+    for bad in ("0", "-3", "many"):
+        assert main([*map(str, args), "--max-features", bad, "--out", str(tmp_path / "b")]) == 2
+        assert "--max-features must be" in capsys.readouterr().err
+    assert main([*map(str, args), "--max-features", "all", "--out", str(tmp_path / "all")]) == 0
+    assert "max_features" not in load_checkpoint(tmp_path / "all" / "best.pt")["meta"]["data"]
+    assert main(["train", "imdb-binary", "--id-col", "x", "--out", str(tmp_path / "c")]) == 2
+    assert "--id-col" in capsys.readouterr().err
