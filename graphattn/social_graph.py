@@ -107,13 +107,15 @@ def load_graphs(spec: Dict[str, Any]):
                               f"--folds given, and they do not fit: {exc})", stacklevel=2)
     else:
         root = spec.get("root")
-        graphs = load_social_graph_dataset(spec["name"], root=root if root and Path(root).is_dir() else None)
+        graphs = load_social_graph_dataset(spec["name"], root=root if root and Path(root).is_dir() else None,
+                                           source=spec.get("graph_source"))
     if spec.get("limit"):
         from .data.tu import GraphList
 
         keep = torch.randperm(len(graphs), generator=torch.Generator().manual_seed(0))[:spec["limit"]]
         sub = GraphList(graphs[i] for i in keep.sort().values.tolist())  # a random subset: files are sorted by label
         sub.name, sub.label_values, sub.folds = graphs.name, graphs.label_values, None
+        sub.source = getattr(graphs, "source", None)
         graphs = sub
     add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"],
                             ldp=bool(spec.get("ldp", False)))
@@ -245,6 +247,8 @@ def prepare_graph(args, name: Optional[str]):
     else:
         hp["pe_dim"] = 0
     graphs = load_graphs(spec)
+    if spec.get("name") and getattr(graphs, "source", None) in ("gin", "tu"):
+        spec["graph_source"] = graphs.source  # evaluate/predict re-read the same files (and folds)
     if graphs.num_classes < 2:
         raise ValueError(f"{spec['display']}: every graph has the same label; classification needs at least two")
     from .social_tasks import build_model

@@ -293,3 +293,44 @@ def test_cli_id_col_max_features_and_huge_node_ids(tmp_path, capsys):
     assert "max_features" not in load_checkpoint(tmp_path / "all" / "best.pt")["meta"]["data"]
     assert main(["train", "imdb-binary", "--id-col", "x", "--out", str(tmp_path / "c")]) == 2
     assert "--id-col" in capsys.readouterr().err
+
+
+def test_review_fixes_tu(tmp_path, capsys):
+    graphs = [(2, [(0, 1)], k % 2, [0, 0]) for k in range(20)]
+    # GIN's files win over TU files in the same data root, and a checkpoint pins its source
+    root = tmp_path / "root"
+    (root / "mutag" / "MUTAG").mkdir(parents=True)
+    _write_text(root / "mutag" / "MUTAG" / "MUTAG.txt", graphs)
+    tu_graphs = [(3, [(0, 1)], k % 2, [0, 0, 0]) for k in range(20)]
+    _write_tu(root / "MUTAG" / "raw", "MUTAG", tu_graphs)
+    with pytest.warns(UserWarning):
+        assert load_social_graph_dataset("mutag", root=root, download=False).source == "gin"
+        got = load_social_graph_dataset("mutag", root=root, download=False, source="tu")
+    assert got.source == "tu" and got[0].num_nodes == 3
+    # BOM, CR-only line ends, attributes beyond float32, space-separated label columns
+    _write_tu(tmp_path / "b", "B", graphs, attrs=torch.ones(40, 1))
+    gi = tmp_path / "b" / "B_graph_indicator.txt"
+    gi.write_bytes(b"\xef\xbb\xbf" + gi.read_bytes().replace(b"\n", b"\r"))
+    assert len(load_tu_folder(tmp_path / "b")) == 20
+    at = tmp_path / "b" / "B_node_attributes.txt"
+    at.write_text("1e40\n" + "1\n" * 39)
+    with pytest.raises(DataFileError, match="float32"):
+        load_tu_folder(tmp_path / "b")
+    at.write_text("1\n" * 40)
+    (tmp_path / "b" / "B_node_labels.txt").write_text("1 2\n" + "1, 2\n" * 39)
+    with pytest.raises(DataFileError, match="comma-separated"):
+        load_tu_folder(tmp_path / "b")
+    (tmp_path / "b" / "B_node_labels.txt").unlink()
+    # any file of the set names it on the command line
+    assert main(["train", "--tu-text", str(tmp_path / "b" / "B_graph_labels.txt"), "--epochs", "1",
+                 "--out", str(tmp_path / "r"), "--no-progress", "--threads", "1"]) == 0
+    # gzipped raw files: PyG's TUDataset cannot read them, say so
+    (tmp_path / "z" / "Z" / "raw").mkdir(parents=True)
+    (tmp_path / "z" / "Z" / "raw" / "Z_A.txt.gz").write_bytes(gzip.compress(b"1, 2\n"))
+    with pytest.raises(DataFileError, match="gzipped"):
+        load_tu_dataset(tmp_path / "z", "Z")
+    with pytest.raises(ValueError, match="add graphs"):
+        stratified_folds(torch.tensor([0, 1, 2, 3]), 2)
+    capsys.readouterr()
+    assert main(["train", "cora", "--max-features", "5", "--out", str(tmp_path / "c")]) == 2
+    assert "does not read one" in capsys.readouterr().err

@@ -115,8 +115,9 @@ def stratified_folds(y: Tensor, n_folds: int = 10, seed: int = 0) -> List[Tuple[
     largest = int(counts.max()) if counts.size else 0
     if largest < n_folds:  # scikit-learn refuses this (a smaller class alone only gets its warning)
         raise ValueError(f"cannot make {n_folds} stratified folds: no class has {n_folds} graphs (graphs per "
-                         f"class: {counts.tolist()}) — use at most {max(largest, 2)} folds"
-                         + (" or more graphs" if largest < 2 else ""))
+                         f"class: {counts.tolist()}) — "
+                         + (f"use at most {largest} folds" if largest >= 2 else "add graphs: folds need a class "
+                            "with at least 2"))
     skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
     return [(torch.from_numpy(tr.astype(np.int64)), torch.from_numpy(te.astype(np.int64)))
             for tr, te in skf.split(np.zeros(len(y)), y)]

@@ -120,7 +120,8 @@ def _tu_text_files(folder: str, stem: str, root, download: bool) -> Tuple[Path, 
 
 def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
                               download: bool = True, remove_self_loops: bool = True,
-                              structural_features: bool = False, **feature_kwargs) -> GraphList:
+                              structural_features: bool = False, source: Optional[str] = None,
+                              **feature_kwargs) -> GraphList:
     """A published graph-classification set by name, with its 10 folds in ``.folds``.
 
     Names: ``imdb-binary``, ``imdb-multi``, ``reddit-binary``, ``collab``, ``mutag``,
@@ -130,8 +131,14 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
     a ``<folder>/<NAME>.zip`` or its extracted ``<folder>/<NAME>/``) and otherwise
     downloaded (the IHGNN zip for the text sets, benedekrozemberczki/datasets or
     karateclub for the JSON ones; pinned commits in ``datasets/social.md``).
+    The text sets also accept the TU original format (``<folder>/[<TU name>/][raw/]`` or PyG's
+    ``<TU name>/raw/``, read by :func:`load_tu_folder`) when none of GIN's files (text, extracted
+    folder, zip) is there; ``source="gin"`` / ``"tu"`` insists on one (``out.source`` says which
+    was read; a checkpoint pins it).
     ``structural_features=True`` runs :func:`add_structural_features` (kwargs forwarded).
     """
+    if source not in (None, "gin", "tu"):
+        raise ValueError(f"source must be None, 'gin' or 'tu', got {source!r}")
     key = canonical_name(name, _GRAPH_ALIASES)
     if key not in SOCIAL_GRAPH_DATASETS:
         raise KeyError(f"unknown graph dataset {name!r}; known: {', '.join(SOCIAL_GRAPH_DATASETS)}")
@@ -155,16 +162,24 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
         out = load_ego_json(g, t, remove_self_loops=remove_self_loops)
         out.folds = stratified_folds(out.y)
     else:
-        tu_dir = _tu_folder_files(key, folder, root)
-        if tu_dir is not None and not any((data_root(root) / folder / f).is_file()
-                                          for f in (f"{stem}.txt.gz", f"{stem}.txt")):
+        # GIN's files (text, extracted zip folder or zip) first: their fold files define the published folds
+        gin = any((data_root(root) / folder / f).is_file() for f in (
+            f"{stem}.txt.gz", f"{stem}.txt", f"{stem}/{stem}.txt", f"{stem}/{stem}.txt.gz", f"{stem}.zip"))
+        tu_dir = (_tu_folder_files(key, folder, root) if source == "tu"
+                  else None if gin or source == "gin" else _tu_folder_files(key, folder, root))
+        if source == "tu" and tu_dir is None:
+            raise DataFileError(f"{key}: asked for the TU original-format files ({_TU_NAMES.get(key, key)}_A.txt ...) "
+                                f"under {data_root(root)}, none found" + (" (GIN's text files are there)" if gin else ""))
+        if tu_dir is not None:
             out = load_tu_folder(tu_dir, _TU_NAMES[key], remove_self_loops=remove_self_loops)
             txt = tu_dir / f"{_TU_NAMES[key]}_A.txt"
             # GIN's fold files index the text file's graph order: used only when put with these files
             fold_dir = tu_dir / "10fold_idx" if (tu_dir / "10fold_idx").is_dir() else None
+            out.source = "tu"
         else:
             txt, fold_dir = _tu_text_files(folder, stem, root, download)
             out = load_tu_text(txt, remove_self_loops=remove_self_loops)
+            out.source = "gin"
         out.folds = load_tu_folds(fold_dir, num_graphs=len(out)) if fold_dir else None
         if out.folds is None:
             warnings.warn(f"{key}: no 10fold_idx folder next to {txt}; using stratified_folds()",
@@ -202,6 +217,9 @@ def load_tu_dataset(root: PathLike, name: str, **kwargs):
                 raise DataFileError(
                     f"TUDataset reads {raw}/{name}_A.txt ...; the files are in {d}: move them into {raw}, or "
                     f"read them where they are with graphattn.data.load_tu_folder({str(d)!r}, {name!r})")
+    if (raw / f"{name}_A.txt.gz").is_file() and not (raw / f"{name}_A.txt").is_file():
+        raise DataFileError(f"{raw}: PyG's TUDataset reads plain .txt files, these are gzipped: gunzip them, or "
+                            f"read them as they are with graphattn.data.load_tu_folder({str(raw)!r}, {name!r})")
     made = [p for p in (Path(root), Path(root) / name, raw) if not p.exists()]
     try:
         return TUDataset(str(root), name, **kwargs)

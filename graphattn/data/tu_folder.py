@@ -38,6 +38,9 @@ from .tu_text import GraphList
 __all__ = ["load_tu_folder", "find_tu_prefix"]
 
 _A_FILE = re.compile(r"^(?P<prefix>.+)_A\.txt(\.gz)?$")
+_ANY_FILE = re.compile(r"^(?P<prefix>.+)_(A|graph_indicator|graph_labels|graph_attributes|node_labels|"
+                       r"node_attributes|edge_labels|edge_attributes)\.txt(\.gz)?$")
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple[Path, str]]:
@@ -45,9 +48,11 @@ def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple
     holding one directly or under ``raw/``), or ``None`` when there are none.
     A folder with several sets needs ``name``."""
     p = Path(path)
-    if p.is_file():
-        m = _A_FILE.match(p.name)
-        return (p.parent, m.group("prefix")) if m else None
+    if p.is_file():  # NAME_A.txt, or another file of the set next to it
+        m = _ANY_FILE.match(p.name)
+        if m is None or not any((p.parent / f"{m.group('prefix')}_A.txt{gz}").is_file() for gz in ("", ".gz")):
+            return None
+        return p.parent, m.group("prefix")
     for folder in (p, p / "raw"):
         if not folder.is_dir():
             continue
@@ -57,7 +62,8 @@ def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple
                 return folder, name
             continue
         if len(found) > 1:
-            raise DataFileError(f"{folder}: TU files of several sets {found}; name the one to read")
+            raise DataFileError(f"{folder}: TU files of several sets {found}; give the NAME_A.txt of the one "
+                                "to read (or name= in Python)")
         if found:
             return folder, found[0]
     return None
@@ -65,8 +71,8 @@ def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple
 
 def _read(folder: Path, prefix: str, kind: str, required: bool = True) -> Optional[bytes]:
     for cand in (folder / f"{prefix}_{kind}.txt", folder / f"{prefix}_{kind}.txt.gz"):
-        if cand.is_file():
-            return read_bytes(cand).replace(b"\r", b"")
+        if cand.is_file():  # a UTF-8 byte-order mark (Notepad) dropped; CRLF and CR-only line ends read as \n
+            return read_bytes(cand).removeprefix(b"\xef\xbb\xbf").replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if required:
         raise DataFileError(f"{folder}: no {prefix}_{kind}.txt (the TU format needs {prefix}_A.txt, "
                             f"{prefix}_graph_indicator.txt and {prefix}_graph_labels.txt)")
@@ -87,10 +93,13 @@ def _rows(buf: bytes, what: str, n_rows: int, floats: bool = False) -> np.ndarra
             raise DataFileError(f"{what}: not numbers ({exc})") from None
         if not np.isfinite(vals).all():
             raise DataFileError(f"{what}: NaN or infinite values")
+        if vals.size and np.abs(vals).max() > _F32_MAX:
+            raise DataFileError(f"{what}: values beyond the float32 range (|v| > {_F32_MAX:.3g})")
     else:
         vals = parse_int_tokens(body, what)
     if vals.size != n_rows * width:
-        raise DataFileError(f"{what}: rows of different widths (expected {width} values per row)")
+        raise DataFileError(f"{what}: rows of different widths (expected {width} comma-separated values per "
+                            "row, as in the first row)")
     return vals.reshape(n_rows, width)
 
 
