@@ -23,8 +23,9 @@ def _err(command: str, msg: str) -> int:
     return 2
 
 
-def _read_smiles_csv(path, smiles_col: str) -> List[str]:
-    """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do."""
+def _read_smiles_csv(path, smiles_col: str, with_lines: bool = False):
+    """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do (with
+    ``with_lines``: also each record's file line, the row number train/evaluate report)."""
     from .data.molecules import find_column, read_csv_table
 
     header, rows = read_csv_table(path)
@@ -32,7 +33,8 @@ def _read_smiles_csv(path, smiles_col: str) -> List[str]:
         j = find_column(header, smiles_col, path)
     except ValueError as exc:
         raise ValueError(f"{exc}; pass --smiles-col") from None
-    return [fields[j] for _, fields in rows]
+    smiles = [fields[j] for _, fields in rows]
+    return (smiles, [line for line, _ in rows]) if with_lines else smiles
 
 
 _out_path = out_path  # shared with the social commands (graphattn.cli_options)
@@ -45,7 +47,7 @@ def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[s
     that is ``row``, ``smiles``, ``error``, an std column or an earlier task's column: then
     ``_task`` is appended (again, until it is unique). Deterministic for a checkpoint."""
     std = [f"{t}_std" for t in tasks] if ensemble else []
-    taken = {"row", "smiles", "error", *std}
+    taken = {"row", "file_row", "smiles", "error", *std}
     prob = []
     for t in tasks:
         col = t
@@ -56,13 +58,14 @@ def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[s
     return prob, std
 
 
-def _inputs(args, command: str) -> List[str]:
+def _inputs(args, command: str, with_lines: bool = False):
+    """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None)."""
     if args.smiles and args.csv:
         raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
     if args.smiles:
-        return list(args.smiles)
+        return (list(args.smiles), None) if with_lines else list(args.smiles)
     if args.csv:
-        return _read_smiles_csv(args.csv, args.smiles_col)
+        return _read_smiles_csv(args.csv, args.smiles_col, with_lines)
     raise ValueError("give --smiles SMILES [...] or --csv FILE")
 
 
@@ -88,6 +91,14 @@ def evaluate(args) -> int:
             for h in header:
                 folded.setdefault(h.lower(), []).append(h)
             present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
+            clash = next((t for t in tasks if t not in header and len(folded.get(t.lower(), [])) > 1), None)
+            if clash is not None:
+                return _err("evaluate", f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
+                                        f"{clash!r} (letter case aside): rename all but one")
+            if present and len(present) < len(tasks):
+                print(f"graphattn evaluate: {args.csv} has no column for the model's task(s) "
+                      f"{[t for t in tasks if t not in present]}; evaluating the other {len(present)}",
+                      file=sys.stderr)
             if not present:
                 return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
                                         f"(columns: {header})")
@@ -142,7 +153,8 @@ class _Columns(nn.Module):
 
 def predict(args) -> int:
     """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
-    OUT is a folder; stdout without --out). Columns: ``row`` (1-based input position),
+    OUT is a folder; stdout without --out). Columns: ``row`` (1-based input position), with
+    --csv ``file_row`` (the record's line in the file, the row number train/evaluate report),
     ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
     columns (spread of its members' probabilities), ``error``. Every input gets a row; an
     invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
@@ -150,7 +162,7 @@ def predict(args) -> int:
     :func:`_output_columns`; a note goes to stderr)."""
     try:
         model, meta = load_model(args.checkpoint)
-        smiles = _inputs(args, "predict")
+        smiles, lines = _inputs(args, "predict", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return _err("predict", str(exc))
     tasks = meta["task_names"]
@@ -165,13 +177,14 @@ def predict(args) -> int:
             print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
     std = prob.std(0, unbiased=False) if std_cols else None
     prob = prob.mean(0) if std_cols else prob
-    rows = [{"row": i + 1, "smiles": s, **{c: "" for c in prob_cols + std_cols},
-             "error": g if isinstance(g, str) else ""} for i, (s, g) in enumerate(zip(smiles, graphs))]
+    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines else {}), "smiles": s,
+             **{c: "" for c in prob_cols + std_cols}, "error": g if isinstance(g, str) else ""}
+            for i, (s, g) in enumerate(zip(smiles, graphs))]
     for j, i in enumerate(ok):
         rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
         if std_cols:
             rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
-    fields = ["row", "smiles", *prob_cols, *std_cols, "error"]
+    fields = ["row", *(["file_row"] if lines else []), "smiles", *prob_cols, *std_cols, "error"]
     if args.out:
         out = _out_path(args.out, "predictions.csv")
         try:
@@ -189,7 +202,8 @@ def predict(args) -> int:
         w.writerows(rows)
     for r in rows:
         if r["error"]:
-            print(f"row {r['row']}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
+            where = f" (file row {r['file_row']})" if "file_row" in r else ""
+            print(f"row {r['row']}{where}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
     return 0
 
 
@@ -216,6 +230,10 @@ def explain(args) -> int:
     if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
         return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
     out = _out_path(args.out or "explain.png", "explain.png")
+    if out.suffix.lower() not in ("", ".png", ".svg"):
+        return _err("explain", f"--out {out}: molecule pictures are written as .png or .svg, not {out.suffix}")
+    if not smiles:
+        return _err("explain", "no molecules to draw (the input has no rows)")
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     drawn = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):

@@ -165,10 +165,12 @@ def train(args) -> int:
                "task_names": list(ds.task_names), "num_molecules": len(ds),
                "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
                **res}
+    for part in ("val", "test"):  # a split too small for validation/test molecules: null, not absent
+        summary.setdefault(part, None)
     from .train import write_metrics
 
     write_metrics(out / "metrics.json", summary)  # strict JSON: a one-class task's NaN AUC -> null
-    val, test = res.get("val", {}), res.get("test", {})
+    val, test = res.get("val") or {}, res.get("test") or {}
     fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
     best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
             f"ensemble of {ensemble} (best epochs {res['best_epoch']})")

@@ -177,7 +177,8 @@ def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
 
 def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     name = {"roc_auc": "auc", "accuracy": "acc"}.get(key, key)
-    return f"{split} {name} {res.get(key, float('nan')):.4f}"
+    v = res.get(key)
+    return f"{split} {name} " + ("n/a" if v is None or v != v else f"{v:.4f}")  # NaN: undefined (one class)
 
 
 def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kind: str,

@@ -128,9 +128,9 @@ def _colour(v: float) -> Tuple[float, float, float]:
 
 def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, legend: str = "",
                             size: Tuple[int, int] = (600, 520)) -> Path:
-    """PNG of ``smiles`` with atom ``i`` highlighted by ``atom_scores[i]``, rescaled so the
-    molecule's lowest score is white and its highest red, and each bond by the mean of its
-    two atoms; ``legend`` (may have several lines) below.
+    """PNG (or SVG, by ``path``'s suffix) of ``smiles`` with atom ``i`` highlighted by
+    ``atom_scores[i]``, rescaled so the molecule's lowest score is white and its highest red,
+    and each bond by the mean of its two atoms; ``legend`` (may have several lines) below.
 
     Atom ``i`` is RDKit atom ``i`` of :func:`graphattn.data.featurize.parse_smiles`, the node
     order of :func:`graphattn.data.molecules.smiles_to_data`; a SMILES it rejects raises its
@@ -151,7 +151,11 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     bonds = [b.GetIdx() for b in mol.GetBonds()]
     bond_cols = {b.GetIdx(): _colour((scores[b.GetBeginAtomIdx()] + scores[b.GetEndAtomIdx()]) / 2)
                  for b in mol.GetBonds()}
-    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
+    path = Path(path)
+    fmt = path.suffix.lower() or ".png"
+    if fmt not in (".png", ".svg"):
+        raise ValueError(f"{path}: molecule pictures are written as .png or .svg, not {path.suffix}")
+    drawer = rdMolDraw2D.MolDraw2DSVG(*size) if fmt == ".svg" else rdMolDraw2D.MolDraw2DCairo(*size)
     opts = drawer.drawOptions()
     opts.legendFontSize = 16
     opts.legendFraction = 0.2
@@ -159,7 +163,7 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
                                        highlightAtomColors=atom_cols, highlightBonds=bonds,
                                        highlightBondColors=bond_cols)
     drawer.FinishDrawing()
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(drawer.GetDrawingText())
+    text = drawer.GetDrawingText()
+    path.write_bytes(text.encode() if isinstance(text, str) else text)  # SVG text / PNG bytes
     return path

@@ -95,7 +95,8 @@ def test_inference_keeps_binary_columns_and_names_the_others_in_one_warning(tmp_
     msgs = [str(w.message) for w in caught if issubclass(w.category, TaskColumnWarning)]
     assert len(msgs) == 1
     msg = msgs[0]
-    assert "'cid' (row 2 has '101'" in msg and "'conc' (row 3 has '0.1'" in msg  # row 2: 0.0 is fine
+    assert "'conc' (row 3 has '0.1'" in msg  # row 2: 0.0 is fine
+    assert "cid" not in msg and dict(ds.skipped_columns)["cid"] == "id/name column"  # an identifier
     assert "'typo' (row 7 has 'O'" in msg and "'empty' (every cell empty)" in msg
     assert dict(ds.skipped_columns)["typo"].startswith("row 7 has 'O'")
 
@@ -323,3 +324,125 @@ def test_named_dataset_and_csv_together_are_refused(run, capsys):
     assert "not both" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not both"):
         mp.load_dataset("tox21", str(run[1]))
+
+
+# ----------------------------------------------------------------------------- files users have (session 13 QA)
+def test_ipc_is_skipped_on_huge_molecules_and_numpy_stays_quiet(monkeypatch):
+    from rdkit import Chem
+
+    from graphattn.data import descriptors as dmod
+
+    mol = Chem.MolFromSmiles("CCCCCCCCCCc1ccccc1")
+    names = dmod.descriptor_names()
+    full = dmod.mol_descriptors(mol)
+    monkeypatch.setattr(dmod, "SLOW_MAX_ATOMS", 5)  # "huge" = more than 5 atoms
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing leaks (numpy overflow warnings are silenced)
+        cut = dmod.mol_descriptors(mol)
+    for name in ("Ipc", "AvgIpc"):
+        j = names.index(name)
+        assert full[0, j] != 0 and cut[0, j] == 0
+    others = [j for j, n in enumerate(names) if n not in ("Ipc", "AvgIpc")]
+    assert torch.equal(full[:, others], cut[:, others])
+
+
+def test_explain_writes_svg_refuses_other_formats_and_empty_inputs(run, tmp_path, capsys):
+    folder, _ = run
+    ck = str(folder / "best.pt")
+    assert cli.main(["explain", "--checkpoint", ck, "--smiles", "CCO", "--out", str(tmp_path / "m.svg")]) == 0
+    assert (tmp_path / "m.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+    assert cli.main(["explain", "--checkpoint", ck, "--smiles", "CCO", "--out", str(tmp_path / "m.pdf")]) == 2
+    assert ".png or .svg" in capsys.readouterr().err and not (tmp_path / "m.pdf").exists()
+    empty = write_csv(tmp_path / "empty.csv", ["smiles"], [])
+    assert cli.main(["explain", "--checkpoint", ck, "--csv", str(empty), "--out", str(tmp_path / "e.png")]) == 2
+    assert "no molecules" in capsys.readouterr().err
+
+
+def test_predict_reports_the_file_rows_train_reports(run, tmp_path, capsys):
+    folder, _ = run
+    src = tmp_path / "blank.csv"
+    src.write_text('smiles,name\n\nCCO,"a\nb"\nnot_a_smiles,x\n\nc1ccccc1,y\n')  # blank lines, a 2-line cell
+    assert cli.main(["predict", "--checkpoint", str(folder / "best.pt"), "--csv", str(src),
+                     "--out", str(tmp_path / "p.csv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "p.csv")))
+    assert [(r["row"], r["file_row"], bool(r["error"])) for r in rows] == [
+        ("1", "3", False), ("2", "5", True), ("3", "7", False)]
+    assert "row 2 (file row 5)" in capsys.readouterr().err
+    ds = MoleculeCSVDataset(write_csv(tmp_path / "t.csv", ["smiles", "y"], [("CCO", 1)]), log=False)
+    assert ds.rows == [2]  # train/evaluate count the same way (header = row 1)
+    with pytest.warns(molecules.InvalidSmilesWarning, match="rows 5"):
+        bad = MoleculeCSVDataset(src, task_cols=[], log=False)
+    assert bad.skipped[0][0] == 5
+
+
+def test_identifier_columns_are_never_inferred_as_tasks(tmp_path):
+    rows = [(100 + i, s, f"ID-{i}", 46.07 + i, _labels(s)[0], 7 + i) for i, s in enumerate(SMILES[:10])]
+    src = write_csv(tmp_path / "ids.csv", ["CID", "smiles", "Compound ID", "MW", "active", "PubChem_CID"], rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = MoleculeCSVDataset(src, log=False)
+    assert ds.task_names == ["MW", "active"]  # numeric labels by default; identifiers never
+    assert {c for c, why in ds.skipped_columns if why == "id/name column"} == {"CID", "Compound ID", "PubChem_CID"}
+
+
+def test_duplicate_smiles_are_reported(tmp_path):
+    rows = [(s, _labels(s)[0]) for s in SMILES[:6]] + [(SMILES[1], 0), (SMILES[2] + " ", 1)]
+    with pytest.warns(molecules.DuplicateSmilesWarning, match=r"2 rows repeat.*rows 3=8, 4=9"):
+        MoleculeCSVDataset(write_csv(tmp_path / "dup.csv", ["smiles", "y"], rows), log=False)
+
+
+def test_toxicity_files_in_flat_raw_or_given_directly(tmp_path):
+    shared = shared_data_dir()
+    src = None if shared is None else shared / "tox21" / "tox21.csv.gz"
+    if src is None or not src.is_file():
+        pytest.skip("tox21 not under $GRAPHATTN_DATA")
+    import shutil
+
+    for rel in ("flat/tox21.csv.gz", "pyg/tox21/raw/tox21.csv.gz"):
+        dest = tmp_path / rel
+        dest.parent.mkdir(parents=True)
+        shutil.copyfile(src, dest)
+        root = tmp_path / rel.split("/")[0]
+        ds = ToxicityDataset(root, "tox21", download=False, log=False, limit=5, cache_dir=tmp_path / "c")
+        assert Path(ds.raw_path) == dest and len(ds) == 5
+    ds = ToxicityDataset(tmp_path / "flat" / "tox21.csv.gz", "tox21", download=False, log=False, limit=5,
+                         cache_dir=tmp_path / "c")
+    assert len(ds) == 5
+
+
+def test_toxcast_resaved_with_an_index_column(tmp_path):
+    shared = shared_data_dir()
+    src = None if shared is None else shared / "toxcast" / "toxcast.csv.gz"
+    if src is None or not src.is_file():
+        pytest.skip("toxcast not under $GRAPHATTN_DATA")
+    with gzip.open(src, "rt", newline="") as f:
+        table = list(csv.reader(f))
+    write_csv(tmp_path / "toxcast" / "toxcast.csv", ["Unnamed: 0", *table[0]],
+              [[i, *r] for i, r in enumerate(table[1:])])  # pandas' to_csv() with its index
+    ds = ToxicityDataset(tmp_path, "toxcast", download=False, log=False, limit=3, cache_dir=tmp_path / "c")
+    assert ds.num_tasks == 617 and "Unnamed: 0" not in ds.task_names
+
+
+def test_evaluate_says_which_tasks_it_cannot_score(run, tmp_path, capsys):
+    folder, _ = run
+    rows = [(s, _labels(s)[0]) for s in SMILES]
+    src = write_csv(tmp_path / "one.csv", ["smiles", "toxic"], rows)
+    assert cli.main(["evaluate", "--checkpoint", str(folder / "best.pt"), "--csv", str(src)]) == 0
+    assert "no column for the model's task(s) ['active']" in capsys.readouterr().err
+    both = write_csv(tmp_path / "both.csv", ["smiles", "Toxic", "TOXIC", "active"],
+                     [(s, a, a, b) for s, (a, b) in zip(SMILES, map(_labels, SMILES))])
+    assert cli.main(["evaluate", "--checkpoint", str(folder / "best.pt"), "--csv", str(both)]) == 2
+    assert "rename all but one" in capsys.readouterr().err
+
+
+def test_metrics_json_has_null_val_for_a_split_without_validation_molecules(tmp_path):
+    import json
+
+    src = write_csv(tmp_path / "four.csv", ["smiles", "y"], [("CCO", 0), ("c1ccccc1", 1), ("CCCl", 0),
+                                                          ("c1ccncc1", 1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert cli.main(["train", "--csv", str(src), "--split", "scaffold", "--out", str(tmp_path / "r"),
+                         *TINY]) == 0
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["val"] is None and isinstance(m["test"], dict)  # 4 molecules: train / test only

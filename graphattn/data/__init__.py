@@ -11,6 +11,7 @@ from .rawio import canonical_label
 from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                         FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
                         InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset,
+                        DuplicateSmilesWarning,
                         find_column, mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
 from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_social_node_dataset,
                      random_walk_pe, stratified_masks, structural_node_features)
@@ -25,6 +26,7 @@ __all__ = [
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "FEATURIZER_VERSION", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
     "InvalidSmilesWarning", "MoleculeCSVDataset", "TaskColumnWarning", "ToxicityDataset", "find_column",
+    "DuplicateSmilesWarning",
     "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",
     "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_social_node_dataset",
     "random_walk_pe", "stratified_masks", "structural_node_features",

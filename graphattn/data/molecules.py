@@ -21,7 +21,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from torch_geometric.data import InMemoryDataset
 
@@ -35,14 +35,18 @@ __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
     "mol_to_data", "smiles_to_data", "ToxicityDataset", "MoleculeCSVDataset",
-    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS", "TaskColumnWarning", "read_csv_table",
+    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS", "TaskColumnWarning", "DuplicateSmilesWarning", "read_csv_table",
     "find_column",
 ]
 
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
 #: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
 #: SMILES invalid, ``limit``; 3: ``binary`` in the key, numeric labels again by default).
-_PROCESS_VERSION = 3
+_PROCESS_VERSION = 4  # 4: identifier columns (cid, *_id, CAS...) never inferred as tasks
+
+
+class DuplicateSmilesWarning(UserWarning):
+    """The same SMILES string is on several rows of a molecule CSV."""
 
 
 class TaskColumnWarning(UserWarning):
@@ -51,7 +55,16 @@ class TaskColumnWarning(UserWarning):
 
 # ----------------------------------------------------------------------------- CSV reading
 
-_ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index"}
+_ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index", "cid", "molregno", "cas",
+               "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key"}
+#: other identifier names: "... id", "..._id", "...ID" (Compound ID, PubChem_CID, chembl_id, smiles_id)
+_ID_NAME = re.compile(r"(^|[^a-z])c?id$|[a-z0-9](ID|Id|CID)$")
+
+
+def _is_id_column(name: str) -> bool:
+    """True for a column of molecule identifiers/names (never a task column)."""
+    return name.lower() in _ID_COLUMNS or name.startswith("Unnamed:") or bool(_ID_NAME.search(name.lower())) \
+        or bool(_ID_NAME.search(name))
 
 
 def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
@@ -164,7 +177,7 @@ def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[in
     for j, name in enumerate(header):
         if j == smiles_idx:
             continue
-        if name.lower() in _ID_COLUMNS or name.startswith("Unnamed:"):
+        if _is_id_column(name):
             skipped.append((name, "id/name column"))
             continue
         if folded.count(name.lower()) > 1:
@@ -242,6 +255,7 @@ class _SmilesCSVDataset(InMemoryDataset):
             rule = "0/1, true/false or empty" if self.binary else "numbers, true/false or empty"
             warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be {rule}): {shown}. Name the task columns to use them "
                           "(task_cols= / --tasks)", TaskColumnWarning, stacklevel=3)
+        self._warn_duplicates()
         if self.skipped:
             shown = ", ".join(str(s[0]) for s in self.skipped[:20])
             more = ", ..." if len(self.skipped) > 20 else ""
@@ -249,6 +263,23 @@ class _SmilesCSVDataset(InMemoryDataset):
                           f"whose SMILES RDKit cannot parse ({self.raw_path.name} rows "
                           f"{shown}{more}; reasons in .skipped)", InvalidSmilesWarning,
                           stacklevel=3)
+
+    def _warn_duplicates(self) -> None:
+        """Warn when one SMILES string is on several rows (a random split can put its copies in
+        train and test; scaffold splits keep them together)."""
+        first: Dict[str, int] = {}
+        dup = []
+        for s, row in zip(self._column("smiles"), self._rows):
+            key = s.strip()
+            if key in first:
+                dup.append((first[key], row))
+            else:
+                first[key] = row
+        if dup:
+            shown = ", ".join(f"{a}={b}" for a, b in dup[:5]) + (", ..." if len(dup) > 5 else "")
+            warnings.warn(f"{self.raw_path.name}: {len(dup)} rows repeat the SMILES of an earlier row (rows {shown}); "
+                          "a random split can put copies in train and test (scaffold splits keep them together)",
+                          DuplicateSmilesWarning, stacklevel=4)
 
     @property
     def raw_dir(self) -> str:
@@ -384,7 +415,7 @@ def _toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
         raise DataFileError(f"{path}: " + ("several smiles columns" if n_smiles else "no 'smiles' column")
                             + f" (columns {header[:5]}...); not a MoleculeNet {name} file; {hint}")
     if isinstance(spec, int):
-        tasks = [h for h in header if h.lower() != "smiles" and h.lower() not in _ID_COLUMNS]
+        tasks = [h for h in header if h.lower() != "smiles" and not _is_id_column(h)]
         if len(tasks) != spec:
             raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec} for "
                                 f"{name}; {hint}")
@@ -411,8 +442,9 @@ def _check_toxicity_file(name: str) -> Callable[[Path], None]:
 class ToxicityDataset(_SmilesCSVDataset):
     r"""MoleculeNet toxicity sets ``tox21``, ``toxcast``, ``clintox``, ``sider`` as PyG graphs.
 
-    The raw CSV is looked up under ``<data root>/<name>/`` (data root: ``root`` >
-    ``$GRAPHATTN_DATA`` > checkout ``datasets/`` > ``~/.cache/graphattn``) under both the
+    The raw CSV is looked up under ``<data root>/<name>/``, ``<data root>/<name>/raw/`` and the
+    data root itself (data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` >
+    ``~/.cache/graphattn``; ``root`` may also be the CSV file itself) under both the
     DeepChem names (``tox21.csv.gz``, ``toxcast_data.csv.gz``, ``clintox.csv.gz``,
     ``sider.csv.gz``; with DeepChem's extra ``mol_id`` column) and the chemprop copies
     (``toxcast.csv.gz``, ``clintox.csv``, no ``mol_id``); if absent it is downloaded
@@ -447,8 +479,13 @@ class ToxicityDataset(_SmilesCSVDataset):
         if name not in TOXICITY_DATASETS:
             raise ValueError(f"name must be one of {sorted(TOXICITY_DATASETS)}, got {name!r}")
         spec = TOXICITY_DATASETS[name]
-        raw = find_file([f"{name}/{f}" for f in spec["files"]], url=spec["url"], root=root,
-                        check=_check_toxicity_file(name), download=download)
+        if root is not None and Path(root).is_file():  # root= the CSV itself
+            raw = Path(root)
+            _check_toxicity_file(name)(raw)
+        else:  # <root>/<name>/, PyG's <root>/<name>/raw/, or the root itself (the download goes to the 1st)
+            rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec["files"]]
+            raw = find_file(rels, url=spec["url"], root=root, check=_check_toxicity_file(name),
+                            download=download)
         super().__init__(raw, name, "smiles", None, cache_root(cache_dir),
                          transform, pre_transform, force_reload, log, limit=limit, binary=True)
 
@@ -491,7 +528,7 @@ class MoleculeCSVDataset(_SmilesCSVDataset):
                  binary: bool = False):
         path = Path(path).expanduser()
         if not path.is_file():
-            raise DataFileError(f"{path}: no such file")
+            raise DataFileError(f"{path} is a folder, not a CSV file" if path.is_dir() else f"{path}: no such file")
         if isinstance(task_cols, str):
             task_cols = [task_cols]
         stem = re.sub(r"\.csv(\.gz)?$", "", path.name, flags=re.I) or "data"
