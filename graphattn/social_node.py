@@ -43,7 +43,9 @@ def _musae_names():
     return tuple(SOCIAL_NODE_DATASETS)
 
 
-NODE_DATASETS = ("karate", "cora") + _musae_names()
+NODE_DATASETS = ("karate", "cora", "citeseer", "pubmed") + _musae_names()
+#: citation graphs with a public split and bag-of-words features (row-normalised, as in GCN/GAT)
+PLANETOID = ("cora", "citeseer", "pubmed")
 
 #: (train, val) fractions of the stratified split; test is the rest.
 SPLIT = (0.6, 0.2)
@@ -80,6 +82,8 @@ _PER_DATASET = {
     **{f"twitch-{k}": dict(dropout=0.5, weight_decay=5e-4, label_input=True, self_loops=True)
        for k in ("de", "engb", "es", "fr", "ptbr", "ru", "tw")},
 }
+# CiteSeer / PubMed: Cora's recipe, not tuned on them (no copies of their files here)
+_PER_DATASET["citeseer"] = _PER_DATASET["pubmed"] = dict(_PER_DATASET["cora"])
 # Twitch ENGB: a GCN branch (SGFormer), chosen on mean validation accuracy over seeds 0-2:
 # w = 0 0.6215, 0.5 0.6220, 0.9 0.6260 (test 60.8 / 61.7 / 62.8). On DE it did not help
 # (w = 0 0.6939, 0.9 0.6930), so the other languages keep w = 0.
@@ -145,7 +149,7 @@ def load_node_data(spec: Dict[str, Any]):
         source = data.feature_source = "identity+structural"
     elif source == "structural":
         data.x = _standardize(data.x)
-    elif source == "file" and spec.get("name") == "cora":  # row-normalised, as in GCN/GAT
+    elif source == "file" and spec.get("name") in PLANETOID:  # row-normalised, as in GCN/GAT
         data.x = data.x / data.x.sum(1, keepdim=True).clamp(min=1.0)
     data.x = data.x.float()
     if int(spec.get("hops", 0) or 0) > 0:

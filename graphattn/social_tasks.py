@@ -366,7 +366,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
 
     spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
     spec.update(_max_features(getattr(args, "max_features", None)))
-    if name in ("cora", "karate") and "max_features" in spec:
+    if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:
         raise ValueError(f"--max-features cuts a MUSAE features file; {name} does not read one")
     if name is not None:
         spec.update(name=name, display=name, root=str(data_root().resolve()))

@@ -13,7 +13,7 @@ from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS
                         InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset,
                         DuplicateSmilesWarning,
                         find_column, mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
-from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_social_node_dataset,
+from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid, load_social_node_dataset,
                      random_walk_pe, stratified_masks, structural_node_features)
 from .tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
                  load_tu_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
@@ -28,7 +28,7 @@ __all__ = [
     "InvalidSmilesWarning", "MoleculeCSVDataset", "TaskColumnWarning", "ToxicityDataset", "find_column",
     "DuplicateSmilesWarning",
     "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",
-    "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_social_node_dataset",
+    "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_planetoid", "load_social_node_dataset",
     "random_walk_pe", "stratified_masks", "structural_node_features",
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",
     "load_tu_dataset", "load_tu_folder", "load_tu_folds", "load_tu_text", "stratified_folds",

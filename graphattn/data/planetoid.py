@@ -1,4 +1,5 @@
-"""Cora with the public Planetoid split, from the raw ``ind.cora.*`` files via PyG.
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split, from the raw
+``ind.<name>.*`` files via PyG.
 
 The raw files are read from the data root (downloaded from kimiyoung/planetoid when
 absent); PyG's processed file goes to :func:`~graphattn.data.download.cache_root`, so the
@@ -8,38 +9,51 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import warnings
 from typing import Optional
 
 from torch_geometric.data import Data
 
 from .download import PathLike, cache_root, find_file
 
-__all__ = ["load_cora"]
+__all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
 
-_CORA_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 _PLANETOID_URL = "https://github.com/kimiyoung/planetoid/raw/master/data"
+#: name -> (PyG's name, expected (nodes, directed edges, features, classes))
+PLANETOID_DATASETS = {"cora": ("Cora", (2708, 10556, 1433, 7)),
+                      "citeseer": ("CiteSeer", (3327, 9104, 3703, 6)),
+                      "pubmed": ("PubMed", (19717, 88648, 500, 3))}
 
 
-def load_cora(root: Optional[PathLike] = None, *, download: bool = True) -> Data:
-    """Cora with the public Planetoid split, read by PyG's ``Planetoid`` from raw ``ind.cora.*``.
+def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool = True) -> Data:
+    """A Planetoid citation graph (``cora``, ``citeseer``, ``pubmed``) with the public split
+    (20 training nodes per class, 500 validation, 1,000 test), read by PyG's ``Planetoid`` from
+    the raw ``ind.<name>.*`` files.
 
-    The eight raw files are looked up under ``<root>/cora/`` (or ``<root>/Cora/raw/``) and
-    downloaded from kimiyoung/planetoid when absent. They are symlinked (copied where links
-    are not possible) into ``$GRAPHATTN_CACHE`` (default ``~/.cache/graphattn``)
-    ``/planetoid/<hash>/Cora/raw`` where PyG writes its processed file; the data root is
-    never written to when the files are present. 2,708 nodes, 10,556 directed edges,
-    1,433 features, 7 classes, masks 140/500/1000.
+    The eight raw files are looked up under ``<root>/<name>/``, PyG's ``<root>/<PyGName>/raw/``
+    or ``<root>`` itself, and downloaded from kimiyoung/planetoid when absent. They are
+    symlinked (copied where links are not possible) into ``$GRAPHATTN_CACHE`` (default
+    ``~/.cache/graphattn``) ``/planetoid/<hash>/<PyGName>/raw`` where PyG writes its processed
+    file; the data root is never written to when the files are present. Counts (checked, a
+    warning when they differ): Cora 2,708 nodes / 10,556 directed edges / 1,433 features / 7
+    classes; CiteSeer 3,327 / 9,104 / 3,703 / 6 (PyG keeps its 15 isolated test-index gaps as
+    featureless nodes); PubMed 19,717 / 88,648 / 500 / 3.
     """
     from torch_geometric.datasets import Planetoid
 
+    key = name.lower()
+    if key not in PLANETOID_DATASETS:
+        raise KeyError(f"unknown Planetoid dataset {name!r}; known: {', '.join(PLANETOID_DATASETS)}")
+    pyg_name, expected = PLANETOID_DATASETS[key]
     raw = {}
-    for suf in _CORA_SUFFIXES:
-        fn = f"ind.cora.{suf}"
-        raw[fn] = find_file([f"cora/{fn}", f"Cora/raw/{fn}"], url=f"{_PLANETOID_URL}/{fn}",
-                            root=root, download=download)
-    tag = hashlib.sha1(str(raw["ind.cora.x"].resolve().parent).encode()).hexdigest()[:12]
+    for suf in _SUFFIXES:
+        fn = f"ind.{key}.{suf}"
+        raw[fn] = find_file([f"{key}/{fn}", f"{pyg_name}/raw/{fn}", f"{key}/raw/{fn}", fn],
+                            url=f"{_PLANETOID_URL}/{fn}", root=root, download=download)
+    tag = hashlib.sha1(str(raw[f"ind.{key}.x"].resolve().parent).encode()).hexdigest()[:12]
     proc_root = cache_root() / "planetoid" / tag
-    raw_dir = proc_root / "Cora" / "raw"
+    raw_dir = proc_root / pyg_name / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
     for fn, src in raw.items():
         dst = raw_dir / fn
@@ -52,9 +66,19 @@ def load_cora(root: Optional[PathLike] = None, *, download: bool = True) -> Data
             dst.symlink_to(src.resolve())
         except OSError:
             shutil.copyfile(src, dst)
-    ds = Planetoid(str(proc_root), "Cora", split="public")
+    ds = Planetoid(str(proc_root), pyg_name, split="public")
     data = ds[0]
-    data.name = "cora"
+    got = (data.num_nodes, data.edge_index.size(1), data.num_features, ds.num_classes)
+    if got != expected:
+        warnings.warn(f"{key}: {got[0]} nodes / {got[1]} edges / {got[2]} features / {got[3]} classes, "
+                      f"expected {expected} (another release of the files?)", stacklevel=2)
+    data.name = key
     data.class_names = [str(i) for i in range(ds.num_classes)]
     data.has_features, data.feature_source = True, "file"
     return data
+
+
+def load_cora(root: Optional[PathLike] = None, *, download: bool = True) -> Data:
+    """Cora with the public Planetoid split (:func:`load_planetoid` ``("cora")``): 2,708 nodes,
+    10,556 directed edges, 1,433 features, 7 classes, masks 140/500/1000."""
+    return load_planetoid("cora", root, download=download)

@@ -8,7 +8,7 @@ root and downloads them when absent, reads them with
 available get *structural* features (log-degree and random-walk return probabilities,
 :func:`~graphattn.data.structural.structural_node_features`), with a warning and
 ``data.feature_source == "structural"``. Karate club comes from networkx, Cora from the
-raw Planetoid files (:func:`~graphattn.data.planetoid.load_cora`). The readers and helpers
+raw Planetoid files (:func:`~graphattn.data.planetoid.load_planetoid`; CiteSeer and PubMed too). The readers and helpers
 are re-exported here.
 """
 from __future__ import annotations
@@ -25,13 +25,13 @@ from torch_geometric.data import Data
 from . import download as _download, rawio as _rawio
 from .download import DataFileError, PathLike, data_root, find_file
 from .musae import check_max_features, load_musae
-from .planetoid import load_cora
+from .planetoid import PLANETOID_DATASETS, load_cora, load_planetoid
 from .rawio import canonical_name, label_codes, read_bytes, sorted_unique, undirected_edge_index
 from .social_splits import stratified_masks
 from .structural import random_walk_pe, structural_node_features
 
 __all__ = [
-    "load_musae", "load_social_node_dataset", "load_karate", "load_cora",
+    "load_musae", "load_social_node_dataset", "load_karate", "load_cora", "load_planetoid",
     "stratified_masks", "structural_node_features", "random_walk_pe",
     "undirected_edge_index", "sorted_unique", "SOCIAL_NODE_DATASETS",
 ]
@@ -201,7 +201,8 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     """A published node-classification social graph by name, with stratified masks.
 
     Names: ``karate``, ``facebook``, ``lastfm_asia``, ``github``, ``deezer_europe``,
-    ``twitch-de|engb|es|fr|ptbr|ru|tw`` (and ``cora``, which keeps its public split).
+    ``twitch-de|engb|es|fr|ptbr|ru|tw`` (and the Planetoid citation graphs ``cora``,
+    ``citeseer``, ``pubmed``, which keep their public split: :func:`load_planetoid`).
     Files are looked up under ``<root>/<folder>/`` by the names of the shared data folder
     (``facebook_page_page/facebook_edges.csv.gz``, ``twitch/DE/DE_edges.csv.gz``...) and
     the upstream/SNAP names (``musae_facebook_edges.csv``...), plain or gzipped, then in
@@ -227,13 +228,13 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     """
     check_max_features(max_features)
     key = canonical_name(name, _ALIASES)
-    if key == "cora":
-        return load_cora(root, download=download)
+    if key in PLANETOID_DATASETS:
+        return load_planetoid(key, root, download=download)
     if key in ("karate", "karate_club", "karateclub"):
         data = load_karate(structural_features is not False, rw_steps)
     else:
         if key not in SOCIAL_NODE_DATASETS:
-            raise KeyError(f"unknown social node dataset {name!r}; known: karate, cora, "
+            raise KeyError(f"unknown social node dataset {name!r}; known: karate, cora, citeseer, pubmed, "
                            + ", ".join(SOCIAL_NODE_DATASETS))
         spec = SOCIAL_NODE_DATASETS[key]
         paths = {kind: _get(spec, kind, root, download) for kind in ("edges", "target")}
