@@ -107,7 +107,9 @@ def evaluate(args) -> int:
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             parts = {"csv": ds}
         else:
-            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], d["tasks"], k, d["limit"],
+            # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
+            wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
+            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, k, d["limit"],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             present = tasks
             from .molecule_tasks import _file_sha256
@@ -177,14 +179,14 @@ def predict(args) -> int:
             print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
     std = prob.std(0, unbiased=False) if std_cols else None
     prob = prob.mean(0) if std_cols else prob
-    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines else {}), "smiles": s,
+    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines is not None else {}), "smiles": s,
              **{c: "" for c in prob_cols + std_cols}, "error": g if isinstance(g, str) else ""}
             for i, (s, g) in enumerate(zip(smiles, graphs))]
     for j, i in enumerate(ok):
         rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
         if std_cols:
             rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
-    fields = ["row", *(["file_row"] if lines else []), "smiles", *prob_cols, *std_cols, "error"]
+    fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
     if args.out:
         out = _out_path(args.out, "predictions.csv")
         try:

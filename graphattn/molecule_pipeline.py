@@ -240,9 +240,9 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
                            init=init, device=device)
         members.append(res.pop("model"))
         runs.append(res)
-        log(f"[member {k + 1}/{size}] seed {s}: best epoch {res['best_epoch']} | val auc "
-            f"{res['val'].get('roc_auc') if 'val' in res else None} | test auc "
-            f"{res['test'].get('roc_auc') if 'test' in res else None}")
+        auc = {p: (res.get(p) or {}).get("roc_auc") for p in ("val", "test")}
+        log(f"[member {k + 1}/{size}] seed {s}: best epoch {res['best_epoch']} | "
+            + " | ".join(f"{p} auc {'n/a' if v is None or v != v else f'{v:.4f}'}" for p, v in auc.items()))
     model = ProbabilityEnsemble(members).eval()
     meta = {**runs[0]["meta"], "ensemble": {"size": size, "seeds": seeds}}
     parts = dict(zip(("train", "val", "test"), split_idx))

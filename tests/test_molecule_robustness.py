@@ -446,3 +446,32 @@ def test_metrics_json_has_null_val_for_a_split_without_validation_molecules(tmp_
                          *TINY]) == 0
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert m["val"] is None and isinstance(m["test"], dict)  # 4 molecules: train / test only
+
+
+def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
+    from torch_geometric.data import Data
+
+    # a label column whose name ends in "Acid" stays a task
+    rows = [(s, _labels(s)[0], _labels(s)[1]) for s in SMILES[:12]]
+    src = write_csv(tmp_path / "acid.csv", ["smiles", "CarboxylicAcid", "Acid"], rows)
+    assert MoleculeCSVDataset(src, log=False, binary=True, cache_dir=tmp_path / "c").task_names == [
+        "CarboxylicAcid", "Acid"]
+    # a pre_transform that drops data.smiles: the duplicate check does not need it
+    strip = lambda d: Data(x=d.x, edge_index=d.edge_index, edge_attr=d.edge_attr, y=d.y)  # noqa: E731
+    dup = write_csv(tmp_path / "d.csv", ["smiles", "y"], [("CCO", 1), ("CCO", 0), ("CCC", 1)])
+    with pytest.warns(molecules.DuplicateSmilesWarning):
+        ds = MoleculeCSVDataset(dup, log=False, pre_transform=strip, cache_dir=tmp_path / "c")
+    assert ds.duplicate_rows == [(2, 3)]
+    # a checkpoint whose tasks were inferred under other rules still evaluates (its own task names)
+    ids = write_csv(tmp_path / "ids.csv", ["smiles", "SID", "toxic"],
+                    [(s, i % 2, _labels(s)[0]) for i, s in enumerate(SMILES)])
+    monkeypatch.setattr(molecules, "_is_id_column", lambda name: False)  # the old rules: SID was a task
+    assert cli.main(["train", "--csv", str(ids), "--split", "random", "--out", str(tmp_path / "old"), *TINY]) == 0
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "old" / "best.pt")["meta"]["task_names"] == ["SID", "toxic"]
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "old" / "best.pt")]) == 0
+    # predict on a header-only CSV keeps the file_row column
+    empty = write_csv(tmp_path / "empty.csv", ["smiles"], [])
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "old" / "best.pt"), "--csv", str(empty),
+                     "--out", str(tmp_path / "p.csv")]) == 0
+    assert (tmp_path / "p.csv").read_text().splitlines()[0].startswith("row,file_row,smiles")

@@ -376,6 +376,7 @@ def test_planetoid_family_by_name_and_cli(tmp_path, monkeypatch, capsys, name, l
         d = load_social_node_dataset(name, root=root, download=False)
     assert d.name == name and int(d.train_mask.sum()) == 12 and int(d.val_mask.sum()) == 500
     assert d.num_nodes == 640 + (2 if name == "citeseer" else 0) and d.num_features == 8
+    assert int((d.y < 0).sum()) == (2 if name == "citeseer" else 0)  # CiteSeer's gap nodes: unlabelled
     monkeypatch.setenv("GRAPHATTN_DATA", str(root))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -384,3 +385,13 @@ def test_planetoid_family_by_name_and_cli(tmp_path, monkeypatch, capsys, name, l
     meta = load_checkpoint(tmp_path / "r" / "best.pt")["meta"]
     assert meta["data"]["name"] == name and meta["hparams"]["gcn_weight"] == 0.98  # Cora's recipe
     assert main(["predict", "--checkpoint", str(tmp_path / "r" / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
+
+
+def test_planetoid_cache_follows_replaced_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    _write_planetoid(tmp_path / "r" / "citeseer", "citeseer", feats=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert load_social_node_dataset("citeseer", root=tmp_path / "r", download=False).num_features == 8
+        _write_planetoid(tmp_path / "r" / "citeseer", "citeseer", feats=11)  # replaced in place
+        assert load_social_node_dataset("citeseer", root=tmp_path / "r", download=False).num_features == 11

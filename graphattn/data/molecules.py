@@ -56,15 +56,18 @@ class TaskColumnWarning(UserWarning):
 # ----------------------------------------------------------------------------- CSV reading
 
 _ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index", "cid", "molregno", "cas",
-               "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key"}
-#: other identifier names: "... id", "..._id", "...ID" (Compound ID, PubChem_CID, chembl_id, smiles_id)
-_ID_NAME = re.compile(r"(^|[^a-z])c?id$|[a-z0-9](ID|Id|CID)$")
+               "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key", "num", "idx"}
+#: other identifier names, on the lower-cased name: "... id", "..._id", "..._cid", "..._sid", "aid",
+#: "chemblid" (Compound ID, PubChem_CID, PUBCHEM_SID, smiles_id, CMPD_CHEMBLID); not "acid", "paid"
+_ID_LOWER = re.compile(r"(^|[^a-z])[csa]?id$|chembl_?id$")
+#: ... and on the name as written: camel case "compoundID", "molId", "pubchemCID"
+_ID_CAMEL = re.compile(r"[a-z0-9](ID|Id|CID)$")
 
 
 def _is_id_column(name: str) -> bool:
     """True for a column of molecule identifiers/names (never a task column)."""
-    return name.lower() in _ID_COLUMNS or name.startswith("Unnamed:") or bool(_ID_NAME.search(name.lower())) \
-        or bool(_ID_NAME.search(name))
+    return (name.lower() in _ID_COLUMNS or name.startswith("Unnamed:") or bool(_ID_LOWER.search(name.lower()))
+            or bool(_ID_CAMEL.search(name)))
 
 
 def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
@@ -255,7 +258,8 @@ class _SmilesCSVDataset(InMemoryDataset):
             rule = "0/1, true/false or empty" if self.binary else "numbers, true/false or empty"
             warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be {rule}): {shown}. Name the task columns to use them "
                           "(task_cols= / --tasks)", TaskColumnWarning, stacklevel=3)
-        self._warn_duplicates()
+        self.duplicate_rows: List[Tuple[int, int]] = [tuple(p) for p in meta.get("duplicates", [])]
+        self._warn_duplicates(self.duplicate_rows)
         if self.skipped:
             shown = ", ".join(str(s[0]) for s in self.skipped[:20])
             more = ", ..." if len(self.skipped) > 20 else ""
@@ -264,17 +268,10 @@ class _SmilesCSVDataset(InMemoryDataset):
                           f"{shown}{more}; reasons in .skipped)", InvalidSmilesWarning,
                           stacklevel=3)
 
-    def _warn_duplicates(self) -> None:
-        """Warn when one SMILES string is on several rows (a random split can put its copies in
-        train and test; scaffold splits keep them together)."""
-        first: Dict[str, int] = {}
-        dup = []
-        for s, row in zip(self._column("smiles"), self._rows):
-            key = s.strip()
-            if key in first:
-                dup.append((first[key], row))
-            else:
-                first[key] = row
+    def _warn_duplicates(self, dup: List[Tuple[int, int]]) -> None:
+        """Warn when one SMILES string is on several rows (``dup``: (first row, repeat row) pairs
+        found by :meth:`process`): a random split can put its copies in train and test; scaffold
+        splits keep them together."""
         if dup:
             shown = ", ".join(f"{a}={b}" for a, b in dup[:5]) + (", ..." if len(dup) > 5 else "")
             warnings.warn(f"{self.raw_path.name}: {len(dup)} rows repeat the SMILES of an earlier row (rows {shown}); "
@@ -332,6 +329,8 @@ class _SmilesCSVDataset(InMemoryDataset):
         header, rows = read_csv_table(self.raw_path)
         smiles_idx, task_idx, skipped_cols = self._select_tasks(header, rows)
         data_list, skipped, kept, read = [], [], [], 0
+        first: Dict[str, int] = {}  # SMILES string -> its first row (repeats are reported)
+        duplicates: List[Tuple[int, int]] = []
         total = len(rows) if self._limit is None else min(len(rows), self._limit)
         for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol", total=total,
                                  disable=not self.log):
@@ -348,13 +347,18 @@ class _SmilesCSVDataset(InMemoryDataset):
                 data = self.pre_transform(data)
             data_list.append(data)
             kept.append(line)
+            key = fields[smiles_idx].strip()
+            if key in first:
+                duplicates.append((first[key], line))
+            else:
+                first[key] = line
         if not read:
             raise DataFileError(f"{self.raw_path}: no data rows (only a header?)")
         if not data_list:
             raise DataFileError(f"{self.raw_path}: none of its {read} SMILES could be "
                                 f"parsed (column {header[smiles_idx]!r})")
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
-                "skipped_columns": skipped_cols, "num_rows": read, "rows": kept,
+                "skipped_columns": skipped_cols, "num_rows": read, "rows": kept, "duplicates": duplicates,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
                 "limit": self._limit, "binary": self.binary}
         for path, write in ((self.processed_paths[1], lambda p: _dump_json(meta, p)),
@@ -479,8 +483,8 @@ class ToxicityDataset(_SmilesCSVDataset):
         if name not in TOXICITY_DATASETS:
             raise ValueError(f"name must be one of {sorted(TOXICITY_DATASETS)}, got {name!r}")
         spec = TOXICITY_DATASETS[name]
-        if root is not None and Path(root).is_file():  # root= the CSV itself
-            raw = Path(root)
+        if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
+            raw = Path(root).expanduser()
             _check_toxicity_file(name)(raw)
         else:  # <root>/<name>/, PyG's <root>/<name>/raw/, or the root itself (the download goes to the 1st)
             rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec["files"]]

@@ -12,6 +12,7 @@ import shutil
 import warnings
 from typing import Optional
 
+import torch
 from torch_geometric.data import Data
 
 from .download import PathLike, cache_root, find_file
@@ -38,7 +39,7 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     file; the data root is never written to when the files are present. Counts (checked, a
     warning when they differ): Cora 2,708 nodes / 10,556 directed edges / 1,433 features / 7
     classes; CiteSeer 3,327 / 9,104 / 3,703 / 6 (PyG keeps its 15 isolated test-index gaps as
-    featureless nodes); PubMed 19,717 / 88,648 / 500 / 3.
+    featureless nodes; their label is -1, unlabelled, in no mask); PubMed 19,717 / 88,648 / 500 / 3.
     """
     from torch_geometric.datasets import Planetoid
 
@@ -51,7 +52,10 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
         fn = f"ind.{key}.{suf}"
         raw[fn] = find_file([f"{key}/{fn}", f"{pyg_name}/raw/{fn}", f"{key}/raw/{fn}", fn],
                             url=f"{_PLANETOID_URL}/{fn}", root=root, download=download)
-    tag = hashlib.sha1(str(raw[f"ind.{key}.x"].resolve().parent).encode()).hexdigest()[:12]
+    # the processed file is keyed by the raw files' folder, sizes and times: replaced files are re-read
+    stamp = [str(raw[f"ind.{key}.x"].resolve().parent)] + [f"{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                                                          for p in raw.values()]
+    tag = hashlib.sha1("|".join(stamp).encode()).hexdigest()[:12]
     proc_root = cache_root() / "planetoid" / tag
     raw_dir = proc_root / pyg_name / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
@@ -72,6 +76,16 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     if got != expected:
         warnings.warn(f"{key}: {got[0]} nodes / {got[1]} edges / {got[2]} features / {got[3]} classes, "
                       f"expected {expected} (another release of the files?)", stacklevel=2)
+    # CiteSeer's test.index skips ids (isolated nodes): PyG adds them with zero features and an
+    # all-zero label row, which argmax reads as class 0; they are in no mask: unlabelled (-1)
+    test_index = [int(v) for v in raw[f"ind.{key}.test.index"].read_text().split()]
+    if test_index and max(test_index) < data.num_nodes:
+        gap = sorted(set(range(min(test_index), max(test_index) + 1)) - set(test_index))
+        if gap:
+            gap_t = torch.tensor(gap)
+            if not bool((data.train_mask | data.val_mask | data.test_mask)[gap_t].any()):
+                data.y = data.y.clone()
+                data.y[gap_t] = -1
     data.name = key
     data.class_names = [str(i) for i in range(ds.num_classes)]
     data.has_features, data.feature_source = True, "file"
