@@ -128,6 +128,11 @@ class GraphSelfAttention(MessagePassing):
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         if impl not in EDGE_IMPLS:
             raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
+        if impl == "fused" and (score != "dot" or (isinstance(dropout, (int, float)) and dropout > 0)):
+            # found here rather than at the first training forward
+            raise ValueError(f"impl='fused' supports score='dot' without attention dropout, got score={score!r}, "
+                             f"dropout={dropout!r}: use impl='auto' (the fused kernel where it applies) or "
+                             "'chunked'")
         f_src, f_dst = _channel_pair(in_channels)
         for name, val in (("out_channels", out_channels), ("heads", heads)):
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:

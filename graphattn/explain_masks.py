@@ -34,9 +34,8 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
         # the input has self-loops: did the layer's graph replace them (non-loop input edges in
         # order, then exactly one loop per node, 0..N-1)? Then the loops' mask entries are dropped
         kept = m[loop_mask.to(m.device)]
-        n, N = kept.size(0), num_targets
-        if E >= n + N and _is_loop_replaced(edge_index, n, N):
-            return torch.cat([kept, m.new_ones(E - n)])
+        if _is_loop_replaced(edge_index, kept.size(0), num_targets):
+            return torch.cat([kept, m.new_ones(E - kept.size(0))])
     if E == E0:
         return m
     if E > E0 and (not loops_ok or torch.equal(edge_index[0, :E0] != edge_index[1, :E0],
@@ -49,12 +48,17 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
 
 
 def _is_loop_replaced(edge_index: Tensor, n: int, N: int) -> bool:
-    """``edge_index[:, :n]`` has no self-loop and ``edge_index[:, n:n + N]`` is the loop of each
-    node 0..N-1 in order (PyG's ``add_self_loops`` / ``NodeClassifier(self_loops=True)`` layout)."""
-    head, loops = edge_index[:, :n], edge_index[:, n:n + N]
-    ids = torch.arange(N, device=edge_index.device)
-    return (loops.size(1) == N and not bool((head[0] == head[1]).any())
-            and bool((loops[0] == ids).all() and (loops[1] == ids).all()))
+    """``edge_index[:, :n]`` has no self-loop and is followed by the loops ``0→0, 1→1, ...,
+    K-1→K-1`` in order, covering every node those edges touch (PyG's ``add_self_loops`` /
+    ``NodeClassifier(self_loops=True)`` layout). ``N`` bounds K: the layer's targets, which
+    include global-token nodes that get no loop, so K may be smaller."""
+    head, seg = edge_index[:, :n], edge_index[:, n:n + N]
+    if seg.size(1) == 0 or bool((head[0] == head[1]).any()):
+        return False
+    ids = torch.arange(seg.size(1), device=edge_index.device)
+    run = (seg[0] == ids) & (seg[1] == ids)
+    K = int(run.size(0) if bool(run.all()) else run.to(torch.int8).argmin())  # loops 0..K-1 in order
+    return K > 0 and (head.numel() == 0 or int(head.max()) < K)
 
 
 def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Tensor, edge_mask: Tensor,

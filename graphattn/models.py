@@ -13,7 +13,7 @@ from .global_tokens import GlobalTokens
 from .model_parts import (FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe,
                           graph_feature_input)
 from .padding import check_batch
-from .validation import check_edge_index, check_int
+from .validation import check_edge_index, check_int, check_model_input
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
@@ -108,6 +108,7 @@ class GraphTransformer(nn.Module):
         its ids range-checked where they index (global tokens, layouts) unless
         ``check_range=False``: the caller already checked them against ``num_graphs`` (as
         :class:`GraphClassifier` does), so no component repeats that per-batch sync."""
+        check_model_input(x)
         check_edge_index(edge_index, x.size(0))
         if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)
@@ -212,6 +213,7 @@ class GraphClassifier(nn.Module):
                 num_graphs: Optional[int] = None, graph_features: Optional[Tensor] = None,
                 **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
+        check_model_input(x)
         if batch is None:
             batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
         num_graphs = check_batch(batch, x.size(0), num_graphs)  # B; may exceed batch.max() + 1

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from .model_parts import gcn_normalized_graph
 from .models import GraphTransformer
-from .validation import check_int
+from .validation import check_int, check_model_input
 
 __all__ = ["NodeClassifier"]
 
@@ -175,6 +175,7 @@ class NodeClassifier(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None, **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
+        check_model_input(x)
         attn_edges = self._graph(edge_index, x.size(0))[0] if self.self_loops else edge_index
         h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more

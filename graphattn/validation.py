@@ -134,6 +134,17 @@ def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> Non
         mark_index_checked(index, num_rows)
 
 
+def check_model_input(x) -> None:
+    """``TypeError`` unless the model input ``x`` is a tensor (a dataset without node features
+    gives ``x=None``: say how to add some, rather than an ``AttributeError`` deep inside)."""
+    if x is None:
+        raise TypeError("x is None: the graphs have no node features; add some first, e.g. "
+                        "torch_geometric.transforms.OneHotDegree(max_degree) / Constant() or "
+                        "graphattn.data.add_structural_features(graphs)")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor (N, F) of node features, got {type(x).__name__}")
+
+
 def check_features(x: Tensor, in_channels: int, name: str = "x", check_values: bool = True) -> None:
     """Node features: a floating ``(N, in_channels)`` tensor without NaN or inf.
 

@@ -74,6 +74,29 @@ def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops, input_loops)
     assert torch.isfinite(explanation.edge_mask).all()
 
 
+@pytest.mark.parametrize("tokens", [1, 2])
+@pytest.mark.parametrize("loop_at", [0, 3, 5])
+def test_replaced_input_loops_are_unmasked_with_global_tokens(tokens, loop_at):
+    """self_loops=True replaces the input's loops; with global tokens (which get no loop) their mask
+    entries must still change nothing, wherever the loop sits in the input."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    edges.insert(loop_at, (2, 2))
+    ei = torch.tensor(edges).t()
+    model = NodeClassifier(4, 16, 3, num_layers=2, heads=2, self_loops=True, num_global_tokens=tokens).eval()
+    ref = model(x, ei)
+    try:
+        set_masks(model, (ei[0] != ei[1]).float(), ei, apply_sigmoid=False)  # 0 on the loop only
+        assert torch.allclose(model(x, ei), ref, atol=1e-5)
+        set_masks(model, torch.zeros(ei.size(1)), ei, apply_sigmoid=False)  # every input edge hidden
+        assert not torch.allclose(model(x, ei), ref, atol=1e-3)
+    finally:
+        clear_masks(model)
+
+
 def test_gnnexplainer_on_a_graph_classifier_with_global_tokens():
     torch.manual_seed(0)
     ei = _path(8)

@@ -142,3 +142,16 @@ def test_model_errors_describe_the_users_tensors_not_the_encoded_ones():
     x[1, 1] = float("nan")
     with pytest.raises(ValueError, match=r"^x contains NaN or inf values \(in 1 of 3 rows\)"):
         model(x, ei, edge_attr=torch.randn(4, 2))
+
+
+def test_missing_node_features_and_fused_options_fail_early():
+    from graphattn import GraphClassifier, GraphSelfAttention, GraphTransformer, NodeClassifier
+
+    ei = torch.tensor([[0, 1], [1, 0]])
+    for model in (GraphClassifier(8, 16, 2), NodeClassifier(8, 16, 2), GraphTransformer(8, 16, 2)):
+        with pytest.raises(TypeError, match="x is None: the graphs have no node features"):
+            model(None, ei)
+    for kwargs in (dict(dropout=0.1), dict(score="additive")):
+        with pytest.raises(ValueError, match="impl='fused' supports score='dot' without attention dropout"):
+            GraphSelfAttention(4, 4, impl="fused", **kwargs)
+    GraphSelfAttention(4, 4, impl="fused")  # the supported combination
