@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
+from numbers import Real
 from typing import Optional
 
 import numpy as np
@@ -247,6 +247,18 @@ class LapPEEncoder(nn.Module):
                 f"sign_invariant={self.sign_invariant})")
 
 
+def _int_or_none(value, minimum: int):
+    """``value`` as an int >= ``minimum`` (Python / numpy ints, 0-d integer tensors), else None."""
+    try:
+        return _check_int("value", value, minimum)
+    except ValueError:
+        return None
+
+
+#: the largest sinusoidal encoding built (entries): 2^31 float64 entries are 16 GiB, ~4x that at peak
+MAX_PE_ELEMENTS = 2 ** 31
+
+
 def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
                   dtype: torch.dtype = torch.float32, device=None) -> Tensor:
     r"""Transformer sinusoidal encoding ("Attention Is All You Need", Vaswani et al. 2017).
@@ -257,10 +269,16 @@ def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
     """
     length = _check_int("length", length, 0)
     _check_float_dtype(dtype)
-    if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 2 or channels % 2:
+    c = _int_or_none(channels, 2)
+    if c is None or c % 2:
         raise ValueError(f"channels must be a positive even int, got {channels!r}")
-    if not (base > 0 and math.isfinite(base)):
+    channels = c
+    if isinstance(base, bool) or not isinstance(base, Real) or not (base > 0 and math.isfinite(base)):
         raise ValueError(f"base must be a finite number > 0, got {base!r}")
+    if length * channels > MAX_PE_ELEMENTS:
+        raise ValueError(f"a sinusoidal encoding of {length:,} positions x {channels} channels has "
+                         f"{length * channels:,} entries, more than graphattn.encodings.MAX_PE_ELEMENTS = "
+                         f"{MAX_PE_ELEMENTS:,} (it is built in float64, ~4x that many bytes x 8 at peak)")
     pos = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (L, 1)
     freq = torch.exp(torch.arange(0, channels, 2, dtype=torch.float64, device=device)
                      * (-math.log(base) / channels))  # (C/2,)
@@ -279,10 +297,16 @@ def sinusoidal_pe_2d(height: int, width: int, channels: int, base: float = 10000
 
     Shapes: returns ``(height * width, channels)``; ``channels`` must be divisible by 4.
     """
-    if isinstance(channels, bool) or not isinstance(channels, Integral) or channels < 4 or channels % 4:
+    c = _int_or_none(channels, 4)
+    if c is None or c % 4:
         raise ValueError(f"channels must be a positive multiple of 4 (half row, half column, each "
                          f"even), got {channels!r}")
+    channels = c
     height, width = _check_int("height", height, 0), _check_int("width", width, 0)
+    if height * width * channels > MAX_PE_ELEMENTS:
+        raise ValueError(f"a 2-D sinusoidal encoding of {height:,} x {width:,} positions x {channels} channels "
+                         f"has {height * width * channels:,} entries, more than "
+                         f"graphattn.encodings.MAX_PE_ELEMENTS = {MAX_PE_ELEMENTS:,}")
     _check_float_dtype(dtype)
     half = channels // 2
     rows = sinusoidal_pe(height, half, base, dtype=dtype, device=device)  # (H, C/2)

@@ -28,8 +28,20 @@ IMAGE_PATTERNS = ("full", "grid")
 PatternArg = Union[str, Sequence[str]]
 
 
-def _ragged(counts: Tensor):
-    """For per-target edge counts ``(n,)``: each edge's target and its rank among them."""
+#: the largest pattern built (edges): the int64 edge_index alone takes 16 bytes per edge (32 GiB here),
+#: and its construction about as much again; raise it (graphattn.patterns.MAX_EDGES = ...) on purpose
+MAX_EDGES = 2 ** 31
+
+
+def _ragged(counts: Tensor, what: str = "the pattern"):
+    """For per-target edge counts ``(n,)``: each edge's target and its rank among them.
+    A ``ValueError`` naming ``what`` when the total exceeds :data:`MAX_EDGES` (checked before
+    anything of that size is allocated)."""
+    total = int(counts.sum()) if counts.numel() else 0
+    if total > MAX_EDGES:
+        raise ValueError(f"{what} needs {total:,} edges ({16 * total / 2**30:,.0f} GiB as an int64 edge_index), "
+                         f"more than graphattn.patterns.MAX_EDGES = {MAX_EDGES:,}: use a sparser pattern "
+                         "(window, stride, global, grid) or a shorter input")
     target = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
     start = torch.cumsum(counts, 0) - counts  # (n,) first edge of each target
     offset = torch.arange(target.numel(), device=counts.device) - start[target]
@@ -49,22 +61,25 @@ def _parse_patterns(pattern: PatternArg, valid: Sequence[str]) -> List[str]:
 def _one_pattern(name: str, length: int, window, stride, num_global, device):
     """(target, source) of one pattern, sorted by (target, source)."""
     i = torch.arange(length, device=device)
+    what = f"pattern {name!r} on {length:,} tokens"
     if name == "full":
-        return _ragged(torch.full((length,), length, device=device))  # source = rank
+        return _ragged(torch.full((length,), length, device=device), what)  # source = rank
     if name == "causal":  # j <= i
-        return _ragged(i + 1)
+        return _ragged(i + 1, what)
     if name == "window":  # |i - j| <= window
+        window = min(window, length)  # wider changes nothing (and would overflow int64 below)
         start = (i - window).clamp(min=0)
         counts = (i + window).clamp(max=length - 1) - start + 1
-        target, off = _ragged(counts)
+        target, off = _ragged(counts, what)
         return target, start[target] + off
     if name == "stride":  # j = i mod stride + stride * t
+        stride = min(stride, max(length, 1))
         r = i % stride
-        target, off = _ragged((length - r + stride - 1) // stride)
+        target, off = _ragged((length - r + stride - 1) // stride, what)
         return target, r[target] + stride * off
     # "global": the first g tokens see everyone; the others see the g tokens and themselves.
     g = min(num_global, length)
-    target, off = _ragged(torch.where(i < g, length, g + 1))
+    target, off = _ragged(torch.where(i < g, length, g + 1), what)
     return target, torch.where((target >= g) & (off == g), target, off)
 
 
@@ -137,13 +152,13 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
         return sequence_graph(height * width, "full", device=device)
     if kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
-    rad = kernel_size // 2
+    rad = min(kernel_size // 2, max(height, width))  # a wider window changes nothing (nor overflows)
     node = torch.arange(height * width, device=device)
     r, c = node // width, node % width
     r0, c0 = (r - rad).clamp(min=0), (c - rad).clamp(min=0)
     nr = (r + rad).clamp(max=height - 1) - r0 + 1  # rows in the clipped window
     nc = (c + rad).clamp(max=width - 1) - c0 + 1  # columns in the clipped window
-    target, off = _ragged(nr * nc)
+    target, off = _ragged(nr * nc, f"pattern 'grid' (kernel {kernel_size}) on a {height} x {width} grid")
     source = (r0[target] + off // nc[target]) * width + c0[target] + off % nc[target]
     return torch.stack([source, target]).long()
 

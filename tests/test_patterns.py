@@ -229,3 +229,34 @@ def test_images_to_batch_patches():
     check_batch_never_crosses(batch)
     uint8 = images_to_batch(torch.zeros(1, 1, 4, 4, dtype=torch.uint8), pe_channels=4)
     assert uint8.pe.dtype == torch.float32
+
+
+def test_huge_patterns_and_encodings_are_refused_before_allocating(monkeypatch):
+    from graphattn import patterns
+    from graphattn.encodings import sinusoidal_pe, sinusoidal_pe_2d
+
+    with pytest.raises(ValueError, match=r"'full' on 100,000 tokens needs 10,000,000,000 edges"):
+        patterns.sequence_graph(10 ** 5)
+    with pytest.raises(ValueError, match="MAX_EDGES"):
+        patterns.image_graph(1000, 1000, "full")
+    monkeypatch.setattr(patterns, "MAX_EDGES", 20)
+    assert patterns.sequence_graph(4).shape == (2, 16)  # at the cap: fine
+    with pytest.raises(ValueError, match=r"'grid' \(kernel 5\) on a 5 x 5 grid"):
+        patterns.image_graph(5, 5, "grid", kernel_size=5)
+    with pytest.raises(ValueError, match="MAX_PE_ELEMENTS"):
+        sinusoidal_pe(10 ** 10, 64)
+    with pytest.raises(ValueError, match="MAX_PE_ELEMENTS"):
+        sinusoidal_pe_2d(10 ** 5, 10 ** 5, 4)
+
+
+def test_window_stride_kernel_wider_than_the_input_equal_full():
+    from graphattn import image_graph, sequence_graph
+    from graphattn.encodings import sinusoidal_pe
+
+    full = sequence_graph(4)
+    assert torch.equal(sequence_graph(4, "window", window=2 ** 63 - 1), full)
+    assert torch.equal(sequence_graph(4, "stride", stride=2 ** 63 - 3), sequence_graph(4, "stride", stride=4))
+    assert torch.equal(image_graph(2, 3, "grid", kernel_size=2 ** 64 + 1), image_graph(2, 3, "full"))
+    assert torch.equal(sinusoidal_pe(5, torch.tensor(4)), sinusoidal_pe(5, 4))
+    with pytest.raises(ValueError, match="base must be a finite number"):
+        sinusoidal_pe(5, 4, base="10000")
