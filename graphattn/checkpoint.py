@@ -42,6 +42,14 @@ def _on_cpu(obj):
     return obj
 
 
+def _plain_mode(path) -> None:
+    """The permissions a plain ``open(path, "w")`` would give (mkstemp creates 0600: colleagues
+    sharing a group folder could not read the models)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def save_checkpoint(path, state: Dict[str, Any]) -> None:
     """``torch.save`` to a temporary file in the same folder, then an atomic rename. Tensors
     are saved on the CPU (a model trained on a GPU loads anywhere, also with a plain
@@ -54,6 +62,7 @@ def save_checkpoint(path, state: Dict[str, Any]) -> None:
         torch.save(_on_cpu(state), tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        _plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -121,7 +130,7 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
 
 
 #: meta entries that may change when a run is resumed (e.g. more epochs); all others must match
-_RESUMABLE_META = ("hparams",)
+_RESUMABLE_META = ("hparams", "ensemble_size")  # an ensemble may grow on --resume
 #: keys of a data spec that only say where the files are (data root moved, another machine)
 _LOCATION_KEYS = ("root", "display")
 
@@ -180,9 +189,7 @@ def write_metrics(path, summary: Dict[str, Any]) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a plain write would (mkstemp creates 0600)
+        _plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

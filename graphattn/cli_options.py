@@ -82,5 +82,10 @@ def out_path(out, default_name: str) -> Path:
 def check_out_folder(out) -> None:
     """ValueError when ``--out`` (a run's output folder) names an existing file: found before
     any data is read or epoch trained, not at the first checkpoint."""
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
+    if out is None:
+        return
+    if Path(out).exists() and not Path(out).is_dir():
         raise ValueError(f"--out {out} is a file, not a folder")
+    parent = next((p for p in Path(out).parents if p.exists()), None)  # the nearest existing ancestor
+    if parent is not None and not parent.is_dir():
+        raise ValueError(f"--out {out}: {parent} is a file, so no folder can be made under it")

@@ -9,6 +9,7 @@ in checkpoints with the featurizer version, the task names and the PE size, so t
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -180,7 +181,12 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
                for s, idx in parts.items() if len(idx) > 0}
     pw = None
     if pos_weight:
-        pw = compute_pos_weight(torch.cat([d.y for d in ds[parts["train"]]]))
+        y_train = torch.cat([d.y for d in ds[parts["train"]]])
+        pw = compute_pos_weight(y_train)
+        none = [t for t, n in zip(ds.task_names, (y_train == 1).sum(0).tolist()) if n == 0]
+        if none:
+            warnings.warn(f"--pos-weight: task(s) {none} have no positive label in the training split (weight 1; "
+                          "the model cannot learn them)", stacklevel=2)
         pw = pw.to(model_device(model))
     res = fit(model, loaders, forward, kind="binary", epochs=hp["epochs"], lr=hp["lr"],
               weight_decay=hp["weight_decay"], patience=hp["patience"], pos_weight=pw, seed=seed,
@@ -236,7 +242,8 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     for k, s in enumerate(seeds):
         res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
                            out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
-                           meta=meta, progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
+                           meta={**(meta or {}), "ensemble_size": size},  # a resume finds the size here
+                           progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
                            init=init, device=device)
         members.append(res.pop("model"))
         runs.append(res)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .molecule_data import unlabelled_tasks
 from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, build_model, descriptor_set, load_dataset, model_spec, run_ensemble,
@@ -115,17 +115,20 @@ def train(args) -> int:
     name = args.dataset.lower() if args.csv is None else Path(args.csv).name
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     try:
+        ensemble = _resumed_ensemble_size(out, args.ensemble) if args.resume else args.ensemble
+        ensemble = 1 if ensemble is None else ensemble
+        if ensemble < 1:
+            raise ValueError(f"--ensemble must be >= 1, got {ensemble}")
+        if init is None and args.resume:  # a fine-tuned run (or ensemble) resumed without --init
+            init = _resumed_init(out, ensemble)
         if init is not None:
             hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()))
-        elif args.resume:  # a fine-tuned run (or ensemble) resumed without --init
+        elif args.resume:
             last = next((p for p in (out / "last.pt", out / "member0" / "last.pt") if p.is_file()), None)
             if last is not None:
                 hp = _resumed_arch(hp, last, getattr(args, "given_options", frozenset()))
     except (ValueError, FileNotFoundError, CheckpointError) as exc:
         return _err("train", str(exc))
-    ensemble = 1 if args.ensemble is None else args.ensemble
-    if ensemble < 1:
-        return _err("train", f"--ensemble must be >= 1, got {ensemble}")
     pe_dim = hp["pe_dim"] if baseline == "none" else 0
     descriptors = descriptor_set(hp["descriptors"])
     try:
@@ -158,10 +161,13 @@ def train(args) -> int:
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
     res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
-                       out_dir=out, resume=args.resume, meta={"data": data}, progress=not args.no_progress,
+                       out_dir=out, resume=args.resume, progress=not args.no_progress,
+                       # --pos-weight changes the loss: recorded, and a resume may not switch it
+                       meta={"data": data, "pos_weight": bool(args.pos_weight)},
                        init=init, device=device)
     res.pop("model")
     summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
+               "pos_weight": bool(args.pos_weight),
                "task_names": list(ds.task_names), "num_molecules": len(ds),
                "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
                **res}
@@ -202,6 +208,54 @@ def _pretrained_arch(hp: Dict[str, Any], init, given) -> Dict[str, Any]:
     if not Path(init).exists():
         raise ValueError(f"--init {init}: no such file")
     return _fixed_arch(hp, load_pretrained(init)[1].get("hparams", {}), given, f"--init {init}", "pretrained")
+
+
+def _resumed_ensemble_size(out: Path, given: Optional[int]) -> Optional[int]:
+    """``--resume``: the ensemble size of the run in ``out`` when ``--ensemble`` is left out (its
+    ``member*/`` folders), and a ``ValueError`` for a flag that contradicts the folder's layout (a
+    single run cannot be resumed as an ensemble, nor an ensemble as one model; growing an
+    ensemble is fine)."""
+    from .train import load_checkpoint
+
+    members = sorted(int(p.name[6:]) for p in out.glob("member*") if p.name[6:].isdigit() and p.is_dir())
+    single = (out / "last.pt").is_file()
+    if members:
+        size = max(members) + 1  # members not started yet have no folder: their checkpoints record the size
+        for k in members:
+            last = out / f"member{k}" / "last.pt"
+            if last.is_file():
+                size = max(size, int((load_checkpoint(last).get("meta") or {}).get("ensemble_size") or 0))
+        if given == 1:
+            raise ValueError(f"--resume: {out} holds an ensemble of {size} (member*/ folders); drop "
+                             "--ensemble 1 (or give the same size, or a larger one to grow it)")
+        return given if given is not None else size
+    if single and given is not None and given > 1:
+        raise ValueError(f"--resume: {out} holds a single model, not an ensemble; drop --ensemble {given} "
+                         "or choose another output folder")
+    return given
+
+
+def _resumed_init(out: Path, size: int) -> Optional[str]:
+    """``--resume`` without ``--init`` of a fine-tuned run: the pretrain checkpoint its record
+    names, so that members not started yet begin from it too (not from random weights). None
+    for a run trained from scratch; a ``ValueError`` when that file is gone or changed and a
+    member still has to start."""
+    from .data.download import sha256sum
+    from .train import load_checkpoint
+
+    lasts = [out / "last.pt"] if size == 1 else [out / f"member{k}" / "last.pt" for k in range(size)]
+    record = next(((load_checkpoint(p).get("meta") or {}).get("init") for p in lasts if p.is_file()), None)
+    if not record or not record.get("checkpoint"):
+        return None
+    path = Path(record["checkpoint"])
+    if path.is_file() and sha256sum(path) == record.get("sha256"):
+        return str(path)
+    missing = [str(p.parent.name if size > 1 else p) for p in lasts if not p.is_file()]
+    if missing:
+        raise ValueError(f"--resume: the run was fine-tuned from {path}, which is "
+                         + ("gone" if not path.is_file() else "changed (sha256 differs)")
+                         + f", and {', '.join(missing)} must still start from it: pass --init with that checkpoint")
+    return None
 
 
 def _resumed_arch(hp: Dict[str, Any], last, given) -> Dict[str, Any]:

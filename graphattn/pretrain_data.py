@@ -22,7 +22,9 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
         if mol is None:
             return None
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
-        big = max(frags, key=lambda m: (m.GetNumHeavyAtoms(), m.GetNumAtoms()))
+        # ties on size broken by the fragment's canonical SMILES: the key must not depend on the
+        # order the fragments are written in ("A.B" and "B.A" are one molecule)
+        big = max(frags, key=lambda m: (m.GetNumHeavyAtoms(), m.GetNumAtoms(), Chem.MolToSmiles(m)))
         try:
             big = rdMolStandardize.Uncharger().uncharge(big)
         except Exception:  # noqa: BLE001 (exotic valences: keep the charged form)

@@ -298,3 +298,62 @@ def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
     f.write_text(f"smiles\n{first}\nCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO\n")
     graphs, rep = pt.molecule_pool([f], pe_dim=0, exclude=["tox21"], log=False)
     assert [g.smiles for g in graphs] == ["CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO"] and rep["files"][0]["excluded"] == 1
+
+
+def test_resumed_fine_tuned_ensemble_starts_unstarted_members_from_the_backbone(tmp_path, molecule_csv, capsys):
+    import json
+    import shutil
+
+    pre = tmp_path / "pre"
+    assert cli.main(["pretrain", "--csv", str(molecule_csv), "--epochs", "1", "--hidden", "16", "--layers", "1",
+                     "--heads", "2", "--pe-dim", "4", "--out", str(pre), "--no-progress"]) == 0
+    base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
+            "--epochs", "2"]
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert cli.main(base + ["--init", str(pre / "best.pt"), "--ensemble", "2", "--out", str(full)]) == 0
+    shutil.copytree(full, cut)
+    shutil.rmtree(cut / "member1")  # killed before member 2 started
+    for f in ("best.pt", "metrics.json"):
+        (cut / f).unlink()
+    # resumed with neither --init nor --ensemble: both come from the folder
+    assert cli.main(base + ["--out", str(cut), "--resume"]) == 0
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (full, cut))
+    assert a["test"]["roc_auc"] == b["test"]["roc_auc"] and a["val"]["roc_auc"] == b["val"]["roc_auc"]
+    assert torch.load(cut / "member1" / "last.pt", weights_only=True)["meta"]["init"]["molecules"] > 0
+    capsys.readouterr()
+    # a folder's layout and --ensemble must agree
+    assert cli.main(base + ["--out", str(cut), "--resume", "--ensemble", "1"]) == 2
+    assert "holds an ensemble of 2" in capsys.readouterr().err
+    single = tmp_path / "single"
+    assert cli.main(base + ["--init", str(pre / "best.pt"), "--out", str(single)]) == 0
+    assert cli.main(base + ["--out", str(single), "--resume", "--ensemble", "2"]) == 2
+    assert "holds a single model" in capsys.readouterr().err
+
+
+def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_path, molecule_csv, capsys):
+    import os
+    import stat
+
+    from graphattn.pretrain_data import _keys
+
+    run = tmp_path / "run"
+    base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
+            "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4", "--out", str(run)]
+    assert cli.main(base + ["--epochs", "1", "--pos-weight"]) == 0
+    ck = torch.load(run / "best.pt", weights_only=True)
+    assert ck["meta"]["pos_weight"] is True
+    import json
+
+    assert json.loads((run / "metrics.json").read_text())["pos_weight"] is True
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in ("best.pt", "last.pt", "metrics.json"):  # as plain writes: readable by the group if the umask allows
+        assert stat.S_IMODE((run / f).stat().st_mode) == 0o666 & ~umask
+    capsys.readouterr()
+    assert cli.main(base + ["--epochs", "2", "--resume"]) == 2  # without --pos-weight: another loss
+    assert "pos_weight" in capsys.readouterr().err
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    assert cli.main(["train", "--csv", str(molecule_csv), "--out", str(blocker / "sub"), "--epochs", "1"]) == 2
+    assert "is a file, so no folder" in capsys.readouterr().err
+    assert _keys("c1ccccc1.c1ccncc1")[1] == _keys("c1ccncc1.c1ccccc1")[1]  # fragment order does not matter
