@@ -168,8 +168,9 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
         tu_dir = (_tu_folder_files(key, folder, root) if source == "tu"
                   else None if gin or source == "gin" else _tu_folder_files(key, folder, root))
         if source == "tu" and tu_dir is None:
-            raise DataFileError(f"{key}: asked for the TU original-format files ({_TU_NAMES.get(key, key)}_A.txt ...) "
-                                f"under {data_root(root)}, none found" + (" (GIN's text files are there)" if gin else ""))
+            raise DataFileError(f"{key}: asked for the TU original-format files ({_TU_NAMES.get(key, key)}_A.txt "
+                                f"...) under {data_root(root)}, none found"
+                                + (" (GIN's text files are there)" if gin else ""))
         if tu_dir is not None:
             out = load_tu_folder(tu_dir, _TU_NAMES[key], remove_self_loops=remove_self_loops)
             txt = tu_dir / f"{_TU_NAMES[key]}_A.txt"
