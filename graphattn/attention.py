@@ -111,6 +111,10 @@ class GraphSelfAttention(MessagePassing):
     temporaries, fine for the small graphs explanations run on).
     """
 
+    #: set by a model that replaces its input's self-loops (``NodeClassifier(self_loops=True)``):
+    #: explainer masks then map onto a loop run that skips global-token nodes
+    _explain_loops_replaced: bool = False
+
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, dropout: float = 0.0, edge_dim: Optional[int] = None,
                  bias: bool = True, score: str = "dot", root_weight: bool = True,
@@ -128,11 +132,9 @@ class GraphSelfAttention(MessagePassing):
             raise ValueError(f"score must be one of {SCORES}, got {score!r}")
         if impl not in EDGE_IMPLS:
             raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
-        if impl == "fused" and (score != "dot" or (isinstance(dropout, (int, float)) and dropout > 0)):
-            # found here rather than at the first training forward
-            raise ValueError(f"impl='fused' supports score='dot' without attention dropout, got score={score!r}, "
-                             f"dropout={dropout!r}: use impl='auto' (the fused kernel where it applies) or "
-                             "'chunked'")
+        if impl == "fused" and score != "dot":  # found here rather than at the first forward
+            raise ValueError(f"impl='fused' supports only score='dot', got score={score!r}: use impl='auto' "
+                             "or 'chunked' (attention dropout is inactive in eval; in training it needs those too)")
         f_src, f_dst = _channel_pair(in_channels)
         for name, val in (("out_channels", out_channels), ("heads", heads)):
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
@@ -304,7 +306,8 @@ class GraphSelfAttention(MessagePassing):
         from .explain_masks import layer_edge_mask, masked_edge_attention
 
         ei = plain_tensor(edge_index).long()
-        mask = layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, ei, N)
+        mask = layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, ei, N,
+                               loops_replaced=self._explain_loops_replaced)
         k, v = src_parts if self.score == "dot" else (src_parts[0], src_parts[0])
         return masked_edge_attention(q, k, v, ei[0], ei[1], mask, edge_key=edge_kv,
                                      edge_value=edge_kv if self.score == "dot" else None, bias=attn_bias,

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import math
-from numbers import Real
 from typing import Optional
 
 import numpy as np
@@ -273,12 +272,17 @@ def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
     if c is None or c % 2:
         raise ValueError(f"channels must be a positive even int, got {channels!r}")
     channels = c
-    if isinstance(base, bool) or not isinstance(base, Real) or not (base > 0 and math.isfinite(base)):
+    try:
+        b = None if isinstance(base, (bool, str, bytes)) else float(base)  # numbers, 0-d tensors, Decimal
+    except (TypeError, ValueError):
+        b = None
+    if b is None or not (b > 0 and math.isfinite(b)):
         raise ValueError(f"base must be a finite number > 0, got {base!r}")
+    base = b
     if length * channels > MAX_PE_ELEMENTS:
         raise ValueError(f"a sinusoidal encoding of {length:,} positions x {channels} channels has "
                          f"{length * channels:,} entries, more than graphattn.encodings.MAX_PE_ELEMENTS = "
-                         f"{MAX_PE_ELEMENTS:,} (it is built in float64, ~4x that many bytes x 8 at peak)")
+                         f"{MAX_PE_ELEMENTS:,} (built in float64: 8 bytes per entry, about 4 times that at peak)")
     pos = torch.arange(length, dtype=torch.float64, device=device).unsqueeze(1)  # (L, 1)
     freq = torch.exp(torch.arange(0, channels, 2, dtype=torch.float64, device=device)
                      * (-math.log(base) / channels))  # (C/2,)

@@ -20,13 +20,17 @@ __all__ = ["layer_edge_mask", "masked_edge_attention"]
 
 
 def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bool,
-                    edge_index: Tensor, num_targets: int) -> Tensor:
+                    edge_index: Tensor, num_targets: int, loops_replaced: bool = False) -> Tensor:
     """The explainer's mask ``(E0,)``, set for the model's input edges, as one weight per edge of
     the ``edge_index`` ``(2, E)`` this layer sees. Handled: the same edges (E = E0); edges
     appended after them (global-token edges: weight 1); PyG's self-loop convention — the
     input's self-loops removed and one loop per node appended, as ``NodeClassifier(self_loops=
     True)`` and ``add_self_loops`` do (``loop_mask`` = the input edges that are not loops,
-    the appended loops get weight 1) — and both (loops, then token edges)."""
+    the appended loops get weight 1) — and both (loops, then token edges). ``loops_replaced``:
+    the caller knows it replaced the input's loops (``NodeClassifier(self_loops=True)``), so the
+    loop run may cover fewer than ``num_targets`` nodes (global tokens get no loop); otherwise
+    only exactly one loop per target in order counts as replaced (a graph given with its own
+    loops at the end keeps their mask entries)."""
     m = mask.sigmoid() if apply_sigmoid else mask
     E0, E = m.size(0), edge_index.size(1)
     loops_ok = loop_mask is not None and loop_mask.numel() == E0
@@ -34,7 +38,7 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
         # the input has self-loops: did the layer's graph replace them (non-loop input edges in
         # order, then exactly one loop per node, 0..N-1)? Then the loops' mask entries are dropped
         kept = m[loop_mask.to(m.device)]
-        if _is_loop_replaced(edge_index, kept.size(0), num_targets):
+        if _is_loop_replaced(edge_index, kept.size(0), num_targets, loops_replaced):
             return torch.cat([kept, m.new_ones(E - kept.size(0))])
     if E == E0:
         return m
@@ -47,17 +51,19 @@ def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bo
                      "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
 
 
-def _is_loop_replaced(edge_index: Tensor, n: int, N: int) -> bool:
-    """``edge_index[:, :n]`` has no self-loop and is followed by the loops ``0→0, 1→1, ...,
-    K-1→K-1`` in order, covering every node those edges touch (PyG's ``add_self_loops`` /
-    ``NodeClassifier(self_loops=True)`` layout). ``N`` bounds K: the layer's targets, which
-    include global-token nodes that get no loop, so K may be smaller."""
+def _is_loop_replaced(edge_index: Tensor, n: int, N: int, partial: bool = False) -> bool:
+    """``edge_index[:, :n]`` has no self-loop and is followed by the loops ``0→0, ..., N-1→N-1``
+    in order (PyG's ``add_self_loops`` / ``NodeClassifier(self_loops=True)`` layout). With
+    ``partial`` (the caller replaced the loops itself) the run may stop at K < N — the global-
+    token nodes among the N targets get no loop — if it covers every node those edges touch."""
     head, seg = edge_index[:, :n], edge_index[:, n:n + N]
     if seg.size(1) == 0 or bool((head[0] == head[1]).any()):
         return False
     ids = torch.arange(seg.size(1), device=edge_index.device)
     run = (seg[0] == ids) & (seg[1] == ids)
     K = int(run.size(0) if bool(run.all()) else run.to(torch.int8).argmin())  # loops 0..K-1 in order
+    if not partial:
+        return K == N
     return K > 0 and (head.numel() == 0 or int(head.max()) < K)
 
 

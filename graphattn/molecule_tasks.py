@@ -122,7 +122,8 @@ def train(args) -> int:
         if init is None and args.resume:  # a fine-tuned run (or ensemble) resumed without --init
             init = _resumed_init(out, ensemble)
         if init is not None:
-            hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()))
+            hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()),
+                                  resumed=getattr(args, "init", None) is None)
         elif args.resume:
             last = next((p for p in (out / "last.pt", out / "member0" / "last.pt") if p.is_file()), None)
             if last is not None:
@@ -201,13 +202,15 @@ def _fixed_arch(hp: Dict[str, Any], pre: Dict[str, Any], given, what: str, short
     return {**hp, **{k: pre[k] for k in ARCH_KEYS if k in pre}}
 
 
-def _pretrained_arch(hp: Dict[str, Any], init, given) -> Dict[str, Any]:
-    """``hp`` with the backbone settings of the pretrain checkpoint ``init``."""
+def _pretrained_arch(hp: Dict[str, Any], init, given, resumed: bool = False) -> Dict[str, Any]:
+    """``hp`` with the backbone settings of the pretrain checkpoint ``init`` (``resumed``: named
+    by the resumed run's record, not by ``--init``)."""
     from .finetune import load_pretrained
 
     if not Path(init).exists():
         raise ValueError(f"--init {init}: no such file")
-    return _fixed_arch(hp, load_pretrained(init)[1].get("hparams", {}), given, f"--init {init}", "pretrained")
+    what = f"the resumed run (fine-tuned from {init})" if resumed else f"--init {init}"
+    return _fixed_arch(hp, load_pretrained(init)[1].get("hparams", {}), given, what, "pretrained")
 
 
 def _resumed_ensemble_size(out: Path, given: Optional[int]) -> Optional[int]:
@@ -220,14 +223,18 @@ def _resumed_ensemble_size(out: Path, given: Optional[int]) -> Optional[int]:
     members = sorted(int(p.name[6:]) for p in out.glob("member*") if p.name[6:].isdigit() and p.is_dir())
     single = (out / "last.pt").is_file()
     if members:
-        size = max(members) + 1  # members not started yet have no folder: their checkpoints record the size
+        size, recorded = max(members) + 1, False  # members not started yet have no folder: checkpoints record the size
         for k in members:
             last = out / f"member{k}" / "last.pt"
             if last.is_file():
-                size = max(size, int((load_checkpoint(last).get("meta") or {}).get("ensemble_size") or 0))
-        if given == 1:
-            raise ValueError(f"--resume: {out} holds an ensemble of {size} (member*/ folders); drop "
-                             "--ensemble 1 (or give the same size, or a larger one to grow it)")
+                n = int((load_checkpoint(last).get("meta") or {}).get("ensemble_size") or 0)
+                size, recorded = max(size, n), recorded or n > 0
+        if given is None and not recorded:  # written before sizes were recorded: not guessed
+            raise ValueError(f"--resume: {out} holds an ensemble (member*/ folders) whose size its checkpoints do not "
+                             "record; pass --ensemble N with the size it was started with")
+        if given is not None and given < size:
+            raise ValueError(f"--resume: {out} holds an ensemble of {size}; give --ensemble {size} (or more, to grow "
+                             f"it), not {given}")
         return given if given is not None else size
     if single and given is not None and given > 1:
         raise ValueError(f"--resume: {out} holds a single model, not an ensemble; drop --ensemble {given} "

@@ -91,6 +91,12 @@ class NodeClassifier(nn.Module):
         self.backbone = GraphTransformer(in_channels, hidden_channels, num_layers, heads, num_global_tokens,
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        if self.self_loops:  # the attention layers see the input's loops replaced by ours: explainer masks map so
+            from .attention import GraphSelfAttention
+
+            for m in self.backbone.modules():
+                if isinstance(m, GraphSelfAttention):
+                    m._explain_loops_replaced = True
         self.propagation_learned = bool(propagation_learned)
         self.hop_weights = nn.Parameter(torch.empty(propagation + 1)) if propagation_learned else None  # (K + 1,)
         self.reset_hop_weights()
@@ -154,7 +160,7 @@ class NodeClassifier(nn.Module):
 
         for m in self.backbone.modules():
             if isinstance(m, GraphSelfAttention) and m.explain and m._edge_mask is not None:
-                return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N)
+                return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N, loops_replaced=True)
         return None
 
     def propagate(self, z: Tensor, edge_index: Tensor) -> Tensor:

@@ -39,7 +39,7 @@ def _ragged(counts: Tensor, what: str = "the pattern"):
     anything of that size is allocated)."""
     total = int(counts.sum()) if counts.numel() else 0
     if total > MAX_EDGES:
-        raise ValueError(f"{what} needs {total:,} edges ({16 * total / 2**30:,.0f} GiB as an int64 edge_index), "
+        raise ValueError(f"{what} needs {total:,} edges ({16 * total / 2**30:,.1f} GiB as an int64 edge_index), "
                          f"more than graphattn.patterns.MAX_EDGES = {MAX_EDGES:,}: use a sparser pattern "
                          "(window, stride, global, grid) or a shorter input")
     target = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
@@ -117,6 +117,8 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
     if len(parts) == 1:
         target, source = parts[0]
     else:  # union: dedupe on the key target * L + source, which also sorts by (target, source)
+        _ragged(torch.tensor([sum(t.numel() for t, _ in parts)]), f"the union of patterns {pats} on "
+                f"{length:,} tokens")  # the concatenation below holds them all at once
         key = torch.unique(torch.cat([t * length + s for t, s in parts]))
         target, source = key // length, key % length
     return torch.stack([source, target]).long()

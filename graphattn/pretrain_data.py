@@ -22,14 +22,18 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
         if mol is None:
             return None
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
-        # ties on size broken by the fragment's canonical SMILES: the key must not depend on the
-        # order the fragments are written in ("A.B" and "B.A" are one molecule)
-        big = max(frags, key=lambda m: (m.GetNumHeavyAtoms(), m.GetNumAtoms(), Chem.MolToSmiles(m)))
-        try:
-            big = rdMolStandardize.Uncharger().uncharge(big)
-        except Exception:  # noqa: BLE001 (exotic valences: keep the charged form)
-            pass
-        return Chem.MolToSmiles(mol), Chem.MolToSmiles(big, isomericSmiles=False)
+        uncharger = rdMolStandardize.Uncharger()
+
+        def key(frag) -> str:  # neutralised, without stereochemistry
+            try:
+                frag = uncharger.uncharge(frag)
+            except Exception:  # noqa: BLE001 (exotic valences: keep the charged form)
+                pass
+            return Chem.MolToSmiles(frag, isomericSmiles=False)
+
+        # the largest fragment; ties on size broken by that key, so neither the order the fragments
+        # are written in nor their stereo/charge forms change which one is chosen
+        return Chem.MolToSmiles(mol), max((m.GetNumHeavyAtoms(), m.GetNumAtoms(), key(m)) for m in frags)[2]
 
 
 def _smiles_column(path, candidates: Sequence[str]) -> str:

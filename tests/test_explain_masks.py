@@ -165,3 +165,28 @@ def test_explainer_masks_reach_the_propagation_and_gcn_branch(branch):
     torch.testing.assert_close(model(x2, ei)[0], model(x, ei)[0])
     clear_masks(model)
     assert not torch.allclose(model(x2, ei)[0], model(x, ei)[0])  # unmasked, it hears them
+
+
+def test_given_loops_keep_their_mask_entries_outside_node_classifier():
+    """Loops the input brings (add_self_loops) are attended over unless a model replaced them: hiding
+    them must change the output (bipartite pairs i -> i are no loops at all)."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from torch_geometric.utils import add_self_loops
+
+    from graphattn import GraphClassifier, GraphSelfAttention
+
+    torch.manual_seed(0)
+    xs, xd = torch.randn(4, 5), torch.randn(3, 3)
+    ei = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 1]])
+    layer = GraphSelfAttention((5, 3), 2, heads=1, root_weight=False).eval()
+    x = torch.randn(5, 4)
+    e = add_self_loops(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]))[0]
+    model = GraphClassifier(4, 16, 2, num_global_tokens=1).eval()
+    for net, args, mask in ((layer, ((xs, xd), ei), torch.tensor([1.0, 1.0, 0.0, 0.0])),
+                            (model, (x, e), (e[0] != e[1]).float())):
+        ref = net(*args)
+        try:
+            set_masks(net, mask, args[1], apply_sigmoid=False)
+            assert not torch.allclose(net(*args), ref, atol=1e-4)
+        finally:
+            clear_masks(net)

@@ -357,3 +357,23 @@ def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_
     assert cli.main(["train", "--csv", str(molecule_csv), "--out", str(blocker / "sub"), "--epochs", "1"]) == 2
     assert "is a file, so no folder" in capsys.readouterr().err
     assert _keys("c1ccccc1.c1ccncc1")[1] == _keys("c1ccncc1.c1ccccc1")[1]  # fragment order does not matter
+
+
+def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
+    from graphattn.molecule_tasks import _resumed_ensemble_size
+    from graphattn.pretrain_data import _keys
+    from graphattn.train import save_checkpoint
+
+    for a, b in (("C/C=C/C.C=CCC", "CC=CC.C=CCC"), ("CC[NH3+].CCO", "CCN.CCO"), ("[Na+].CC(=O)[O-]", "CC(=O)O")):
+        assert _keys(a)[1] == _keys(b)[1]  # stereo / charge forms of one molecule share the key
+    for k, meta in ((0, {"data": {}}), (1, {"data": {}})):  # written before sizes were recorded
+        save_checkpoint(tmp_path / "old" / f"member{k}" / "last.pt", {"meta": meta})
+    with pytest.raises(ValueError, match="pass --ensemble N"):
+        _resumed_ensemble_size(tmp_path / "old", None)
+    assert _resumed_ensemble_size(tmp_path / "old", 3) == 3
+    save_checkpoint(tmp_path / "new" / "member0" / "last.pt", {"meta": {"ensemble_size": 3}})
+    assert _resumed_ensemble_size(tmp_path / "new", None) == 3  # members 1, 2 not started yet
+    with pytest.raises(ValueError, match="give --ensemble 3"):
+        _resumed_ensemble_size(tmp_path / "new", 2)
+    assert _resumed_ensemble_size(tmp_path / "new", 4) == 4  # growing is fine
+    assert _resumed_ensemble_size(tmp_path / "none", None) is None
