@@ -29,11 +29,10 @@ from typing import Optional, Tuple
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
 from .download import DataFileError, PathLike
 from .rawio import parse_int_tokens, read_bytes, sorted_unique, undirected_edge_index
-from .tu_text import GraphList
+from .tu_text import GraphList, split_graphs
 
 __all__ = ["load_tu_folder", "find_tu_prefix"]
 
@@ -151,8 +150,7 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
         raise DataFileError(f"{where}_A.txt: row {k + 1} joins nodes of graphs {int(gi[a[k, 0]]) + 1} and "
                             f"{int(gi[a[k, 1]]) + 1} ({int(cross.sum())} such edges)")
     n_loops = int(np.count_nonzero(src == dst))
-    ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)
-    e_off = np.searchsorted(ei[0], node_off)
+    ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)  # sorted by source
 
     tag_raw = _read(folder, prefix, "node_labels", required=False)
     if tag_raw is not None:
@@ -169,19 +167,7 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
             if attr_raw is not None else None)
 
     label_values, y = sorted_unique(labels, return_inverse=True)
-    n_tags = len(tag_values)
-    tag_all = torch.from_numpy(tag)
-    out = GraphList()
-    for g in range(n_graphs):
-        lo, hi = int(node_off[g]), int(node_off[g + 1])
-        data_ei = torch.from_numpy(ei[:, int(e_off[g]):int(e_off[g + 1])] - lo)
-        data = Data(edge_index=data_ei, y=torch.tensor([int(y[g])]), num_nodes=hi - lo)
-        data.tag = tag_all[lo:hi].clone()
-        if one_hot_tags and n_tags > 1:
-            data.x = torch.nn.functional.one_hot(data.tag, n_tags).float()
-        if attr is not None:
-            data.node_attr = attr[lo:hi].clone()
-        out.append(data)
+    out = split_graphs(ei[0], ei[1], node_off, y, torch.from_numpy(tag), len(tag_values), attr, one_hot_tags)
     n_empty = int(np.count_nonzero(sizes == 0))
     if n_empty:
         warnings.warn(f"{where}: {n_empty} of {n_graphs} graphs have no nodes (graph ids absent from the "

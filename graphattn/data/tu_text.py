@@ -62,6 +62,32 @@ class GraphList(list):
 
 
 
+def split_graphs(src: np.ndarray, dst: np.ndarray, node_off: np.ndarray, y: np.ndarray, tag: Tensor,
+                 n_tags: int, attr: Optional[Tensor], one_hot_tags: bool = True) -> GraphList:
+    """One ``Data`` per graph of a whole set's global edge list (shared by the text and the TU
+    folder readers). ``src`` / ``dst`` ``(E,)`` sorted by ``src``, every edge inside one graph;
+    ``node_off`` ``(G + 1,)`` node offsets; ``y`` ``(G,)`` re-coded labels; ``tag`` ``(N,)``
+    re-coded node tags (``x`` = their one-hot when ``n_tags > 1`` and ``one_hot_tags``);
+    ``attr`` ``(N, D)`` or None. Each graph: ``edge_index`` ``(2, e)`` local ids, ``y`` ``(1,)``,
+    ``tag`` ``(n,)``[, ``x`` ``(n, n_tags)``, ``node_attr`` ``(n, D)``]."""
+    e_off = np.searchsorted(src, node_off)
+    out = GraphList()
+    for g in range(len(node_off) - 1):
+        a, b = int(node_off[g]), int(node_off[g + 1])
+        ea, eb = int(e_off[g]), int(e_off[g + 1])
+        ei = np.empty((2, eb - ea), dtype=np.int64)
+        np.subtract(src[ea:eb], a, out=ei[0])
+        np.subtract(dst[ea:eb], a, out=ei[1])
+        data = Data(edge_index=torch.from_numpy(ei), y=torch.tensor([int(y[g])]), num_nodes=b - a)
+        data.tag = tag[a:b].clone()
+        if one_hot_tags and n_tags > 1:
+            data.x = torch.nn.functional.one_hot(data.tag, n_tags).float()
+        if attr is not None:
+            data.node_attr = attr[a:b].clone()
+        out.append(data)
+    return out
+
+
 def _walk(tok: np.ndarray, path):
     """Token positions of node lines and graph headers, per-graph (n, label), end position.
 
@@ -306,28 +332,13 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
         src, dst = unique_pairs(src, dst, n_total)
     if not _is_symmetric(src, dst, n_total):
         src, dst = undirected_edge_index(src, dst, n_total, remove_self_loops=False)[0]
-    e_off = np.searchsorted(src, node_off)
 
     label_values, y = sorted_unique(labels, return_inverse=True)
     tag_values, tag = sorted_unique(tags, return_inverse=True)
     n_tags = int(tag_values.size)
     tag_all = torch.from_numpy(tag.astype(np.int64))
     attr_all = torch.from_numpy(node_attr) if node_attr is not None else None
-    out = GraphList()
-    for g in range(n_graphs):
-        a, b = int(node_off[g]), int(node_off[g + 1])
-        ea, eb = int(e_off[g]), int(e_off[g + 1])
-        ei = np.empty((2, eb - ea), dtype=np.int64)
-        np.subtract(src[ea:eb], a, out=ei[0])
-        np.subtract(dst[ea:eb], a, out=ei[1])
-        data = Data(edge_index=torch.from_numpy(ei), y=torch.tensor([int(y[g])]),
-                    num_nodes=b - a)
-        data.tag = tag_all[a:b].clone()
-        if one_hot_tags and n_tags > 1:
-            data.x = torch.nn.functional.one_hot(data.tag, n_tags).float()
-        if attr_all is not None:
-            data.node_attr = attr_all[a:b].clone()
-        out.append(data)
+    out = split_graphs(src, dst, node_off, y, tag_all, n_tags, attr_all, one_hot_tags)
     n_empty = int(np.count_nonzero(sizes == 0))
     if n_empty:
         first = np.flatnonzero(sizes == 0)[:5].tolist()
