@@ -228,7 +228,30 @@ def _check_inputs(args) -> None:
             raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels)")
 
 
+def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
+    """On ``--resume`` without ``--max-features``, the resumed run's own feature cut wins over
+    the default budget: a run from before the budget (or one that kept every id) re-reads all
+    feature ids instead of being refused as "another run" for its narrower ``x``."""
+    if not getattr(args, "resume", False) or "max_feature_bytes" not in spec:
+        return
+    last = _out_dir(args, spec["display"]) / "last.pt"
+    if not last.is_file():
+        return
+    from .checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        old = (load_checkpoint(last).get("meta") or {}).get("data") or {}
+    except CheckpointError:
+        return  # fit() reports an unreadable last.pt
+    if old.get("level") != "node":
+        return
+    spec.pop("max_feature_bytes")
+    if old.get("max_features") is not None:
+        spec["max_features"] = int(old["max_features"])
+
+
 def _prepare_node(args, spec: Dict[str, Any]):
+    _resumed_feature_cut(args, spec)
     data = sn.load_node_data(spec)
     present = data.y[data.y >= 0].unique()
     if present.numel() < 2:

@@ -295,6 +295,31 @@ def test_cli_id_col_max_features_and_huge_node_ids(tmp_path, capsys):
     assert "--id-col" in capsys.readouterr().err
 
 
+def test_resume_keeps_the_resumed_runs_feature_cut(tmp_path, monkeypatch, capsys):
+    """A run that kept every feature id (e.g. from before the budget) resumes with all of
+    them although the default budget would now cut; a cut run resumes with its own cut."""
+    import graphattn.social_node as sn
+
+    _musae(tmp_path, n=40, feats=lambda i: [i % 3, 100 + i], target_header="id,kind")
+    args = ["train", "--edges", tmp_path / "edges.csv", "--target", tmp_path / "target.csv", "--features",
+            tmp_path / "features.json", "--target-col", "kind", "--no-progress", "--threads", "1"]
+    args = [*map(str, args)]
+    assert main([*args, "--epochs", "1", "--max-features", "all", "--out", str(tmp_path / "r")]) == 0
+    first = load_checkpoint(tmp_path / "r" / "last.pt")["meta"]
+    monkeypatch.setattr(sn, "FEATURE_BYTES", 40 * 4 * 5)  # the default budget now keeps 5 ids
+    assert main([*args, "--epochs", "2", "--resume", "--out", str(tmp_path / "r")]) == 0
+    ck = load_checkpoint(tmp_path / "r" / "last.pt")
+    assert ck["epoch"] == 2 and ck["meta"]["model"] == first["model"] and "max_features" not in ck["meta"]["data"]
+    # a fresh run under the small budget is cut, and resumes with its cut
+    assert main([*args, "--epochs", "1", "--out", str(tmp_path / "c")]) == 0
+    assert load_checkpoint(tmp_path / "c" / "last.pt")["meta"]["data"]["max_features"] == 5
+    assert main([*args, "--epochs", "2", "--resume", "--out", str(tmp_path / "c")]) == 0
+    # an explicit --max-features that contradicts the resumed run is still refused
+    capsys.readouterr()
+    assert main([*args, "--epochs", "3", "--resume", "--max-features", "3", "--out", str(tmp_path / "c")]) == 2
+    assert "another run" in capsys.readouterr().err
+
+
 def test_review_fixes_tu(tmp_path, capsys):
     graphs = [(2, [(0, 1)], k % 2, [0, 0]) for k in range(20)]
     # GIN's files win over TU files in the same data root, and a checkpoint pins its source
