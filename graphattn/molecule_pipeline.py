@@ -240,11 +240,14 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     seeds = [member_seed(seed, k) for k in range(size)]
     members, runs = [], []
     for k, s in enumerate(seeds):
-        res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
-                           out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
-                           meta={**(meta or {}), "ensemble_size": size},  # a resume finds the size here
-                           progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
-                           init=init, device=device)
+        with warnings.catch_warnings():
+            if k > 0:  # every member has the same training split: its data warnings were given once
+                warnings.filterwarnings("ignore", message="--pos-weight: task")
+            res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
+                               out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
+                               meta={**(meta or {}), "ensemble_size": size},  # a resume finds the size here
+                               progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),
+                               init=init, device=device)
         members.append(res.pop("model"))
         runs.append(res)
         auc = {p: (res.get(p) or {}).get("roc_auc") for p in ("val", "test")}

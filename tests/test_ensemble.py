@@ -138,3 +138,19 @@ def test_social_tasks_refuse_ensemble(capsys):
     assert cli.main(["train", "karate", "--ensemble", "3", "--epochs", "1"]) == 2
     assert "--ensemble is a molecule option" in capsys.readouterr().err
 
+
+
+def test_pos_weight_warning_given_once_per_ensemble(tmp_path, molecule_csv):
+    import warnings
+
+    rows = molecule_csv.read_text().splitlines()
+    csv = tmp_path / "m.csv"
+    csv.write_text("\n".join([rows[0] + ",never"] + [r + ",0" for r in rows[1:]]) + "\n")
+    ds = mp.load_dataset(csv_path=str(csv), pe_dim=4, log=False)
+    idx, spec = mp.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mp.run_ensemble(ds, idx, spec, dict(_HP, epochs=1), size=3, pos_weight=True, progress=False,
+                        log=lambda m: None)
+    said = [str(w.message) for w in caught if "--pos-weight" in str(w.message)]
+    assert len(said) == 1 and "never" in said[0]
