@@ -195,6 +195,26 @@ def test_masked_rows_are_zero_not_nan():
     assert all(torch.isfinite(g).all() for g in grads)
 
 
+def test_overflowing_scores_give_nan_as_every_path_does():
+    """A +inf or NaN score (finite inputs whose product overflows) is NaN in its row, as in the
+    chunked and dense paths, not a silently zeroed head; other rows and masked rows are unchanged."""
+    from graphattn.functional import edge_attention
+
+    q = torch.full((2, 1, 1), 1e20)
+    ei = torch.tensor([[0, 1], [1, 1]])
+    outs = [edge_attention(q, q.clone(), torch.ones(2, 1, 1), ei, impl=impl).flatten() for impl in ("fused", "chunked")]
+    for out in outs:
+        assert out[0] == 0 and torch.isnan(out[1])
+    ei = torch.tensor([[0, 1, 1], [1, 1, 0]])
+    bias = torch.tensor([[float("nan")], [0.0], [0.0]])  # a NaN bias on one edge of target 1
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 1, 3, generator=gen) for _ in range(3))
+    out = edge_attention(q, k, v, ei, bias=bias, impl="fused", _check=False)
+    ref = edge_attention(q, k, v, ei, bias=bias, impl="chunked", _check=False)
+    assert torch.isnan(out[1]).all() and torch.isfinite(out[0]).all()
+    torch.testing.assert_close(out, ref, equal_nan=True)
+
+
 def test_input_validation():
     csr = to_csr(torch.tensor([[0], [1]]), 2, cache=False)
     q = torch.randn(2, 1, 4)

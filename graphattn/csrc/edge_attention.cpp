@@ -28,7 +28,8 @@
 //           (lse_i, D_i) saved by pass 1 as (N,2H): no per-edge buffer at all.
 //
 // Rows with no incoming edge (or whose every score is -inf) give out = 0, never NaN; their
-// lse is stored as +inf so that exp(s - lse) = 0 in backward.
+// lse is stored as +inf so that exp(s - lse) = 0 in backward. A NaN or +inf score (e.g. an
+// overflowed projection) makes its row NaN, as in the chunked and dense paths.
 //
 // Vectorisation: the inner loops run over the C channels of one head and are written as
 // plain `omp simd` loops over __restrict__ pointers so that -O3 vectorises them for the
@@ -164,7 +165,7 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
           T x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
           if (ed.bias) x += ed.bias[ee * H + h];
           se[h] = x;
-          mx[h] = x > mx[h] ? x : mx[h];
+          mx[h] = (x > mx[h] || x != x) ? x : mx[h];  // a NaN score makes the row's max NaN
         }
       }
       for (int64_t h = 0; h < H; ++h) sum[h] = T(0);
@@ -182,7 +183,9 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
       }
       for (int64_t h = 0; h < H; ++h) {
         T* __restrict__ oh = o + h * C;
-        const bool ok = sum[h] > T(0) && mx[h] != -inf;
+        // only a row whose scores are all -inf (masked) is zero; a NaN or +inf score (overflow)
+        // gives NaN, as the chunked and dense paths do, never a silently dead head
+        const bool ok = mx[h] != -inf;
         if (ok) {
           const T inv = T(1) / sum[h];
 #pragma omp simd
