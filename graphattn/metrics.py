@@ -126,6 +126,10 @@ def _per_task(y_true: ArrayLike, y_score: ArrayLike, score_fn) -> np.ndarray:
     if y_true.shape != y_score.shape:
         raise ValueError(f"y_true and y_score must have the same shape, got {y_true.shape} "
                          f"and {y_score.shape}")
+    odd = ~np.isnan(y_true) & (y_true != 0) & (y_true != 1)
+    if odd.any():  # a -1 "missing" code would otherwise count as a negative
+        raise ValueError(f"y_true must hold 0, 1 or NaN (missing), got {y_true[odd][0]!r} ({int(odd.sum())} such "
+                         "entries); encode missing labels as NaN")
     out = np.full(y_true.shape[1], np.nan)
     for t in range(y_true.shape[1]):
         present = ~np.isnan(y_true[:, t])
@@ -147,7 +151,10 @@ def roc_auc_per_task(y_true: ArrayLike, y_score: ArrayLike) -> np.ndarray:
 
 
 def pr_auc_per_task(y_true: ArrayLike, y_score: ArrayLike) -> np.ndarray:
-    """PR-AUC (average precision) per task; same conventions as :func:`roc_auc_per_task`."""
+    """PR-AUC per task as average precision (scikit-learn's ``average_precision_score``: the
+    step-wise sum ``Σ (R_n − R_{n−1}) P_n``, no interpolation — not the trapezoidal
+    ``auc(recall, precision)`` chemprop reports as ``prc-auc``, which differs by up to ~0.01);
+    same conventions as :func:`roc_auc_per_task`."""
     from sklearn.metrics import average_precision_score
 
     return _per_task(y_true, y_score, average_precision_score)

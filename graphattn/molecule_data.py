@@ -11,7 +11,7 @@ from torch import Tensor
 __all__ = ["SPLITS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
            "featurize"]
 
-SPLITS = ("scaffold", "random", "balanced_scaffold")
+SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
 
 
 def cache_dir() -> Path:
@@ -199,8 +199,8 @@ def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor
     ``check``: :func:`check_split` them (error when train is empty, warning when lopsided)."""
     from .data.splits import balanced_scaffold_split, random_split, scaffold_split
 
-    if split == "scaffold":
-        idx = scaffold_split(ds.smiles)
+    if split in ("scaffold", "deepchem_scaffold"):
+        idx = scaffold_split(ds.smiles, order="deepchem" if split == "deepchem_scaffold" else "chemprop")
     elif split == "balanced_scaffold":
         idx = balanced_scaffold_split(ds.smiles, seed=seed)
     elif split == "random":

@@ -84,6 +84,13 @@ def test_auc_known_values():
     assert math.isnan(roc_auc_per_task([nan, nan], [0.1, 0.2])[0])
 
 
+def test_auc_refuses_labels_other_than_0_1_nan():
+    for bad in ([-1, 1, -1, 1], [0, 2, 0, 2], [0, 0.5, 1, 1]):
+        for fn in (roc_auc_per_task, pr_auc_per_task):
+            with pytest.raises(ValueError, match="0, 1 or NaN"):
+                fn(bad, [0.1, 0.2, 0.3, 0.4])
+
+
 def test_mean_over_valid_all_nan_is_quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -115,3 +115,56 @@ def test_scaffold_splits_on_tox21():
         assert_partition(parts, n)
         assert_no_scaffold_straddles(parts, smiles)
     assert not torch.equal(b0[2], b1[2])
+
+
+def _deepchem_scaffold_reference(smiles, frac_train=0.8, frac_valid=0.1):
+    """DeepChem's ScaffoldSplitter.split, transcribed from its documented algorithm."""
+    scaffolds = {}
+    for i, s in enumerate(smiles):
+        key = scaffold_of([s])[0]  # "" for acyclic molecules (one group), None for unparsable
+        scaffolds.setdefault(("none", i) if key is None else key, []).append(i)
+    sets = [v for _, v in sorted(scaffolds.items(), key=lambda x: (len(x[1]), x[1][0]), reverse=True)]
+    train_cutoff, valid_cutoff = frac_train * len(smiles), (frac_train + frac_valid) * len(smiles)
+    train, valid, test = [], [], []
+    for s in sets:
+        if len(train) + len(s) > train_cutoff:
+            if len(train) + len(valid) + len(s) > valid_cutoff:
+                test += s
+            else:
+                valid += s
+        else:
+            train += s
+    return [sorted(p) for p in (train, valid, test)]
+
+
+def test_scaffold_split_deepchem_order():
+    # many equal-size groups: the tie order decides which molecules are tested
+    smiles = SMILES + ["c1ccc(cc1)C1CC1", "C1CCC(CC1)C1CCCC1", "c1ccc2[nH]ccc2c1", "c1ccc2occc2c1",
+                       "C1CC2CCC1C2", "c1cc[nH]c1", "c1ncncn1", "C1CCCCCC1"]
+    ours = scaffold_split(smiles, order="deepchem")
+    assert [p.tolist() for p in ours] == _deepchem_scaffold_reference(smiles)
+    assert_partition(ours, len(smiles))
+    assert_no_scaffold_straddles(ours, smiles)
+    chemprop = scaffold_split(smiles)
+    assert chemprop[0].tolist()[:10] == ours[0].tolist()[:10]  # the largest groups go to train either way
+    assert ours[2].tolist() != chemprop[2].tolist()  # but val/test differ
+    with pytest.raises(ValueError, match="order"):
+        scaffold_split(smiles, order="dgl")
+
+
+def test_split_sizes_forgive_float_noise_and_small_classes():
+    assert [len(p) for p in random_split(100, (0.7, 0.2, 0.1))] == [70, 20, 10]  # 0.7 + 0.2 < 0.9 in floats
+    assert [len(p) for p in random_split(30, (0.6, 0.3, 0.1))] == [18, 9, 3]
+    # 5 + 5 labels: 8 / 1 / 1 over the whole set, not 4 / 0 / 1 per class
+    parts = stratified_split([0] * 5 + [1] * 5)
+    assert [len(p) for p in parts] == [8, 1, 1]
+    assert [len(p) for p in stratified_split([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])] == [10, 1, 1]
+    labels = torch.randint(0, 300, (20000,), generator=torch.Generator().manual_seed(0))
+    parts = stratified_split(labels)
+    assert_partition(parts, 20000)
+    assert [len(p) for p in parts] == [16000, 2000, 2000]
+    for c in range(0, 300, 37):  # each class within one of its share in every part
+        m = int((labels == c).sum())
+        for p, f in zip(parts, (0.8, 0.1, 0.1)):
+            assert abs(int((labels[p] == c).sum()) - f * m) < 1.5
+    assert [len(p) for p in stratified_split([])] == [0, 0, 0]
