@@ -12,7 +12,7 @@ from torch_geometric.nn import MessagePassing
 from .csr import adj_t_edges, to_csr
 from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
-from .validation import check_edge_index, check_features, check_row_index, check_tensor_shape
+from .validation import check_dtype, check_edge_index, check_features, check_row_index, check_tensor_shape
 
 __all__ = ["GraphSelfAttention"]
 
@@ -170,6 +170,12 @@ class GraphSelfAttention(MessagePassing):
         self.lin_skip = (_linear(f_dst, HC if concat else out_channels, bias) if root_weight else None)
         self.reset_parameters()
 
+    def _weight_dtype(self) -> Optional[torch.dtype]:
+        """dtype of the layer's weights (None while lazy ``-1`` widths are uninitialised)."""
+        for p in self.parameters():
+            return None if isinstance(p, nn.parameter.UninitializedParameter) else p.dtype
+        return None
+
     def reset_parameters(self) -> None:
         for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_value, self.lin_l, self.lin_r,
                     self.lin_edge, self.lin_skip):
@@ -215,6 +221,11 @@ class GraphSelfAttention(MessagePassing):
                 raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
         elif f_dst != f_src and f_dst > 0:
             check_features(x_dst, f_dst, "x", check_values=False)
+        wdtype = self._weight_dtype()
+        if wdtype is not None:
+            check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
+            if bipartite:
+                check_dtype(x_dst, wdtype, "x[1] (x_dst)")
         adj = None
         if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:  # PyG's sparse adj_t
             if tuple(edge_index.shape[:2]) != (x_dst.size(0), x_src.size(0)):
@@ -233,7 +244,9 @@ class GraphSelfAttention(MessagePassing):
         if self.lin_edge is not None:
             if edge_attr is None:
                 raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
-            if edge_attr.dim() == 1:
+            if wdtype is not None:
+                check_dtype(edge_attr, wdtype, "edge_attr")
+            if edge_attr.dim() == 1 and self.edge_dim == 1:
                 edge_attr = edge_attr[:, None]
             if edge_attr_index is None:
                 check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")

@@ -55,6 +55,9 @@ class GraphTransformerBlock(nn.Module):
             GraphGPS (Rampášek et al. 2022): ``"gine"`` (PyG ``GINEConv``, edge features enter
             the messages; needs ``edge_dim``) or ``"gin"`` (``GINConv``), each with a 2-layer
             MLP of width C. Sum aggregation counts neighbours, which softmax attention cannot.
+        impl (str, default "auto"): edge attention backend of the layer, see
+            :class:`GraphSelfAttention` (e.g. ``"fused"`` for gradient penalties on complete
+            graphs, whose ``"auto"`` SDPA path has no double backward on the CPU).
 
     Shapes:
         x ``(N, C)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)`` -> ``(N, C)``.
@@ -64,7 +67,8 @@ class GraphTransformerBlock(nn.Module):
                  edge_dim: Optional[int] = None, norm: str = "layer", ffn_ratio: int = 2,
                  score: str = "dot", normalization: str = "softmax",
                  global_attn: Union[None, str, nn.Module] = None,
-                 global_attn_kwargs: Optional[Dict[str, Any]] = None, local_mpnn: Optional[str] = None):
+                 global_attn_kwargs: Optional[Dict[str, Any]] = None, local_mpnn: Optional[str] = None,
+                 impl: str = "auto"):
         super().__init__()
         if channels % heads != 0:
             raise ValueError(f"channels ({channels}) must be divisible by heads ({heads})")
@@ -76,7 +80,7 @@ class GraphTransformerBlock(nn.Module):
         self.norm1, self.norm2 = make_norm(norm, channels), make_norm(norm, channels)
         self.attn = GraphSelfAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
                                        edge_dim=edge_dim, score=score, root_weight=False,
-                                       normalization=normalization)
+                                       normalization=normalization, impl=impl)
         if isinstance(global_attn, str):
             global_attn = make_global_attention(global_attn, channels, heads, dropout=attn_dropout,
                                                 **(global_attn_kwargs or {}))

@@ -155,8 +155,14 @@ _cached_untraced = torch.compiler.disable(_cached)
 
 
 def clear_csr_cache() -> None:
+    """Forget every cached CSR view and index range check: needed only after writes that
+    bypass PyTorch's version counter (``edge_index.data[...] = ...``, edits through
+    ``.numpy()``); ordinary in-place edits are detected."""
+    from .validation import _CHECKED
+
     _CACHE.clear()
     _ADJ_CACHE.clear()
+    _CHECKED.clear()
 
 
 _ADJ_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()

@@ -93,14 +93,15 @@ class FeatureEncoder(nn.Module):
         return codes.to(x.dtype), index
 
 
-def gcn_normalized_graph(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor]:
+def gcn_normalized_graph(edge_index: Tensor, num_nodes: int,
+                         dtype: torch.dtype = torch.float32) -> Tuple[Tensor, Tensor]:
     """``Â = D^-½ (A + I) D^-½`` as edges: ``edge_index`` ``(2, E)`` with its self-loops replaced
-    by one per node ``(2, E' + N)`` and the weights ``(E' + N,)``. PyG's ``gcn_norm`` does the
-    same but routes through torch-sparse for some inputs; this is pure torch."""
+    by one per node ``(2, E' + N)`` and the weights ``(E' + N,)`` of ``dtype``. PyG's ``gcn_norm``
+    does the same but routes through torch-sparse for some inputs; this is pure torch."""
     keep = edge_index[0] != edge_index[1]
     loops = torch.arange(num_nodes, device=edge_index.device).repeat(2, 1)  # (2, N)
     ei = torch.cat([edge_index[:, keep], loops], 1)  # (2, E' + N)
-    deg = torch.bincount(ei[1], minlength=num_nodes).to(torch.float)  # >= 1: every node has its loop
+    deg = torch.bincount(ei[1], minlength=num_nodes).to(dtype)  # >= 1: every node has its loop
     return ei, deg[ei[0]].rsqrt() * deg[ei[1]].rsqrt()
 
 

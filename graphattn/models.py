@@ -38,7 +38,8 @@ class GraphTransformer(nn.Module):
         score ("dot"|"additive"), normalization ("softmax"|"relu"|"sigmoid"), global_attn
         (None|"linear"|"reduced"|"clustered"|"synthesizer"), global_attn_kwargs and local_mpnn
         (None|"gine"|"gin", a GraphGPS-style message-passing branch on the graph's own edges):
-        passed to every block, see :class:`GraphTransformerBlock`.
+        passed to every block, see :class:`GraphTransformerBlock`; so is ``impl``
+        ("auto"|"fused"|"chunked"|..., the edge attention backend, see :class:`GraphSelfAttention`).
         num_global_tokens (int, default 0): G learnable global tokens per graph.
         pe_dim (int, default 0): K, size of the positional encoding passed as ``pe``.
         pe_kind (str, default "laplacian"): ``"laplacian"`` (random eigenvector sign flips in
@@ -57,7 +58,8 @@ class GraphTransformer(nn.Module):
                  norm: str = "layer", score: str = "dot", normalization: str = "softmax",
                  global_attn: Optional[str] = None, global_attn_kwargs: Optional[dict] = None,
                  node_vocab_sizes: Optional[Sequence[int]] = None,
-                 edge_vocab_sizes: Optional[Sequence[int]] = None, local_mpnn: Optional[str] = None):
+                 edge_vocab_sizes: Optional[Sequence[int]] = None, local_mpnn: Optional[str] = None,
+                 impl: str = "auto"):
         super().__init__()
         if pe_kind not in PE_KINDS:
             raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
@@ -87,7 +89,7 @@ class GraphTransformer(nn.Module):
         self.blocks = nn.ModuleList(
             GraphTransformerBlock(hidden_channels, heads, dropout, attn_dropout, inner_edge_dim, norm,
                                   score=score, normalization=normalization, global_attn=global_attn,
-                                  global_attn_kwargs=global_attn_kwargs, local_mpnn=local_mpnn)
+                                  global_attn_kwargs=global_attn_kwargs, local_mpnn=local_mpnn, impl=impl)
             for _ in range(num_layers))
         self.norm_out = make_norm(norm, hidden_channels)
 

@@ -122,7 +122,7 @@ class NodeClassifier(nn.Module):
                 self.hop_weights.copy_(a * (1 - a) ** torch.arange(K + 1, dtype=torch.float64))
                 self.hop_weights[K] = (1 - a) ** K
 
-    def _graph(self, edge_index: Tensor, N: int) -> Tuple[Tensor, Tensor]:
+    def _graph(self, edge_index: Tensor, N: int, dtype: torch.dtype = torch.float32) -> Tuple[Tensor, Tensor]:
         """``edge_index`` with one self-loop per node ``(2, E' + N)`` and its GCN weights
         ``(E' + N,)``; cached per edge_index tensor (the CSR of the attention is too), keyed
         like the CSR cache on identity, data pointer, in-place version counter, shape and N,
@@ -131,19 +131,19 @@ class NodeClassifier(nn.Module):
         # not cached: inference tensors (no version counter), anything built under
         # inference_mode (it could not be saved for a later backward), and under torch.compile
         if edge_index.is_inference() or torch.is_inference_mode_enabled() or torch.compiler.is_compiling():
-            return gcn_normalized_graph(edge_index, N)
-        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), int(N))
+            return gcn_normalized_graph(edge_index, N, dtype)
+        key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), int(N), dtype)
         c = self._graph_cache
         if c is not None and c[0] is edge_index and c[1] == key:
             return c[2], c[3]
-        ei, w = gcn_normalized_graph(edge_index, N)
+        ei, w = gcn_normalized_graph(edge_index, N, dtype)
         self._graph_cache = (edge_index, key, ei, w)
         return ei, w
 
     def _smooth(self, z: Tensor, edge_index: Tensor, edge_dropout: float = 0.0) -> Tensor:
         """``Â z`` for ``z`` ``(N, K)``: one GCN-normalised aggregation over the cached graph
         (in training, each entry of Â dropped with probability ``edge_dropout``)."""
-        ei, w = self._graph(edge_index, z.size(0))
+        ei, w = self._graph(edge_index, z.size(0), torch.float64 if z.dtype == torch.float64 else torch.float32)
         w = w.to(z.dtype)
         mask = self._explainer_mask(ei, z.size(0))
         if mask is not None:  # a PyG Explainer's edge mask reaches the GCN branch and propagation too

@@ -145,6 +145,20 @@ def check_model_input(x) -> None:
         raise TypeError(f"x must be a torch.Tensor (N, F) of node features, got {type(x).__name__}")
 
 
+def check_dtype(t: Optional[Tensor], want: torch.dtype, name: str, owner: str = "the layer") -> None:
+    """TypeError unless ``t`` (if given) has the floating dtype ``want`` of ``owner``'s weights
+    (instead of matmul's "mat1 and mat2 must have the same dtype")."""
+    if t is None or t.dtype == want:
+        return
+    if t.is_floating_point() and torch.is_autocast_enabled(t.device.type):
+        return  # autocast casts both sides of every matmul
+    if t.is_floating_point():
+        raise TypeError(f"{name} has dtype {t.dtype} but {owner}'s weights are {want}: cast one to the other "
+                        f"(.to({want}) on the input, or .to({t.dtype}) on the module)")
+    raise TypeError(f"{name} must be a floating-point tensor of dtype {want}, got {t.dtype} "
+                    "(categorical features need an embedding or one-hot encoding first)")
+
+
 def check_features(x: Tensor, in_channels: int, name: str = "x", check_values: bool = True) -> None:
     """Node features: a floating ``(N, in_channels)`` tensor without NaN or inf.
 

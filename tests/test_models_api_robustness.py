@@ -156,3 +156,78 @@ def test_missing_node_features_and_fused_options_fail_early():
     x = torch.randn(2, 4)
     layer = GraphSelfAttention(4, 4, impl="fused", dropout=0.1).eval()  # dropout is inactive in eval
     assert torch.isfinite(layer(x, ei)).all()
+
+
+def test_models_take_impl_for_gradient_penalties_on_complete_graphs():
+    """Complete graphs route to SDPA under impl='auto' (no double backward on the CPU);
+    GraphClassifier(impl='fused') reaches every layer and makes gradient penalties work."""
+    from graphattn import GraphClassifier, GraphSelfAttention
+
+    n = 16
+    a = torch.arange(n)
+    ei = torch.cartesian_prod(a, a).t().contiguous()
+    torch.manual_seed(0)
+    m = GraphClassifier(8, 16, 1, num_layers=2, heads=2, impl="fused")
+    assert {mod.impl for mod in m.modules() if isinstance(mod, GraphSelfAttention)} == {"fused"}
+    x = torch.randn(n, 8, requires_grad=True)
+    g, = torch.autograd.grad(m(x, ei).sum(), x, create_graph=True)
+    g.square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.manual_seed(0)
+    auto = GraphClassifier(8, 16, 1, num_layers=2, heads=2)
+    torch.testing.assert_close(auto(x, ei), m(x, ei), atol=1e-5, rtol=1e-5)  # same function
+    with pytest.raises(ValueError, match="impl"):
+        GraphClassifier(8, 16, 1, impl="magic")
+
+
+def test_dtype_mismatch_is_named():
+    from graphattn import GraphSelfAttention
+
+    layer = GraphSelfAttention(4, 2, edge_dim=2)
+    ei = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(TypeError, match="x has dtype torch.float64"):
+        layer(torch.randn(3, 4, dtype=torch.float64), ei, torch.randn(2, 2))
+    with pytest.raises(TypeError, match="edge_attr has dtype torch.float64"):
+        layer(torch.randn(3, 4), ei, torch.randn(2, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="edge_attr must be a floating-point"):
+        layer(torch.randn(3, 4), ei, torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"got \(2,\)"):  # the shape passed, not a reshaped one
+        layer(torch.randn(3, 4), ei, torch.randn(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts: no error
+        assert layer(torch.randn(3, 4).bfloat16(), ei, torch.randn(2, 2)).shape == (3, 2)
+
+
+def test_node_classifier_float64_gcn_weights_in_float64():
+    from graphattn import NodeClassifier
+    from graphattn.model_parts import gcn_normalized_graph
+
+    torch.manual_seed(0)
+    n = 50
+    ei = torch.randint(0, n, (2, 400))
+    m = NodeClassifier(6, 8, 3, num_layers=1, heads=2, propagation=5, gcn_weight=0.5).double().eval()
+    x = torch.randn(n, 6, dtype=torch.float64)
+    out = m(x, ei)
+    _, w64 = gcn_normalized_graph(ei, n, torch.float64)
+    _, w32 = gcn_normalized_graph(ei, n)
+    assert w64.dtype == torch.float64 and w32.dtype == torch.float32
+    cached = m._graph(ei, n, torch.float64)[1]
+    assert cached.dtype == torch.float64 and torch.equal(cached, w64)
+    assert out.dtype == torch.float64 and torch.isfinite(out).all()
+
+
+def test_clear_csr_cache_after_writes_that_bypass_the_version_counter():
+    from graphattn import GraphSelfAttention
+    from graphattn.csr import clear_csr_cache
+
+    layer = GraphSelfAttention(4, 2, root_weight=False).eval()
+    x = torch.randn(5, 4)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    layer(x, ei)
+    ei.data[0, 0] = 3  # not seen by the version counter
+    clear_csr_cache()
+    torch.testing.assert_close(layer(x, ei), layer(x, ei.clone()))
+    layer(x, ei)
+    ei.data[0, 0] = 9  # out of range: the range check must run again after clearing
+    clear_csr_cache()
+    with pytest.raises(ValueError, match="edge_index"):
+        layer(x, ei)
