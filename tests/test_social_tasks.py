@@ -189,6 +189,25 @@ def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
         assert msg in capsys.readouterr().err, argv
 
 
+def test_neighbour_sampling_drops_default_propagation_and_refuses_an_explicit_one(tmp_path, capsys, monkeypatch):
+    """A K-hop APPNP head trained on L-hop samples does not transfer to the whole graph
+    (GitHub: 0.27 whole-graph accuracy): neighbour sampling trains without it."""
+    import graphattn.social_node as sn
+    from graphattn.checkpoint import load_checkpoint
+
+    monkeypatch.setitem(sn._PER_DATASET, "karate", dict(sn._PER_DATASET.get("karate", {}), propagation=10))
+    _run("train", "karate", "--mini-batch", "neighbor", "--epochs", 2, "--out", tmp_path / "nb", "--no-progress")
+    meta = load_checkpoint(tmp_path / "nb" / "best.pt")["meta"]
+    assert meta["hparams"]["propagation"] == 0 and meta["model"]["kwargs"].get("propagation", 0) == 0
+    _run("train", "karate", "--epochs", 1, "--out", tmp_path / "fb", "--no-progress")  # full batch keeps it
+    assert load_checkpoint(tmp_path / "fb" / "best.pt")["meta"]["hparams"]["propagation"] == 10
+    capsys.readouterr()
+    for flag in (["--propagation", "3"], ["--propagation-learned"], ["--propagation-dropout", "0.1"]):
+        assert main(["train", "karate", "--mini-batch", "neighbor", *flag, "--epochs", "1",
+                     "--out", str(tmp_path / "x")]) == 2, flag
+        assert "--propagation needs full-batch" in capsys.readouterr().err, flag
+
+
 def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert main(["train", "--edges", str(tmp_path / "nope.csv"), "--target", "t.csv"]) == 2
     assert "no such file" in capsys.readouterr().err
