@@ -166,10 +166,11 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
 
 
 def _pe_channels(pe_channels: Optional[int], feature_dim: int, multiple: int, kind: str) -> int:
-    channels = feature_dim if pe_channels is None else _check_int("pe_channels", pe_channels, 1)
+    if pe_channels is None:  # the feature size, rounded up to what the encoding needs (RGB: 3 -> 4)
+        return max(multiple, -(-int(feature_dim) // multiple) * multiple)
+    channels = _check_int("pe_channels", pe_channels, 1)
     if channels < multiple or channels % multiple:
-        raise ValueError(f"{kind} encodings need pe_channels divisible by {multiple}, got {channels}"
-                         + (" (the feature size; pass pe_channels)" if pe_channels is None else ""))
+        raise ValueError(f"{kind} encodings need pe_channels divisible by {multiple}, got {channels}")
     return channels
 
 
@@ -183,7 +184,7 @@ def sequences_to_batch(x: Union[Tensor, Sequence[Tensor]], pattern: PatternArg =
         pattern: see :func:`sequence_graph`; ``**pattern_kwargs`` (window, stride,
             num_global) are passed on.
         pe (str, optional): ``"sinusoidal"`` to attach :func:`sinusoidal_pe` as ``pe``, or None.
-        pe_channels (int, optional): its size (even). (default: F)
+        pe_channels (int, optional): its size (even). (default: F, rounded up to even)
 
     Shapes: ``x`` ``(N, F)``, ``edge_index`` ``(2, E)`` (one graph per sequence, never
     connected to another), ``batch`` ``(N,)``, ``ptr`` ``(B + 1,)``, ``pos`` ``(N,)`` the
@@ -238,7 +239,8 @@ def images_to_batch(images: Tensor, pattern: str = "grid", kernel_size: int = 3,
         images (Tensor): ``(B, C, H, W)``.
         pattern, kernel_size, patch_size: see :func:`image_graph`.
         pe (str, optional): ``"sinusoidal2d"`` to attach :func:`sinusoidal_pe_2d` as ``pe``.
-        pe_channels (int, optional): its size (multiple of 4). (default: the feature size)
+        pe_channels (int, optional): its size (multiple of 4). (default: the feature size
+            rounded up to a multiple of 4: 4 for RGB or grayscale pixels)
 
     Shapes: ``x`` ``(N, C)`` or ``(N, P*P*C)`` with N = B * nodes per image, ``edge_index``
     ``(2, E)``, ``batch`` ``(N,)``, ``ptr`` ``(B + 1,)``, ``pos`` ``(N, 2)`` the (row, col) of

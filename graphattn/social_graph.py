@@ -284,8 +284,9 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     print(f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
           f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})\nmodel: "
           f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
-          f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, {hp['global_tokens']} global "
-          f"tokens, readout {hp['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
+          f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
+          + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
+          + f"readout {model_spec['kwargs']['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
           + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
     folds = list(range(args.folds)) if args.folds else [None]
     if args.folds and (graphs.folds is None or len(graphs.folds) != args.folds):

@@ -187,8 +187,9 @@ def test_sequences_to_batch_tensor_input_and_options():
     assert batch.x.shape == (18, 5) and "pe" not in batch and batch.batch.bincount().tolist() == [6, 6, 6]
     check_batch_never_crosses(batch)
     assert sequences_to_batch(x, pe_channels=8).pe.shape == (18, 8)
+    assert sequences_to_batch(x).pe.shape == (18, 6)  # F = 5 rounded up to even
     with pytest.raises(ValueError, match="pe_channels divisible by 2, got 5"):
-        sequences_to_batch(x)  # F = 5 is odd: needs pe_channels
+        sequences_to_batch(x, pe_channels=5)
     with pytest.raises(ValueError, match=r"x must have shape \(B, L, F\)"):
         sequences_to_batch(torch.randn(3, 6))
     with pytest.raises(ValueError, match="same feature size"):
@@ -212,8 +213,10 @@ def test_images_to_batch_pixels():
     assert torch.equal(batch.pe, sinusoidal_pe_2d(4, 5, 8).repeat(2, 1))
     assert batch.edge_index.size(1) == 2 * image_graph(4, 5, "grid").size(1)
     check_batch_never_crosses(batch)
+    assert images_to_batch(images).pe.shape == (40, 4)  # RGB: 3 channels -> 4-wide 2-D encoding
+    assert images_to_batch(images[:, :1]).pe.shape == (40, 4)  # grayscale
     with pytest.raises(ValueError, match="pe_channels divisible by 4, got 3"):
-        images_to_batch(images)
+        images_to_batch(images, pe_channels=3)
     with pytest.raises(ValueError, match=r"images must be a \(B, C, H, W\) tensor"):
         images_to_batch(images[0])
 

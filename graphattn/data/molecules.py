@@ -510,7 +510,9 @@ class MoleculeCSVDataset(_SmilesCSVDataset):
             :class:`DataFileError` (a ``ValueError``) names the column, the file row and the
             value. ``None`` infers them: every other column whose labels are all valid (with
             ``binary``: 0/1) with at least one present,
-            except id-like columns (``id``, ``mol_id``, ``name``, ``index``, ``Unnamed: *``)
+            except identifier columns (``id``, ``mol_id``, ``name``, ``index``, ``cid``, CAS,
+            InChIKey, ``Unnamed: *``, names ending in ``_id`` / ``ID`` / ``CID`` ...; see
+            ``datasets/molecules.md``)
             and names used twice. The columns left out are listed, with the reason and the
             first offending cell, in ``skipped_columns`` and in one
             :class:`TaskColumnWarning`. Zero tasks is allowed (e.g. for prediction); ``y``
