@@ -420,3 +420,36 @@ def test_planetoid_cache_follows_replaced_files(tmp_path, monkeypatch):
         assert load_social_node_dataset("citeseer", root=tmp_path / "r", download=False).num_features == 8
         _write_planetoid(tmp_path / "r" / "citeseer", "citeseer", feats=11)  # replaced in place
         assert load_social_node_dataset("citeseer", root=tmp_path / "r", download=False).num_features == 11
+
+
+def test_planetoid_cache_built_privately_and_rebuilt_when_corrupt(tmp_path, monkeypatch):
+    """PyG writes processed/data.pt in place: concurrent first loads read half-written files and
+    a killed write never loaded again. The folder is now renamed into place, and rebuilt if bad."""
+    import threading
+
+    from graphattn.data.planetoid import load_planetoid
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    _write_planetoid(tmp_path / "r" / "citeseer", "citeseer")
+    out, errors = [], []
+
+    def load():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out.append(load_planetoid("citeseer", tmp_path / "r", download=False).num_nodes)
+        except Exception as exc:  # noqa: BLE001 - any failure fails the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and out == [640] * 4
+    folders = list((tmp_path / "cache" / "planetoid").iterdir())
+    assert len(folders) == 1 and ".tmp-" not in folders[0].name  # no private copies left behind
+    processed = folders[0] / "CiteSeer" / "processed" / "data.pt"
+    processed.write_bytes(processed.read_bytes()[:100])  # a write killed half-way
+    with pytest.warns(UserWarning, match="rebuilding"):
+        assert load_planetoid("citeseer", tmp_path / "r", download=False).num_nodes == 640

@@ -8,9 +8,12 @@ data root is never written to.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import tempfile
 import warnings
-from typing import Optional
+from pathlib import Path
+from typing import Dict, Optional
 
 import torch
 from torch_geometric.data import Data
@@ -41,8 +44,6 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     classes; CiteSeer 3,327 / 9,104 / 3,703 / 6 (PyG keeps its 15 isolated test-index gaps as
     featureless nodes; their label is -1, unlabelled, in no mask); PubMed 19,717 / 88,648 / 500 / 3.
     """
-    from torch_geometric.datasets import Planetoid
-
     key = name.lower()
     if key not in PLANETOID_DATASETS:
         raise KeyError(f"unknown Planetoid dataset {name!r}; known: {', '.join(PLANETOID_DATASETS)}")
@@ -56,21 +57,7 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     stamp = [str(raw[f"ind.{key}.x"].resolve().parent)] + [f"{p.stat().st_size}:{p.stat().st_mtime_ns}"
                                                           for p in raw.values()]
     tag = hashlib.sha1("|".join(stamp).encode()).hexdigest()[:12]
-    proc_root = cache_root() / "planetoid" / tag
-    raw_dir = proc_root / pyg_name / "raw"
-    raw_dir.mkdir(parents=True, exist_ok=True)
-    for fn, src in raw.items():
-        dst = raw_dir / fn
-        if dst.is_symlink() or dst.exists():
-            if dst.resolve() == src.resolve() or (not dst.is_symlink()
-                                                  and dst.stat().st_size == src.stat().st_size):
-                continue
-            dst.unlink()
-        try:
-            dst.symlink_to(src.resolve())
-        except OSError:
-            shutil.copyfile(src, dst)
-    ds = Planetoid(str(proc_root), pyg_name, split="public")
+    ds = _processed(cache_root() / "planetoid" / tag, pyg_name, raw)
     data = ds[0]
     got = (data.num_nodes, data.edge_index.size(1), data.num_features, ds.num_classes)
     if got != expected:
@@ -90,6 +77,47 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     data.class_names = [str(i) for i in range(ds.num_classes)]
     data.has_features, data.feature_source = True, "file"
     return data
+
+
+def _link_raw(proc_root: Path, pyg_name: str, raw: Dict[str, Path]) -> None:
+    raw_dir = proc_root / pyg_name / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    for fn, src in raw.items():
+        dst = raw_dir / fn
+        try:
+            dst.symlink_to(src.resolve())
+        except OSError:
+            shutil.copyfile(src, dst)
+
+
+def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
+    """PyG's ``Planetoid`` on the cached folder ``proc_root``. PyG writes ``processed/data.pt``
+    in place, without a lock: processes starting together read each other's half-written
+    file, and a run killed while writing leaves a file that never loads again. So the folder
+    is built privately and renamed into place (the first finished process wins), and a cached
+    folder that does not load is rebuilt."""
+    from torch_geometric.datasets import Planetoid
+
+    if proc_root.is_dir():
+        try:
+            return Planetoid(str(proc_root), pyg_name, split="public")
+        except Exception as exc:  # truncated / corrupt processed file (torch.load raises many kinds)
+            warnings.warn(f"{proc_root}: the processed cache does not load ({type(exc).__name__}); "
+                          "rebuilding it", stacklevel=3)
+            shutil.rmtree(proc_root, ignore_errors=True)
+    proc_root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=proc_root.name + ".tmp-", dir=proc_root.parent))
+    try:
+        _link_raw(tmp, pyg_name, raw)
+        Planetoid(str(tmp), pyg_name, split="public")
+        try:
+            os.rename(tmp, proc_root)
+        except OSError:  # another process renamed its copy first: use that one
+            if not proc_root.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Planetoid(str(proc_root), pyg_name, split="public")
 
 
 def load_cora(root: Optional[PathLike] = None, *, download: bool = True) -> Data:
