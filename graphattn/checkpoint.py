@@ -133,13 +133,17 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
 _RESUMABLE_META = ("hparams", "ensemble_size")  # an ensemble may grow on --resume
 #: keys of a data spec that only say where the files are (data root moved, another machine)
 _LOCATION_KEYS = ("root", "display")
+#: paths of user files: location-only too when both specs record the files' ``sha256`` (the
+#: contents are compared through it, so the same files moved elsewhere are the same run)
+_FILE_KEYS = ("csv", "edges", "target", "features", "tu_text")
 
 
 def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
     """Both data specs restricted to what both know: keys a later version added (absent from
     an older run's meta) and location-only keys are not compared."""
     if isinstance(old, dict) and isinstance(new, dict):
-        keys = (set(old) & set(new)) - set(_LOCATION_KEYS)
+        skip = set(_LOCATION_KEYS) | (set(_FILE_KEYS) if old.get("sha256") and new.get("sha256") else set())
+        keys = (set(old) & set(new)) - skip
         pairs = {k: _comparable(old[k], new[k]) for k in keys}
         return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
     return old, new

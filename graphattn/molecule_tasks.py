@@ -154,7 +154,8 @@ def train(args) -> int:
         build_model(spec)
     except ValueError as exc:
         return _err("train", str(exc))
-    data = {"dataset": None if args.csv else name, "csv": str(Path(args.csv).resolve()) if args.csv else None,
+    data = {"dataset": None if args.csv else name,
+            "csv": str(Path(args.csv).expanduser().resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
             "limit": args.limit, "sha256": _file_sha256(ds)}
     skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]

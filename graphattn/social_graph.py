@@ -70,7 +70,9 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
                             "folds": args.folds, **GRAPH_FEATURES, "node_attr": True}
     if args.tu_text:
-        path = Path(args.tu_text)
+        from .data.download import files_sha256, input_files
+
+        path = Path(args.tu_text).expanduser()
         if not path.exists():
             raise ValueError(f"--tu-text {args.tu_text}: no such file or folder")
         from .data.tu_folder import find_tu_prefix
@@ -81,6 +83,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
                              "NAME_graph_indicator.txt, NAME_graph_labels.txt); give a DGCNN/GIN text file instead")
         spec.update(name=None, tu_text=str(path.resolve()),
                     display=(tu[1] if tu else path.name.split(".")[0]).lower())
+        spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
     else:
         spec.update(display=name, root=str(data_root().resolve()))
     return spec
@@ -88,11 +91,12 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
 
 def load_graphs(spec: Dict[str, Any]):
     """The featurised graphs of a data spec (a :class:`~graphattn.data.tu.GraphList`)."""
-    from .data.download import DataFileError
+    from .data.download import DataFileError, warn_if_inputs_changed
     from .data.tu import (add_structural_features, find_tu_prefix, load_social_graph_dataset, load_tu_folder,
                           load_tu_folds, load_tu_text)
 
     if spec.get("tu_text"):
+        warn_if_inputs_changed(spec)
         tu = find_tu_prefix(spec["tu_text"])
         graphs = load_tu_folder(*tu) if tu else load_tu_text(spec["tu_text"])
         fold_dir = (tu[0] if tu else Path(spec["tu_text"]).parent) / "10fold_idx"

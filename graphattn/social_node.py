@@ -129,6 +129,9 @@ def load_node_data(spec: Dict[str, Any]):
         data = load_social_node_dataset(spec["name"], root=root, split=split, seed=seed,
                                         features=spec.get("feature_source") != "structural", **cut)
     else:
+        from .data.download import warn_if_inputs_changed
+
+        warn_if_inputs_changed(spec)
         data = load_musae(spec["edges"], spec["target"], spec.get("features"), spec.get("target_col"),
                           id_col=spec.get("id_col"), **cut)
         data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, *split, seed=seed)

@@ -394,7 +394,7 @@ def _max_features(text) -> Dict[str, Any]:
 
 def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
-    from .data.download import data_root
+    from .data.download import data_root, files_sha256, input_files
 
     spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
     spec.update(_max_features(getattr(args, "max_features", None)))
@@ -407,9 +407,10 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
         raise ValueError("--edges needs --target (the CSV with node ids and labels)")
     paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
     for k, p in paths.items():
-        if p is not None and not Path(p).is_file():
+        if p is not None and not Path(p).expanduser().is_file():
             raise ValueError(f"--{k} {p}: no such file")
     spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
                 target_col=args.target_col, id_col=getattr(args, "id_col", None),
-                **{k: (str(Path(p).resolve()) if p else None) for k, p in paths.items()})
+                **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
+    spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
     return spec

@@ -453,3 +453,29 @@ def test_planetoid_cache_built_privately_and_rebuilt_when_corrupt(tmp_path, monk
     processed.write_bytes(processed.read_bytes()[:100])  # a write killed half-way
     with pytest.warns(UserWarning, match="rebuilding"):
         assert load_planetoid("citeseer", tmp_path / "r", download=False).num_nodes == 640
+
+
+def test_user_files_are_fingerprinted(tmp_path, capsys):
+    """--edges/--target runs record a sha256 of their files: evaluate warns when they changed,
+    --resume refuses new contents but accepts the same files moved elsewhere."""
+    import shutil
+
+    _musae(tmp_path / "a", n=40)
+    args = ["--target-col", "target", "--no-progress", "--threads", "1", "--out", str(tmp_path / "r")]
+
+    def train(folder, *extra):
+        return main(["train", "--edges", str(folder / "edges.csv"), "--target", str(folder / "target.csv"),
+                     *args, *extra])
+
+    assert train(tmp_path / "a", "--epochs", "1") == 0
+    assert load_checkpoint(tmp_path / "r" / "best.pt")["meta"]["data"]["sha256"]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # the same files elsewhere: the same run
+    assert train(tmp_path / "b", "--epochs", "2", "--resume") == 0
+    target = tmp_path / "b" / "target.csv"
+    lines = target.read_text().splitlines()
+    target.write_text("\n".join(lines[:1] + [f"{r.split(',')[0]},{1 - int(r.split(',')[1])}" for r in lines[1:]]))
+    capsys.readouterr()
+    assert train(tmp_path / "b", "--epochs", "3", "--resume") == 2  # relabelled: another run
+    assert "another run" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="changed since this model was trained"):  # last.pt: read from b/
+        main(["evaluate", "--checkpoint", str(tmp_path / "r" / "last.pt")])

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -59,6 +60,47 @@ def sha256sum(path: PathLike, chunk: int = 1 << 20) -> str:
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def files_sha256(paths) -> Optional[str]:
+    """One sha256 over the contents of ``paths`` (in the given order; ``None`` entries skipped),
+    or ``None`` when one of them is not a readable file: what a run records to notice, later,
+    that its input files changed."""
+    h = hashlib.sha256()
+    for p in paths:
+        if p is None:
+            continue
+        try:
+            h.update(sha256sum(p).encode())
+        except OSError:
+            return None
+    return h.hexdigest()
+
+
+def input_files(spec) -> list:
+    """The user files a ``graphattn train`` data spec reads (``--edges/--target/--features``,
+    ``--tu-text`` — for the TU original format every ``NAME_*`` file of its set)."""
+    if spec.get("tu_text"):
+        from .tu_folder import find_tu_prefix
+
+        tu = find_tu_prefix(spec["tu_text"])
+        if tu is None:
+            return [spec["tu_text"]]
+        return sorted(p for p in Path(tu[0]).glob(f"{tu[1]}_*") if p.is_file())
+    return [spec.get(k) for k in ("edges", "target", "features")]
+
+
+def warn_if_inputs_changed(spec) -> None:
+    """Warn when the user files of a recorded data spec (``spec["sha256"]``) changed since
+    training: the split and the metrics then come from the new contents."""
+    want = spec.get("sha256") if isinstance(spec, dict) else None
+    if not want:
+        return
+    files = [p for p in input_files(spec) if p is not None]
+    got = files_sha256(files)
+    if got is not None and got != want:
+        warnings.warn(f"{', '.join(str(p) for p in files)}: changed since this model was trained (sha256 "
+                      "differs): the split and the metrics are rebuilt from the new contents", stacklevel=3)
 
 
 def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,

@@ -29,7 +29,7 @@ __all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "
 
 def read_bytes(path: PathLike) -> bytes:
     """Whole file as bytes, transparently gunzipping ``*.gz`` (or gzip magic)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     with open(path, "rb") as f:
         raw = f.read()
     if raw[:2] == b"\x1f\x8b":

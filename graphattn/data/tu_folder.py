@@ -46,7 +46,7 @@ def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple
     """``(folder, NAME)`` of the TU files at ``path`` (a ``NAME_A.txt[.gz]`` file, or a folder
     holding one directly or under ``raw/``), or ``None`` when there are none.
     A folder with several sets needs ``name``."""
-    p = Path(path)
+    p = Path(path).expanduser()
     if p.is_file():  # NAME_A.txt, or another file of the set next to it
         m = _ANY_FILE.match(p.name)
         if m is None or not any((p.parent / f"{m.group('prefix')}_A.txt{gz}").is_file() for gz in ("", ".gz")):

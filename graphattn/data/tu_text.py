@@ -277,7 +277,7 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
     Shapes: per graph ``edge_index`` (2, E_g), ``y`` (1,), ``tag`` (N_g,), ``x`` (N_g, T)
     or absent, ``node_attr`` (N_g, D) or absent.
     """
-    path = Path(path)
+    path = Path(path).expanduser()
     raw = read_bytes(path)
     try:
         tok = np.fromstring(raw, dtype=np.int64, sep=" ")  # noqa: NPY201
