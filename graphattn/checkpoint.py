@@ -55,8 +55,11 @@ def save_checkpoint(path, state: Dict[str, Any]) -> None:
     are saved on the CPU (a model trained on a GPU loads anywhere, also with a plain
     ``torch.load(path, weights_only=True)``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
     os.close(fd)
     try:
         torch.save(_on_cpu(state), tmp)
@@ -64,6 +67,11 @@ def save_checkpoint(path, state: Dict[str, Any]) -> None:
             os.fsync(f.fileno())
         _plain_mode(tmp)
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as "unexpected pos ..."
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(f"could not write the checkpoint {path} (disk full or read-only? the previous "
+                              f"checkpoint, if any, is intact): {str(exc).splitlines()[0] if str(exc) else exc}"
+                              ) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -177,6 +185,36 @@ def _json_safe(obj):
     except (TypeError, ValueError):
         return str(obj)
     return val if math.isfinite(val) else None
+
+
+def write_csv(path, fields, rows) -> None:
+    """``rows`` (dicts) as a CSV with header ``fields``, written to a temporary file and renamed,
+    so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
+    not a regular file (a FIFO, ``/dev/stdout``) is written directly, never replaced."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(fields))
+    w.writeheader()
+    w.writerows(rows)
+    path = Path(path)
+    if path.is_symlink() and path.is_file():
+        path = path.resolve()  # replace the linked file, not the link
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        with open(path, "w", newline="") as f:
+            f.write(buf.getvalue())
+        return
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(buf.getvalue())
+        _plain_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_metrics(path, summary: Dict[str, Any]) -> None:

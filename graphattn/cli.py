@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import errno
 import os
 import sys
 from typing import List, Optional
@@ -162,17 +163,48 @@ def main(argv: Optional[List[str]] = None) -> int:
     """``graphattn ...``; returns the exit status (0 ok, 2 bad input, 1 output pipe closed)."""
     try:
         rc = _main(argv)
-        sys.stdout.flush()  # inside the try: buffered output would otherwise fail at exit
+        try:
+            sys.stdout.flush()  # inside the try: buffered output would otherwise fail at exit
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            # `graphattn predict ... > file` on a full disk: say so instead of a traceback at exit
+            print(f"graphattn: cannot write the output to stdout: {exc.strerror or exc}", file=sys.stderr)
+            _stdout_to_devnull()
+            return 1
         return rc
     except BrokenPipeError:
         # `graphattn evaluate ... | head -1`: the reader of our output left; end quietly, as
         # Python's docs recommend. A broken pipe elsewhere (stderr, a socket) is a real error.
         if not _stdout_is_broken():
             raise
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so Python's own flush at exit writes nowhere
-        os.close(devnull)
+        _stdout_to_devnull()
         return 1
+    except KeyboardInterrupt:
+        print("\ngraphattn: interrupted" + (" (continue with the same command and --resume: every finished "
+                                            "epoch is saved)" if argv_command(argv) == "train" else ""),
+              file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        # a full disk (also behind stdout, e.g. `> /dev/full`) is not a bug: one line, no traceback
+        print(f"graphattn: no space left on the device{' for ' + str(exc.filename) if exc.filename else ''}",
+              file=sys.stderr)
+        _stdout_to_devnull()
+        return 1
+
+
+def argv_command(argv: Optional[List[str]]) -> Optional[str]:
+    """The subcommand of a command line (``train``, ``predict``, ...), if any."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # so Python's own flush at exit writes nowhere
+    os.close(devnull)
 
 
 def _main(argv: Optional[List[str]] = None) -> int:

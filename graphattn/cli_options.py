@@ -8,6 +8,7 @@ called directly with a namespace) nothing is checked.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, FrozenSet, Iterable
 
@@ -89,3 +90,6 @@ def check_out_folder(out) -> None:
     parent = next((p for p in Path(out).parents if p.exists()), None)  # the nearest existing ancestor
     if parent is not None and not parent.is_dir():
         raise ValueError(f"--out {out}: {parent} is a file, so no folder can be made under it")
+    here = Path(out) if Path(out).is_dir() else parent
+    if here is not None and not os.access(here, os.W_OK | os.X_OK):  # read-only mount or permissions
+        raise ValueError(f"--out {out}: {here} is not writable")

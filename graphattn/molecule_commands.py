@@ -14,6 +14,7 @@ from torch import nn
 from .cli_options import out_path
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
 from .train import resolve_device
+from .checkpoint import write_csv
 
 __all__ = ["evaluate", "predict", "explain"]
 
@@ -190,11 +191,7 @@ def predict(args) -> int:
     if args.out:
         out = _out_path(args.out, "predictions.csv")
         try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with open(out, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=fields)
-                w.writeheader()
-                w.writerows(rows)
+            write_csv(out, fields, rows)
         except OSError as exc:
             return _err("predict", f"cannot write {out}: {exc}")
         print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
@@ -247,7 +244,10 @@ def explain(args) -> int:
         lines = [f"{t} {p:.2f}" for t, p in zip(meta["task_names"], prob.tolist())]
         legend = "\n".join(["colour: attention rollout (red = most attended)"]
                            + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
-        draw_molecule_attention(s, scores, path, legend=legend)
+        try:
+            draw_molecule_attention(s, scores, path, legend=legend)
+        except OSError as exc:  # unwritable --out (a file as folder, read-only, disk full)
+            return _err("explain", f"cannot write {path}: {exc.strerror or exc}")
         top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), meta["task_names"]), reverse=True)[:3])
         print(f"{s}: highest probabilities {top}; most attended atom #{int(scores.argmax())}. Wrote {path}")
         drawn += 1

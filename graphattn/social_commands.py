@@ -2,7 +2,6 @@
 ``predict`` and ``explain`` (training is in :mod:`graphattn.social_tasks`)."""
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 
 from . import social_node as sn
 from .cli_options import out_path
+from .checkpoint import write_csv
 
 __all__ = ["build_model", "evaluate", "predict", "explain"]
 
@@ -81,6 +81,10 @@ def _social_command(fn):
         except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
             print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
             return 2
+        except OSError as exc:  # an unwritable output (read-only folder, a file as folder, disk full)
+            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+            print(f"graphattn {command}: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     return run
 
 
@@ -131,10 +135,7 @@ def predict(args) -> int:
                  "predicted": names[int(prob[i].argmax())],
                  **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
                 for i, nid in enumerate(ids)]
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out, list(rows[0]), rows)
     print(f"Wrote {len(rows)} predictions to {out}")
     return 0
 

@@ -110,9 +110,10 @@ def load_graphs(spec: Dict[str, Any]):
                 warnings.warn(f"ignoring the fold files next to {Path(spec['tu_text']).name} (no "
                               f"--folds given, and they do not fit: {exc})", stacklevel=2)
     else:
-        root = spec.get("root")
-        graphs = load_social_graph_dataset(spec["name"], root=root if root and Path(root).is_dir() else None,
-                                           source=spec.get("graph_source"))
+        from .social_node import recorded_root_first
+
+        graphs = recorded_root_first(lambda **where: load_social_graph_dataset(
+            spec["name"], source=spec.get("graph_source"), **where), spec.get("root"))
     if spec.get("limit"):
         from .data.tu import GraphList
 

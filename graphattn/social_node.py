@@ -109,6 +109,20 @@ def _standardize(x: Tensor) -> Tensor:
     return (x - x.mean(0)) / x.std(0).clamp(min=1e-6)
 
 
+def recorded_root_first(load: Callable, root: Optional[str]):
+    """``load(root=..., download=...)`` from the data root a run recorded while that root still
+    holds the dataset, else from today's data root (``$GRAPHATTN_DATA``, ...; downloading when
+    absent): a moved or deleted copy falls back instead of failing with advice it ignores."""
+    from .data.download import DataFileError
+
+    if root and Path(root).is_dir():
+        try:
+            return load(root=root, download=False)
+        except (DataFileError, FileNotFoundError):
+            pass
+    return load(root=None)
+
+
 def load_node_data(spec: Dict[str, Any]):
     """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``.
 
@@ -122,12 +136,11 @@ def load_node_data(spec: Dict[str, Any]):
 
     split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
     cut = {k: spec[k] for k in ("max_features", "max_feature_bytes") if spec.get(k) is not None}
-    root = spec.get("root")
-    root = root if root and Path(root).is_dir() else None
     if spec.get("name"):
         # a model pinned to structural features does not read (or try to download) the features file
-        data = load_social_node_dataset(spec["name"], root=root, split=split, seed=seed,
-                                        features=spec.get("feature_source") != "structural", **cut)
+        data = recorded_root_first(lambda **where: load_social_node_dataset(
+            spec["name"], split=split, seed=seed, features=spec.get("feature_source") != "structural",
+            **cut, **where), spec.get("root"))
     else:
         from .data.download import warn_if_inputs_changed
 

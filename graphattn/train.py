@@ -259,6 +259,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
         _set_rng_state(ck["rng"])
         log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
+    elif resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
+        log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
 
     bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
