@@ -1,0 +1,99 @@
+"""Where outputs go wrong (QA, session 14): unwritable or full destinations, interrupted runs,
+moved data roots — one-line errors and intact files, never tracebacks or replaced devices."""
+import errno
+import os
+
+import pytest
+import torch
+
+from graphattn import cli
+from graphattn.checkpoint import CheckpointError, save_checkpoint, write_csv
+from graphattn.cli import main
+
+
+def test_checkpoint_write_failure_is_a_checkpoint_error_and_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, {"a": torch.ones(2)})
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 988288 vs 988176")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(CheckpointError, match="disk full or read-only"):
+        save_checkpoint(path, {"a": torch.zeros(2)})
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True)["a"].tolist() == [1.0, 1.0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt"]  # no temporary file left
+
+
+def test_write_csv_replaces_atomically_keeps_links_and_devices(tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    write_csv(link, ["a", "b"], [{"a": 1, "b": 2}])
+    assert link.is_symlink() and target.read_text().splitlines() == ["a,b", "1,2"]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    write_csv(fifo, ["a"], [{"a": 3}])  # written into the pipe, not replaced by a file
+    assert os.read(r, 100) == b"a\r\n3\r\n" and fifo.exists() and not fifo.is_file()
+    os.close(r)
+
+
+def test_interrupt_and_full_disk_are_one_line(monkeypatch, capsys):
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    assert main(["train", "karate"]) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert main(["predict", "--checkpoint", "x"]) == 130
+    assert "--resume" not in capsys.readouterr().err
+
+    def full(argv=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_main", full)
+    monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # keep pytest's capture
+    assert main(["predict", "--checkpoint", "x"]) == 1
+    assert "no space left" in capsys.readouterr().err
+
+    def other(argv=None):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(cli, "_main", other)
+    with pytest.raises(OSError):  # other OS errors are not hidden
+        main(["predict", "--checkpoint", "x"])
+
+
+def test_resume_without_last_pt_says_so(tmp_path, capsys):
+    assert main(["train", "karate", "--epochs", "1", "--resume", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "new")]) == 0
+    assert "no " + str(tmp_path / "new" / "last.pt") + " to resume from" in capsys.readouterr().out
+
+
+def test_recorded_root_is_used_only_while_it_holds_the_data(tmp_path):
+    from graphattn.data.download import DataFileError
+    from graphattn.social_node import recorded_root_first
+
+    calls = []
+
+    def load(root=None, download=True):
+        calls.append((root, download))
+        if root is not None:
+            raise DataFileError(f"{root}: the dataset is gone")
+        return "from today's root"
+
+    assert recorded_root_first(load, str(tmp_path)) == "from today's root"
+    assert calls == [(str(tmp_path), False), (None, True)]
+    calls.clear()
+    assert recorded_root_first(load, str(tmp_path / "moved")) == "from today's root"
+    assert calls == [(None, True)]  # the recorded folder no longer exists: not tried
+
+
+def test_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    assert main(["train", "karate", "--out", str(tmp_path / "run")]) == 2
+    assert "is not writable" in capsys.readouterr().err
