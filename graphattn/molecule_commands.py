@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import warnings
+from pathlib import Path
 from typing import List, Tuple
 
 from torch import nn
 
+from .checkpoint import write_csv
 from .cli_options import out_path
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
 from .train import resolve_device
-from .checkpoint import write_csv
 
 __all__ = ["evaluate", "predict", "explain"]
 
@@ -71,6 +73,23 @@ def _inputs(args, command: str, with_lines: bool = False):
 
 
 # ----------------------------------------------------------------------------- evaluate / predict / explain
+def _spooled(path) -> str:
+    """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
+    the dataset reads its file more than once (hash, header, rows)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    p = Path(path).expanduser()
+    if not p.exists() or p.is_file():
+        return str(path)
+    fd, tmp = tempfile.mkstemp(prefix="graphattn-stdin-", suffix=".csv")
+    with open(p, "rb") as src, os.fdopen(fd, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    atexit.register(lambda: Path(tmp).unlink(missing_ok=True))
+    return tmp
+
+
 def evaluate(args) -> int:
     """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
     from torch_geometric.loader import DataLoader
@@ -86,7 +105,8 @@ def evaluate(args) -> int:
         if args.csv:
             from .data.molecules import find_column, read_csv_table
 
-            header, _ = read_csv_table(args.csv, header_only=True)
+            csv_path = _spooled(args.csv)
+            header, _ = read_csv_table(csv_path, header_only=True)
             find_column(header, args.smiles_col, args.csv)
             folded = {}
             for h in header:
@@ -103,7 +123,7 @@ def evaluate(args) -> int:
             if not present:
                 return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
                                         f"(columns: {header})")
-            ds = load_dataset(csv_path=args.csv, smiles_col=args.smiles_col, pe_dim=k,
+            ds = load_dataset(csv_path=csv_path, smiles_col=args.smiles_col, pe_dim=k,
                               tasks=[t if t in header else folded[t.lower()][0] for t in present],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             parts = {"csv": ds}

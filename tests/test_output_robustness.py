@@ -97,3 +97,27 @@ def test_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
     assert main(["train", "karate", "--out", str(tmp_path / "run")]) == 2
     assert "is not writable" in capsys.readouterr().err
+
+
+def test_csv_from_a_pipe(tmp_path):
+    """`head x.csv | graphattn predict --csv /dev/stdin`: the table is read in one pass (it was
+    opened twice, and the first open consumed the pipe); evaluate spools a pipe to a file."""
+    import threading
+
+    from graphattn.data.molecules import read_csv_table
+    from graphattn.molecule_commands import _spooled
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "w") as f:
+            f.write("smiles,y\nCCO,1\nCCN,0\n")
+
+    for read in (read_csv_table, lambda p: read_csv_table(_spooled(p))):
+        t = threading.Thread(target=feed)
+        t.start()
+        header, rows = read(fifo)
+        t.join()
+        assert header == ["smiles", "y"] and [r for _, r in rows] == [["CCO", "1"], ["CCN", "0"]]
+    assert _spooled(tmp_path / "plain.csv") == str(tmp_path / "plain.csv")  # files are read in place

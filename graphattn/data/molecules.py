@@ -76,12 +76,12 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
     skipped; a record spanning lines (a quoted line break) has the number of its first line.
     Raises :class:`DataFileError` for an empty, truncated or malformed file.
     ``header_only``: read the header row only (rows ``[]``)."""
-    path = Path(path)
+    path = Path(path).expanduser()
     try:
-        with open(path, "rb") as f:
-            gz = f.read(2) == b"\x1f\x8b"
-        raw = gzip.open(path, "rb") if gz else open(path, "rb")
-        with raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
+        f = open(path, "rb")  # opened once and peeked: a pipe (/dev/stdin, <(...)) reads too
+        gz = f.peek(2)[:2] == b"\x1f\x8b"
+        raw = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
+        with f, raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
             reader = csv.reader(text)
             header = next(reader, None)
             if not header:
