@@ -44,7 +44,9 @@ def _disabled() -> bool:
 
 
 def build_directory() -> Path:
-    """Folder the extension is built in (and cached across processes)."""
+    """Folder the extension is built in (and cached across processes): ``$GRAPHATTN_BUILD_DIR``,
+    else ``~/.cache/graphattn/torch_extensions`` (not under ``$GRAPHATTN_CACHE``, which projects and
+    tests point at private folders: one build serves them all)."""
     base = os.environ.get("GRAPHATTN_BUILD_DIR")
     root = Path(base).expanduser() if base else Path.home() / ".cache" / "graphattn" / "torch_extensions"
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
@@ -168,11 +170,13 @@ def _try_build() -> bool:
                 _ERROR = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                 if not _WARNED:
                     _WARNED = True
+                    fix = (f"The build folder is not writable: point GRAPHATTN_BUILD_DIR at a writable folder"
+                           if isinstance(exc, PermissionError) or getattr(exc, "errno", None) in (1, 13, 30)
+                           else "Install a C++ compiler and ninja (`pip install ninja`)")
                     warnings.warn(
                         "graphattn: could not build the fused C++ edge-attention kernel "
-                        f"({_ERROR}); using the pure PyTorch path. Install a C++ compiler and "
-                        "ninja (`pip install ninja`) for the fast path, or set GRAPHATTN_NO_CPP=1 "
-                        "to silence this warning.",
+                        f"({_ERROR}); using the pure PyTorch path. {fix} for the fast path, or set "
+                        "GRAPHATTN_NO_CPP=1 to silence this warning.",
                         RuntimeWarning,
                         stacklevel=3,
                     )
