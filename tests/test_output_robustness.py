@@ -121,3 +121,17 @@ def test_csv_from_a_pipe(tmp_path):
         t.join()
         assert header == ["smiles", "y"] and [r for _, r in rows] == [["CCO", "1"], ["CCN", "0"]]
     assert _spooled(tmp_path / "plain.csv") == str(tmp_path / "plain.csv")  # files are read in place
+
+
+def test_unwritable_caches_are_named(tmp_path, monkeypatch):
+    from graphattn.data.download import DataFileError
+    from graphattn.data.molecules import _writable_dir
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.warns(UserWarning, match="not writable; processing into"):
+        assert _writable_dir(blocker, "csv/x") == tmp_path / "home" / ".cache" / "graphattn" / "csv" / "x"
+    monkeypatch.setenv("HOME", str(blocker))  # the fallback cannot be made either
+    with pytest.raises(DataFileError, match="GRAPHATTN_CACHE"):
+        _writable_dir(blocker, "csv/x")

@@ -214,7 +214,16 @@ def _writable_dir(base: Path, rel: str) -> Path:
             return path
     except OSError:
         pass
-    return Path.home() / ".cache" / "graphattn" / rel
+    fallback = Path.home() / ".cache" / "graphattn" / rel
+    try:
+        fallback.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataFileError(f"neither the cache folder {path} nor {fallback} can be written ({exc.strerror or exc}): "
+                            "point GRAPHATTN_CACHE (or cache_dir=) at a writable folder") from exc
+    if fallback != path:
+        warnings.warn(f"cache folder {path} is not writable; processing into {fallback} instead "
+                      "(set GRAPHATTN_CACHE or cache_dir= to choose)", stacklevel=3)
+    return fallback
 
 
 class _SmilesCSVDataset(InMemoryDataset):

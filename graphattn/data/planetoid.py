@@ -18,7 +18,7 @@ from typing import Dict, Optional
 import torch
 from torch_geometric.data import Data
 
-from .download import PathLike, cache_root, find_file
+from .download import DataFileError, PathLike, cache_root, find_file
 
 __all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
 
@@ -105,8 +105,12 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
             warnings.warn(f"{proc_root}: the processed cache does not load ({type(exc).__name__}); "
                           "rebuilding it", stacklevel=3)
             shutil.rmtree(proc_root, ignore_errors=True)
-    proc_root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=proc_root.name + ".tmp-", dir=proc_root.parent))
+    try:
+        proc_root.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=proc_root.name + ".tmp-", dir=proc_root.parent))
+    except OSError as exc:
+        raise DataFileError(f"cannot write PyG's processed {pyg_name} under {proc_root.parent} "
+                            f"({exc.strerror or exc}): point GRAPHATTN_CACHE at a writable folder") from exc
     try:
         _link_raw(tmp, pyg_name, raw)
         Planetoid(str(tmp), pyg_name, split="public")
