@@ -172,8 +172,10 @@ class GraphSelfAttention(MessagePassing):
 
     def _weight_dtype(self) -> Optional[torch.dtype]:
         """dtype of the layer's weights (None while lazy ``-1`` widths are uninitialised)."""
-        for p in self.parameters():
-            return None if isinstance(p, nn.parameter.UninitializedParameter) else p.dtype
+        for lin in (self.lin_qkv, self.lin_key, self.lin_l):  # attribute lookups: no per-forward module walk
+            if lin is not None:
+                w = lin.weight
+                return None if isinstance(w, nn.parameter.UninitializedParameter) else w.dtype
         return None
 
     def reset_parameters(self) -> None:
