@@ -49,7 +49,11 @@ def build_directory() -> Path:
     tests point at private folders: one build serves them all)."""
     base = os.environ.get("GRAPHATTN_BUILD_DIR")
     root = Path(base).expanduser() if base else Path.home() / ".cache" / "graphattn" / "torch_extensions"
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]
+    # the sources' contents and their location: the build.ninja torch writes names the sources by
+    # absolute path, so two copies of the package (a venv and a clone) sharing one folder would
+    # recompile on every switch between them
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)
+                            + "|".join(str(p.resolve()) for p in _SOURCES).encode()).hexdigest()[:12]
     tag = (f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-"
            f"{platform.machine()}-{digest}")
     return root / re.sub(r"[^A-Za-z0-9_.+-]", "_", tag)

@@ -464,3 +464,18 @@ def test_load_does_not_hang_on_a_stale_lock(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "AVAILABLE True" in res.stdout and "stale build lock" in res.stderr, res.stdout + res.stderr
     assert not (dst / "lock").exists()
+
+
+def test_build_directory_depends_on_the_sources_location(tmp_path, monkeypatch):
+    """torch's build.ninja names the sources by absolute path: two copies of the package (a venv
+    and a clone) must not share a build folder, or each switch recompiles (~20 s)."""
+    from graphattn import extension
+
+    here = extension.build_directory()
+    copies = []
+    for p in extension._SOURCES:
+        q = tmp_path / p.name
+        q.write_bytes(p.read_bytes())
+        copies.append(q)
+    monkeypatch.setattr(extension, "_SOURCES", copies)
+    assert extension.build_directory() != here and extension.build_directory().parent == here.parent
