@@ -97,16 +97,24 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
         parts = [molecule_attention(m, data, residual) for m in model.members]
         scores = torch.stack([p[1] for p in parts]).mean(0)
         return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+    if int(getattr(data, "num_graphs", 1) or 1) > 1:
+        raise ValueError(f"molecule_attention explains one molecule; got a batch of {data.num_graphs} "
+                         "(call it per graph: batch.get_example(i) or batch.to_data_list())")
+    was_training = model.training
     model.eval()
     device = model_device(model)
     data = data.to(device)
     batch = torch.zeros(data.num_nodes, dtype=torch.long, device=device)
-    with collect_attention(model) as att:
-        gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
-        logits = model(data.x, data.edge_index, batch, data.edge_attr, num_graphs=1,
-                       pe=getattr(data, "lap_pe", None), pe_eigvals=getattr(data, "lap_eigval", None),
-                       pe_mask=getattr(data, "lap_pe_mask", None),
-                       **({"graph_features": gf} if gf is not None else {}))
+    has_edge_encoder = getattr(getattr(model, "backbone", None), "edge_encoder", None) is not None
+    try:
+        with collect_attention(model) as att:
+            gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
+            logits = model(data.x, data.edge_index, batch, data.edge_attr if has_edge_encoder else None,
+                           num_graphs=1, pe=getattr(data, "lap_pe", None),
+                           pe_eigvals=getattr(data, "lap_eigval", None), pe_mask=getattr(data, "lap_pe_mask", None),
+                           **({"graph_features": gf} if gf is not None else {}))
+    finally:
+        model.train(was_training)  # as PyG's Explainer: the caller's mode is kept
     N = data.num_nodes
     G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
     R = attention_rollout(att, N + G, residual)

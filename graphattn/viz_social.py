@@ -24,22 +24,29 @@ def last_layer_attention(model: nn.Module, data, inputs: Dict[str, Optional[Tens
     """Logits ``(N, classes)`` and the last block's attention over the graph's own edges:
     ``edge_index (2, E)`` and ``alpha (E,)`` (mean over heads). Edges to and from global
     tokens are left out (their share of each node's attention is ``1 - Σ_j α_ij``)."""
-    model.eval()
+    if not len(model.backbone.blocks):
+        raise ValueError("the model has 0 transformer layers (num_layers=0): there is no attention to draw")
     block = model.backbone.blocks[-1]
     store: Dict[str, Tensor] = {}
     original = block.forward
 
-    def forward_keeping_weights(x, edge_index, edge_attr=None, batch=None, return_attention_weights=False):
-        out, (ei, alpha) = original(x, edge_index, edge_attr, batch, return_attention_weights=True)
+    def forward_keeping_weights(x, edge_index, edge_attr=None, batch=None, return_attention_weights=False, **kw):
+        out, (ei, alpha) = original(x, edge_index, edge_attr, batch, return_attention_weights=True, **kw)
         store["edge_index"], store["alpha"] = ei, alpha
         return out
 
+    was_training = model.training
+    model.eval()
     block.forward = forward_keeping_weights  # instance attribute: nn.Module.__call__ uses it
-    try:
-        pe = inputs.get("pe") if model.backbone.pe_dim else None
-        logits = model(inputs["x"], inputs["edge_index"], pe=pe)
+    try:  # every input the model's own forward takes (edge features, PE eigenvalues and mask)
+        kw = ({"edge_attr": inputs["edge_attr"]}
+              if inputs.get("edge_attr") is not None and model.backbone.edge_encoder is not None else {})
+        if model.backbone.pe_dim:
+            kw.update({k: inputs[k] for k in ("pe", "pe_eigvals", "pe_mask") if inputs.get(k) is not None})
+        logits = model(inputs["x"], inputs["edge_index"], **kw)
     finally:
         del block.forward
+        model.train(was_training)
     E = inputs["edge_index"].size(1)  # the graph's edges come first, token edges after
     return logits, store["edge_index"][:, :E], store["alpha"][:E].float().mean(-1)
 
@@ -56,6 +63,16 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     import networkx as nx
     from torch_geometric.utils import k_hop_subgraph
 
+    n = int(data.num_nodes)
+    if isinstance(node, bool) or not isinstance(node, (int, torch.Tensor)) or not 0 <= int(node) < n:
+        raise ValueError(f"node must be a row of the graph, 0..{n - 1}, got {node!r}")
+    node = int(node)
+    alpha = torch.as_tensor(alpha)
+    if alpha.dim() == 2:  # the layer's (E, H) weights: the mean over heads, as last_layer_attention gives
+        alpha = alpha.float().mean(-1)
+    if alpha.dim() != 1 or alpha.numel() != edge_index.size(1):
+        raise ValueError(f"alpha must have shape (E,) or (E, H) with E = {edge_index.size(1)} edges, "
+                         f"got {tuple(alpha.shape)}")
     subset, _, _, mask = k_hop_subgraph(node, hops, edge_index, relabel_nodes=False,
                                         num_nodes=data.num_nodes)
     into = edge_index[1] == node
@@ -103,8 +120,9 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
                                node_size=[420 if n == node else 160 for n in nodes], nodelist=nodes)
         sm = plt.cm.ScalarMappable(cmap=cmap_e, norm=plt.Normalize(0.0, vmax))
         fig.colorbar(sm, ax=ax, label=f"attention α_j→{name(node)} (last layer, mean over heads)")
-    label = int(data.y[node]) if getattr(data, "y", None) is not None else None
-    label = label if label is not None and label >= 0 else None  # -1: unlabelled node
+    y = getattr(data, "y", None)
+    label = int(y[node]) if y is not None and y.dim() == 1 else None  # (N,) class ids; (N, C) is not one label
+    label = label if label is not None and 0 <= label < len(class_names) else None  # -1: unlabelled node
     ax.set_title(f"node {name(node)}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
                  + (f", label {class_names[label]}" if label is not None else "")
                  + f"\n{hops}-hop ego-graph"
@@ -114,9 +132,11 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
                  fontsize=10)
     ax.axis("off")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)  # also when the file cannot be written: no figure left open
     src, w = edge_index[0, into], alpha[into]
     top = int(torch.argmax(w)) if w.numel() else None
     return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "ego_nodes": total,

@@ -1,0 +1,70 @@
+"""The explain helpers called from user code (QA, session 14): molecule_attention and the
+node ego-graph functions on models and inputs the CLI never builds."""
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from graphattn import GraphClassifier, NodeClassifier
+
+pytest.importorskip("rdkit")
+pytest.importorskip("matplotlib")
+
+
+def _mol_model(**kw):
+    from graphattn.data.featurize import ATOM_FEATURE_DIMS
+
+    torch.manual_seed(0)
+    return GraphClassifier(9, 16, 3, num_layers=2, heads=2, node_vocab_sizes=ATOM_FEATURE_DIMS, **kw)
+
+
+def test_molecule_attention_one_molecule_any_model_mode_kept():
+    from graphattn.data.featurize import BOND_FEATURE_DIMS, smiles_to_data
+    from graphattn.viz import molecule_attention
+
+    d = smiles_to_data("CCO")
+    model = _mol_model()  # no edge encoder: bond features are not read (they were passed and refused)
+    model.train()
+    prob, scores = molecule_attention(model, d)
+    assert model.training  # the caller's mode is kept, as PyG's Explainer does
+    model.eval()
+    want = torch.sigmoid(model(d.x, d.edge_index)[0])
+    torch.testing.assert_close(prob, want)
+    assert scores.shape == (3,) and float(scores.max()) == pytest.approx(1.0)
+    with_bonds = _mol_model(edge_dim=4, edge_vocab_sizes=BOND_FEATURE_DIMS)
+    assert molecule_attention(with_bonds, d)[0].shape == (3,)
+    batch = Batch.from_data_list([d, smiles_to_data("c1ccccc1")])
+    with pytest.raises(ValueError, match="one molecule; got a batch of 2"):
+        molecule_attention(model, batch)
+    prob1, _ = molecule_attention(model, batch.get_example(1))  # per graph works
+    assert prob1.shape == (3,)
+
+
+def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_arguments(tmp_path):
+    from graphattn.encodings import AddLaplacianPE
+    from graphattn.viz_social import draw_ego_attention, last_layer_attention
+
+    torch.manual_seed(0)
+    n = 30
+    ei = torch.randint(0, n, (2, 120))
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    data = AddLaplacianPE(4)(Data(x=torch.randn(n, 5), edge_index=ei, y=torch.randint(0, 2, (n,)), num_nodes=n))
+    model = NodeClassifier(5, 16, 2, num_layers=2, heads=2, pe_dim=4, edge_dim=3, num_global_tokens=1)
+    ea = torch.randn(ei.size(1), 3)
+    inputs = {"x": data.x, "edge_index": ei, "edge_attr": ea, "pe": data.lap_pe,
+              "pe_eigvals": data.lap_eigval, "pe_mask": getattr(data, "lap_pe_mask", None)}
+    logits, e, alpha = last_layer_attention(model, data, inputs)
+    model.eval()
+    want = model(data.x, ei, ea, pe=data.lap_pe, pe_eigvals=data.lap_eigval)
+    torch.testing.assert_close(logits, want)  # the picture explains the model's real forward
+    assert alpha.shape == (ei.size(1),)
+    names = ["a", "b"]
+    heads = alpha[:, None].repeat(1, 2)  # the layer's own (E, H) weights are accepted too
+    draw_ego_attention(data, 3, e, heads, logits, names, tmp_path / "x.png")
+    assert (tmp_path / "x.png").is_file()
+    for bad in (-1, n, 2.5):
+        with pytest.raises(ValueError, match="node must be a row"):
+            draw_ego_attention(data, bad, e, alpha, logits, names, tmp_path / "y.png")
+    with pytest.raises(ValueError, match="alpha must have shape"):
+        draw_ego_attention(data, 3, e, alpha[:-1], logits, names, tmp_path / "y.png")
+    with pytest.raises(ValueError, match="0 transformer layers"):
+        last_layer_attention(NodeClassifier(5, 16, 2, num_layers=0), data, {"x": data.x, "edge_index": ei})
