@@ -81,6 +81,10 @@ def task_loss(kind: str, logits: Tensor, y: Tensor, pos_weight: Optional[Tensor]
     """binary: masked multi-task BCE (NaN labels ignored); multiclass: CE; regression: MSE (NaN
     ignored). No labels at all give a zero loss (with a graph, so every rank still steps alike)."""
     _check_kind(kind)
+    if kind in ("binary", "regression") and y.numel() != logits.numel():
+        raise ValueError(f"kind={kind!r}: the labels {tuple(y.shape)} do not match the model's outputs "
+                         f"{tuple(logits.shape)} (one output per task: (B, T) or (B,); for C classes with "
+                         "integer labels use kind='multiclass')")
     if kind == "binary":
         return masked_bce_with_logits(logits, y.view_as(logits).to(logits.dtype), pos_weight)
     if kind == "multiclass":  # a batch without labelled nodes (mini-batch partitions): zero loss
@@ -275,7 +279,13 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             logits, y, *aux = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             if aux and aux[0] is not None:
-                loss = loss + aux[0]
+                if isinstance(aux[0], (int, float)):
+                    aux[0] = torch.as_tensor(float(aux[0]), device=loss.device)
+                if not isinstance(aux[0], Tensor) or aux[0].numel() != 1:
+                    raise ValueError("forward returned a third value that is not a scalar: it is added to the loss "
+                                     "as an auxiliary term; return (logits, y) or (logits, y, scalar_loss), got "
+                                     f"{tuple(aux[0].shape) if isinstance(aux[0], Tensor) else type(aux[0]).__name__}")
+                loss = loss + aux[0].reshape(())
             value = float(loss.detach())
             # under DDP the ranks agree first (one scalar all-reduce): a rank raising alone would
             # leave the others waiting in the gradient all-reduce of backward()

@@ -146,3 +146,17 @@ def test_ensemble_logits_keep_confident_predictions_apart():
 
     out = ProbabilityEnsemble([Fixed(), Fixed()])(torch.tensor([[18.0], [24.0], [-24.0]]))
     assert out.dtype == torch.float32 and out[1, 0] > out[0, 0] > 17 and out[2, 0] < -23
+
+
+def test_fit_names_shape_mismatches_and_non_scalar_aux_losses():
+    torch.manual_seed(0)
+    x, y = torch.randn(12, 4), torch.randint(0, 2, (12,)).float()
+    loaders = {"train": [(x, y)], "val": [(x, y)]}
+    two = lambda model, batch, split: (model(batch[0]), batch[1])  # noqa: E731  (B, 2) logits, (B,) labels
+    with pytest.raises(ValueError, match="kind='multiclass'"):
+        fit(nn.Linear(4, 2), loaders, two, kind="binary", epochs=1, progress=False, log=lambda m: None)
+    vector_aux = lambda model, batch, split: (model(batch[0]), batch[1], model(batch[0]).view(-1))  # noqa: E731
+    with pytest.raises(ValueError, match="not a scalar"):
+        fit(nn.Linear(4, 1), loaders, vector_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
+    number_aux = lambda model, batch, split: (model(batch[0]), batch[1], 0.0)  # noqa: E731
+    fit(nn.Linear(4, 1), loaders, number_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
