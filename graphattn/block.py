@@ -128,6 +128,28 @@ class GraphTransformerBlock(nn.Module):
         edge_index = edge_index[:, :E]
         if edge_index.dtype != torch.long:  # PyG's scatter in GINConv/GINEConv needs int64 ids
             edge_index = plain_tensor(edge_index).long()
+        conv = self.local
+        mask = getattr(conv, "_edge_mask", None) if getattr(conv, "explain", False) else None
+        if mask is not None and mask.numel() != E:
+            # a PyG Explainer's mask set for the input edges, while this branch sees them with the
+            # loops NodeClassifier(self_loops=True) replaced: PyG's own loop rule expects one loop per
+            # target and counts the global tokens (AssertionError); map it as the attention does
+            from .explain_masks import layer_edge_mask
+
+            mapped = layer_edge_mask(mask, getattr(conv, "_loop_mask", None), conv._apply_sigmoid, edge_index,
+                                     x.size(0), getattr(self.attn, "_explain_loops_replaced", False))
+            # set_masks registered the mask as a Parameter: swap the entry itself for this call
+            store = conv._parameters if "_edge_mask" in conv._parameters else conv.__dict__
+            saved = store["_edge_mask"], conv._apply_sigmoid
+            store["_edge_mask"], conv._apply_sigmoid = mapped, False
+            try:
+                return self._local_call(x, edge_index, edge_attr, edge_attr_index, E)
+            finally:
+                store["_edge_mask"], conv._apply_sigmoid = saved
+        return self._local_call(x, edge_index, edge_attr, edge_attr_index, E)
+
+    def _local_call(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor],
+                    edge_attr_index: Optional[Tensor], E: int) -> Tensor:
         if self.local_mpnn == "gin":
             return self.local(x, edge_index)
         if edge_attr_index is not None:  # table form: PyG's GINEConv takes one row per edge

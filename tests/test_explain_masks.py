@@ -190,3 +190,29 @@ def test_given_loops_keep_their_mask_entries_outside_node_classifier():
             assert not torch.allclose(net(*args), ref, atol=1e-4)
         finally:
             clear_masks(net)
+
+
+@pytest.mark.parametrize("kw", [dict(self_loops=True, num_global_tokens=1, local_mpnn="gin"),
+                                dict(self_loops=True, local_mpnn="gin"), dict(num_global_tokens=2, local_mpnn="gin")])
+def test_explainer_with_a_gin_branch_next_to_replaced_loops_and_tokens(kw):
+    """PyG's loop rule in the GIN branch expected one loop per target, global tokens included
+    (AssertionError); the branch now gets the mask mapped as the attention layers do."""
+    torch.manual_seed(0)
+    n = 20
+    ei = torch.randint(0, n, (2, 60))
+    ei = torch.cat([ei, torch.arange(3).repeat(2, 1)], 1)  # with a few input self-loops
+    x = torch.randn(n, 6)
+    m = NodeClassifier(6, 16, 3, num_layers=2, heads=2, **kw).eval()
+    ref = m(x, ei)
+    set_masks(m, torch.ones(ei.size(1)), ei, apply_sigmoid=False)
+    try:
+        torch.testing.assert_close(m(x, ei), ref)
+        cut = torch.ones(ei.size(1))
+        cut[0] = 0.0  # hiding one edge reaches the GIN branch too
+        set_masks(m, cut, ei, apply_sigmoid=False)
+        assert not torch.allclose(m(x, ei), ref)
+    finally:
+        clear_masks(m)
+    exp = Explainer(m, GNNExplainer(epochs=3), explanation_type="model", edge_mask_type="object",
+                    model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    assert exp(x, ei, index=0).edge_mask.shape == (ei.size(1),)
