@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import sys
 import pickle
 import random
 import tempfile
@@ -187,10 +188,19 @@ def _json_safe(obj):
     return val if math.isfinite(val) else None
 
 
+def _is_stdout(path: Path) -> bool:
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real fd (captured output, notebooks)
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def write_csv(path, fields, rows) -> None:
     """``rows`` (dicts) as a CSV with header ``fields``, written to a temporary file and renamed,
     so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
-    not a regular file (a FIFO, ``/dev/stdout``) is written directly, never replaced."""
+    not a regular file (a FIFO, a device) or is a link (``/dev/stdout``) is written through,
+    never replaced."""
     import csv
     import io
 
@@ -199,10 +209,15 @@ def write_csv(path, fields, rows) -> None:
     w.writeheader()
     w.writerows(rows)
     path = Path(path)
-    if path.is_symlink() and path.is_file():
-        path = path.resolve()  # replace the linked file, not the link
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and not path.is_file():
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # links (/dev/stdout -> /proc/self/fd/1 -> whatever the shell opened), FIFOs, devices:
+        # written through, never replaced by a new file; our own stdout through sys.stdout
+        # (reopening it with "w" would truncate a `>> log` file)
+        if _is_stdout(path):
+            sys.stdout.write(buf.getvalue())
+            sys.stdout.flush()
+            return
         with open(path, "w", newline="") as f:
             f.write(buf.getvalue())
         return

@@ -182,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("\ngraphattn: interrupted" + (" (continue with the same command and --resume: every finished "
-                                            "epoch is saved)" if argv_command(argv) == "train" else ""),
+                                            "epoch is saved)" if argv_command(argv) in ("train", "pretrain") else ""),
               file=sys.stderr)
         return 130
     except OSError as exc:

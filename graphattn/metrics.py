@@ -128,7 +128,7 @@ def _per_task(y_true: ArrayLike, y_score: ArrayLike, score_fn) -> np.ndarray:
                          f"and {y_score.shape}")
     odd = ~np.isnan(y_true) & (y_true != 0) & (y_true != 1)
     if odd.any():  # a -1 "missing" code would otherwise count as a negative
-        raise ValueError(f"y_true must hold 0, 1 or NaN (missing), got {y_true[odd][0]!r} ({int(odd.sum())} such "
+        raise ValueError(f"y_true must hold 0, 1 or NaN (missing), got {float(y_true[odd][0])!r} ({int(odd.sum())} such "
                          "entries); encode missing labels as NaN")
     out = np.full(y_true.shape[1], np.nan)
     for t in range(y_true.shape[1]):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -80,14 +79,19 @@ def _spooled(path) -> str:
     import shutil
     import tempfile
 
+    import hashlib
+
     p = Path(path).expanduser()
     if not p.exists() or p.is_file():
         return str(path)
-    fd, tmp = tempfile.mkstemp(prefix="graphattn-stdin-", suffix=".csv")
-    with open(p, "rb") as src, os.fdopen(fd, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    atexit.register(lambda: Path(tmp).unlink(missing_ok=True))
-    return tmp
+    with open(p, "rb") as src:
+        data = src.read()
+    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run
+    folder = Path(tempfile.mkdtemp(prefix="graphattn-stdin-"))
+    tmp = folder / f"stdin-{hashlib.sha256(data).hexdigest()[:16]}.csv"
+    tmp.write_bytes(data)
+    atexit.register(shutil.rmtree, folder, True)
+    return str(tmp)
 
 
 def evaluate(args) -> int:

@@ -48,7 +48,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "(SIDER) are recognised (default: every task; for --csv every column of 0/1 labels)")
     g.add_argument("--split", choices=SPLITS, default="scaffold",
                    help="scaffold (deterministic Bemis-Murcko, chemprop's order; default), deepchem_scaffold "
-                        "(the same with DeepChem's / OGB's tie order: other val/test molecules), random or "
+                        "(the same with DeepChem's tie order: other val/test molecules), random or "
                         "balanced_scaffold (seeded)")
     g.add_argument("--pos-weight", action="store_true",
                    help="weight positives by negatives/positives per task (training split)")

@@ -182,7 +182,8 @@ class NodeClassifier(nn.Module):
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None, **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         check_model_input(x)
-        attn_edges = self._graph(edge_index, x.size(0))[0] if self.self_loops else edge_index
+        gdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as _smooth asks: one cache entry
+        attn_edges = self._graph(edge_index, x.size(0), gdt)[0] if self.self_loops else edge_index
         h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more
             g = torch.relu(self._smooth(self.gcn(x), edge_index))

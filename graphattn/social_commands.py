@@ -81,9 +81,9 @@ def _social_command(fn):
         except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
             print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
             return 2
-        except OSError as exc:  # an unwritable output (read-only folder, a file as folder, disk full)
-            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-            print(f"graphattn {command}: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        except OSError as exc:  # unreadable input or unwritable output (a folder, read-only, disk full)
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            print(f"graphattn {command}: {where}{exc.strerror or exc}", file=sys.stderr)
             return 2
     return run
 

@@ -118,8 +118,10 @@ def recorded_root_first(load: Callable, root: Optional[str]):
     if root and Path(root).is_dir():
         try:
             return load(root=root, download=False)
-        except (DataFileError, FileNotFoundError):
-            pass
+        except (DataFileError, FileNotFoundError) as exc:
+            warnings.warn(f"the data root this model was trained with ({root}) does not hold the dataset "
+                          f"any more ({str(exc).splitlines()[0][:200]}); reading it from today's data root "
+                          "($GRAPHATTN_DATA, or a download) — make sure it is the same release", stacklevel=3)
     return load(root=None)
 
 

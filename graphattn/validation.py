@@ -145,12 +145,19 @@ def check_model_input(x) -> None:
         raise TypeError(f"x must be a torch.Tensor (N, F) of node features, got {type(x).__name__}")
 
 
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4: no device argument
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
 def check_dtype(t: Optional[Tensor], want: torch.dtype, name: str, owner: str = "the layer") -> None:
     """TypeError unless ``t`` (if given) has the floating dtype ``want`` of ``owner``'s weights
     (instead of matmul's "mat1 and mat2 must have the same dtype")."""
     if t is None or t.dtype == want:
         return
-    if t.is_floating_point() and torch.is_autocast_enabled(t.device.type):
+    if t.is_floating_point() and _autocast_on(t.device.type):
         return  # autocast casts both sides of every matmul
     if t.is_floating_point():
         raise TypeError(f"{name} has dtype {t.dtype} but {owner}'s weights are {want}: cast one to the other "

@@ -2,6 +2,7 @@
 moved data roots — one-line errors and intact files, never tracebacks or replaced devices."""
 import errno
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,7 +86,8 @@ def test_recorded_root_is_used_only_while_it_holds_the_data(tmp_path):
             raise DataFileError(f"{root}: the dataset is gone")
         return "from today's root"
 
-    assert recorded_root_first(load, str(tmp_path)) == "from today's root"
+    with pytest.warns(UserWarning, match="does not hold the dataset any more"):
+        assert recorded_root_first(load, str(tmp_path)) == "from today's root"
     assert calls == [(str(tmp_path), False), (None, True)]
     calls.clear()
     assert recorded_root_first(load, str(tmp_path / "moved")) == "from today's root"
@@ -121,6 +123,13 @@ def test_csv_from_a_pipe(tmp_path):
         t.join()
         assert header == ["smiles", "y"] and [r for _, r in rows] == [["CCO", "1"], ["CCN", "0"]]
     assert _spooled(tmp_path / "plain.csv") == str(tmp_path / "plain.csv")  # files are read in place
+    names = []
+    for _ in range(2):  # the same contents get the same name: the processed cache is reused
+        t = threading.Thread(target=feed)
+        t.start()
+        names.append(Path(_spooled(fifo)).name)
+        t.join()
+    assert names[0] == names[1]
 
 
 def test_unwritable_caches_are_named(tmp_path, monkeypatch):
@@ -135,3 +144,53 @@ def test_unwritable_caches_are_named(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(blocker))  # the fallback cannot be made either
     with pytest.raises(DataFileError, match="GRAPHATTN_CACHE"):
         _writable_dir(blocker, "csv/x")
+
+
+def test_write_csv_to_our_own_stdout_appends(tmp_path, monkeypatch):
+    """`predict --out /dev/stdout >> log`: written through sys.stdout, not by reopening the
+    file with "w" (which truncated the log) or renaming over it."""
+    import sys
+
+    log = tmp_path / "log.txt"
+    log.write_text("first\n")
+    link = tmp_path / "stdout"  # as /dev/stdout -> /proc/self/fd/1 -> the shell's `>> log`
+    link.symlink_to(log)
+    with open(log, "a") as f:
+        monkeypatch.setattr(sys, "stdout", f)
+        write_csv(link, ["a"], [{"a": 1}])
+        f.flush()
+    monkeypatch.undo()
+    text = log.read_text()
+    assert text.startswith("first\n") and text.split()[1:] == ["a", "1"]
+
+
+def test_stratified_masks_small_classes_fill_val_and_test_other_splits_unchanged():
+    from graphattn.data.social_splits import stratified_masks
+
+    y = torch.arange(10).repeat_interleave(2)  # ten classes of two nodes: rounding per class left val empty
+    tr, va, te = stratified_masks(y, 0.6, 0.2, seed=0)
+    assert (int(tr.sum()), int(va.sum()), int(te.sum())) == (12, 4, 4)
+    assert not bool(((tr & va) | (tr & te) | (va & te)).any())
+    big = torch.randint(0, 3, (500,), generator=torch.Generator().manual_seed(1))
+    masks = stratified_masks(big, 0.6, 0.2, seed=3)  # the per-class rule as before (README numbers)
+    for c in range(3):
+        m = int((big == c).sum())
+        assert int((masks[0] & (big == c)).sum()) == max(1, round(0.6 * m))
+
+
+def test_float64_node_classifier_builds_its_gcn_graph_once():
+    from graphattn import NodeClassifier
+    from graphattn import node_classifier as nc
+
+    calls = []
+    real = nc.gcn_normalized_graph
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(nc, "gcn_normalized_graph", lambda *a, **k: calls.append(1) or real(*a, **k))
+    try:
+        m = NodeClassifier(4, 8, 2, num_layers=1, heads=2, self_loops=True, propagation=3).double().eval()
+        x, ei = torch.randn(30, 4, dtype=torch.float64), torch.randint(0, 30, (2, 90))
+        for _ in range(3):
+            m(x, ei)
+    finally:
+        monkeypatch.undo()
+    assert len(calls) == 1  # one cache entry serves the attention's loops and the propagation

@@ -1,6 +1,7 @@
 """Files as users have them: release folders, the TU original format, id columns, wide features."""
 import gzip
 import json
+import os
 import warnings
 
 import numpy as np
@@ -449,6 +450,9 @@ def test_planetoid_cache_built_privately_and_rebuilt_when_corrupt(tmp_path, monk
     assert not errors and out == [640] * 4
     folders = list((tmp_path / "cache" / "planetoid").iterdir())
     assert len(folders) == 1 and ".tmp-" not in folders[0].name  # no private copies left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folders[0].stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0700: a shared cache
     processed = folders[0] / "CiteSeer" / "processed" / "data.pt"
     processed.write_bytes(processed.read_bytes()[:100])  # a write killed half-way
     with pytest.warns(UserWarning, match="rebuilding"):

@@ -217,6 +217,8 @@ def _writable_dir(base: Path, rel: str) -> Path:
     fallback = Path.home() / ".cache" / "graphattn" / rel
     try:
         fallback.mkdir(parents=True, exist_ok=True)
+        if fallback == path or not os.access(fallback, os.W_OK):
+            raise PermissionError(13, "not writable")
     except OSError as exc:
         raise DataFileError(f"neither the cache folder {path} nor {fallback} can be written ({exc.strerror or exc}): "
                             "point GRAPHATTN_CACHE (or cache_dir=) at a writable folder") from exc

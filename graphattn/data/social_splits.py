@@ -26,8 +26,10 @@ def stratified_masks(y: Tensor, train: float = 0.6, val: float = 0.2, seed: int 
 
     Within each class the nodes are shuffled with ``seed``; the first
     ``round(train * n_c)`` go to train, the next ``round(val * n_c)`` to val, the rest to
-    test (a non-empty class always keeps at least one training node). Nodes with a
-    negative label (unlabelled) are in no mask. Fully vectorised.
+    test (a non-empty class always keeps at least one training node). When that leaves val or
+    test empty although the labelled nodes could fill them (many classes of one or two nodes),
+    the part sizes are shared over the classes instead (:func:`~graphattn.data.splits.stratified_split`).
+    Nodes with a negative label (unlabelled) are in no mask. Fully vectorised.
     """
     if not (0 < train < 1 and 0 <= val < 1 and train + val <= 1):
         raise ValueError(f"bad split ratios train={train}, val={val}")
@@ -59,6 +61,19 @@ def stratified_masks(y: Tensor, train: float = 0.6, val: float = 0.2, seed: int 
         out = torch.zeros(n, dtype=torch.bool)
         out[order] = m
         masks.append(out)
+    n_lab = int(labelled.sum())
+    test = 1.0 - train - val
+    if (val > 0 and not bool(masks[1].any()) and n_lab * val >= 1) or \
+            (test > 1e-9 and not bool(masks[2].any()) and n_lab * test >= 1):
+        # many small classes: rounding per class left val or test empty although the whole set
+        # can fill them; share the part sizes over the classes instead (other splits unchanged)
+        from .splits import stratified_split
+
+        idx = labelled.nonzero().view(-1)
+        parts = stratified_split(y[idx], (train, val, max(test, 0.0)), seed=seed)
+        masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+        for mask, part in zip(masks, parts):
+            mask[idx[part]] = True
     return masks[0], masks[1], masks[2]
 
 
