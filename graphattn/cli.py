@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--smiles", nargs="+", default=None, help="molecules: SMILES strings")
             p.add_argument("--out", default=None, help="output file (predictions CSV or picture PNG), or an "
                                                        "existing folder to write the default file name into")
+        for flag, what in (("--edges", "edges CSV"), ("--target", "target CSV"), ("--features", "features JSON"),
+                           ("--tu-text", "--tu-text file or folder")):
+            p.add_argument(flag, default=None, help=f"social: where the run's {what} is now (the files moved); "
+                                                     "the recorded sha256 still checks the contents")
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
@@ -283,6 +287,11 @@ def _main(argv: Optional[List[str]] = None) -> int:
     if pipeline == "pretrain":
         print(f"graphattn {args.command}: {args.checkpoint} is a pretraining checkpoint (no task head); "
               f"fine-tune it first: graphattn train tox21 --init {args.checkpoint}", file=sys.stderr)
+        return 2
+    moved = [f"--{k.replace('_', '-')}" for k in ("edges", "target", "features", "tu_text") if getattr(args, k, None)]
+    if pipeline == "molecules" and moved:
+        print(f"graphattn {args.command}: {', '.join(moved)}: for social-network checkpoints (where their input "
+              "files are now); a molecule checkpoint reads --csv / --smiles", file=sys.stderr)
         return 2
     module = molecule_tasks if pipeline == "molecules" else social_tasks
     return getattr(module, args.command)(args)

@@ -35,15 +35,37 @@ def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
     return classes[model_spec["class"]](**model_spec["kwargs"])
 
 
-def _load(checkpoint: str):
+#: evaluate / predict / explain flags that say where a run's own input files are now
+RELOCATE_FLAGS = ("edges", "target", "features", "tu_text")
+
+
+def _load(args):
     from .train import load_checkpoint
 
-    ck = load_checkpoint(checkpoint)
+    ck = load_checkpoint(args.checkpoint)
     meta = ck["meta"]
+    _relocate(meta["data"], args)
     model = build_model(meta["model"])
     model.load_state_dict(ck["model"])
     model.eval()
     return ck, meta, model
+
+
+def _relocate(spec: Dict[str, Any], args) -> None:
+    """``--edges/--target/--features/--tu-text`` of evaluate/predict/explain: the files a run was
+    trained on, moved elsewhere. The recorded sha256 still checks their contents (a warning when
+    they differ)."""
+    for key in RELOCATE_FLAGS:
+        path = getattr(args, key, None)
+        if not path:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if spec.get(key) is None and not (key == "features" and spec.get("edges")):
+            raise ValueError(f"{flag}: this model was not trained on {flag} files "
+                             f"({'a named dataset' if spec.get('name') else 'other inputs'}); nothing to relocate")
+        if not Path(path).expanduser().exists():
+            raise ValueError(f"{flag} {path}: no such file")
+        spec[key] = str(Path(path).expanduser().resolve())
 
 
 def _node_data(meta: Dict[str, Any]):
@@ -100,7 +122,7 @@ def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
 @_social_command
 def evaluate(args) -> int:
     """Accuracy of a checkpoint on the train/val/test split it was trained with."""
-    ck, meta, model = _load(args.checkpoint)
+    ck, meta, model = _load(args)
     if meta["pipeline"] == "graph":
         from .social_graph import evaluate_graph
 
@@ -116,7 +138,7 @@ def evaluate(args) -> int:
 @_social_command
 def predict(args) -> int:
     """Class probabilities per node (or per graph) as a CSV at --out."""
-    ck, meta, model = _load(args.checkpoint)
+    ck, meta, model = _load(args)
     names = meta["class_names"]
     out = out_path(args.out, "predictions.csv") if args.out else Path(args.checkpoint).with_name("predictions.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -158,7 +180,7 @@ def _node_row(data, node: int) -> int:
 @_social_command
 def explain(args) -> int:
     """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
-    ck, meta, model = _load(args.checkpoint)
+    ck, meta, model = _load(args)
     if meta["pipeline"] != "node":
         raise ValueError("ego-graph pictures need a node-classification checkpoint")
     if meta["model"]["class"] != "NodeClassifier":

@@ -483,3 +483,29 @@ def test_user_files_are_fingerprinted(tmp_path, capsys):
     assert "another run" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="changed since this model was trained"):  # last.pt: read from b/
         main(["evaluate", "--checkpoint", str(tmp_path / "r" / "last.pt")])
+
+
+def test_moved_user_files_are_found_with_relocation_flags(tmp_path, capsys):
+    import shutil
+
+    _musae(tmp_path / "a", n=40)
+    assert main(["train", "--edges", str(tmp_path / "a" / "edges.csv"), "--target", str(tmp_path / "a" / "target.csv"),
+                 "--target-col", "target", "--epochs", "1", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "r")]) == 0
+    ck = str(tmp_path / "r" / "best.pt")
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", ck]) == 0
+    before = capsys.readouterr().out
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    assert main(["evaluate", "--checkpoint", ck]) == 2  # the recorded paths are gone
+    assert "target.csv" in capsys.readouterr().err
+    moved = ["--edges", str(tmp_path / "b" / "edges.csv"), "--target", str(tmp_path / "b" / "target.csv")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # same contents: no "changed" warning
+        assert main(["evaluate", "--checkpoint", ck, *moved]) == 0
+    assert capsys.readouterr().out == before  # the same numbers
+    assert main(["predict", "--checkpoint", ck, *moved, "--out", str(tmp_path / "p.csv")]) == 0
+    assert main(["explain", "--checkpoint", ck, *moved, "--node", "3", "--out", str(tmp_path / "x.png")]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", ck, "--tu-text", str(tmp_path / "b")]) == 2
+    assert "not trained on --tu-text" in capsys.readouterr().err
