@@ -172,10 +172,9 @@ class GraphSelfAttention(MessagePassing):
 
     def _weight_dtype(self) -> Optional[torch.dtype]:
         """dtype of the layer's weights (None while lazy ``-1`` widths are uninitialised)."""
-        for lin in (self.lin_qkv, self.lin_key, self.lin_l):  # attribute lookups: no per-forward module walk
-            if lin is not None:
-                w = lin.weight
-                return None if isinstance(w, nn.parameter.UninitializedParameter) else w.dtype
+        for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_r, self.lin_l):  # no module walk
+            if lin is not None and not isinstance(lin.weight, nn.parameter.UninitializedParameter):
+                return lin.weight.dtype
         return None
 
     def reset_parameters(self) -> None:

@@ -130,10 +130,11 @@ class GraphTransformerBlock(nn.Module):
             edge_index = plain_tensor(edge_index).long()
         conv = self.local
         mask = getattr(conv, "_edge_mask", None) if getattr(conv, "explain", False) else None
-        if mask is not None and mask.numel() != E:
+        if mask is not None and (mask.numel() != E or getattr(self.attn, "_explain_loops_replaced", False)):
             # a PyG Explainer's mask set for the input edges, while this branch sees them with the
-            # loops NodeClassifier(self_loops=True) replaced: PyG's own loop rule expects one loop per
-            # target and counts the global tokens (AssertionError); map it as the attention does
+            # loops NodeClassifier(self_loops=True) replaced (reordered even when the count is the
+            # same): PyG's own loop rule expects one loop per target and counts the global tokens
+            # (AssertionError), or applies the mask by position; map it as the attention does
             from .explain_masks import layer_edge_mask
 
             mapped = layer_edge_mask(mask, getattr(conv, "_loop_mask", None), conv._apply_sigmoid, edge_index,

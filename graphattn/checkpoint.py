@@ -43,12 +43,25 @@ def _on_cpu(obj):
     return obj
 
 
-def _plain_mode(path) -> None:
-    """The permissions a plain ``open(path, "w")`` would give (mkstemp creates 0600: colleagues
-    sharing a group folder could not read the models)."""
-    umask = os.umask(0)
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (``os.umask`` can only
+    be read by setting it, briefly giving other threads' new files a 0 umask)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    return umask
+
+
+def _plain_mode(path, mode: int = 0o666) -> None:
+    """The permissions a plain ``open(path, "w")`` (``mode=0o777``: ``mkdir``) would give
+    (mkstemp / mkdtemp create 0600 / 0700: colleagues sharing a group folder could not read them)."""
+    os.chmod(path, mode & ~current_umask())
 
 
 def save_checkpoint(path, state: Dict[str, Any]) -> None:
@@ -188,6 +201,21 @@ def _json_safe(obj):
     return val if math.isfinite(val) else None
 
 
+def _fd_link(path: Path) -> bool:
+    """Whether ``path`` names an open file descriptor (``/dev/std*``, ``/dev/fd/N``, ``/proc/*/fd/N``,
+    or a link through them)."""
+    p = str(path)
+    for _ in range(16):
+        if p.startswith(("/dev/fd/", "/proc/self/fd/", "/dev/stdin", "/dev/stdout", "/dev/stderr")) or \
+                (p.startswith("/proc/") and "/fd/" in p):
+            return True
+        if not os.path.islink(p):
+            return False
+        target = os.readlink(p)
+        p = target if os.path.isabs(target) else os.path.join(os.path.dirname(p), target)
+    return False
+
+
 def _is_stdout(path: Path) -> bool:
     try:
         a, b = os.stat(path), os.fstat(sys.stdout.fileno())
@@ -199,8 +227,9 @@ def _is_stdout(path: Path) -> bool:
 def write_csv(path, fields, rows) -> None:
     """``rows`` (dicts) as a CSV with header ``fields``, written to a temporary file and renamed,
     so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
-    not a regular file (a FIFO, a device) or is a link (``/dev/stdout``) is written through,
-    never replaced."""
+    not a regular file (a FIFO, a device) is written through, one naming an open descriptor
+    (``/dev/stdout``, ``/dev/stderr``) appended to, never replaced; an ordinary link's target
+    is replaced (the link kept)."""
     import csv
     import io
 
@@ -210,14 +239,19 @@ def write_csv(path, fields, rows) -> None:
     w.writerows(rows)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        # links (/dev/stdout -> /proc/self/fd/1 -> whatever the shell opened), FIFOs, devices:
-        # written through, never replaced by a new file; our own stdout through sys.stdout
-        # (reopening it with "w" would truncate a `>> log` file)
+    if _fd_link(path):
+        # /dev/stdout, /dev/stderr, /dev/fd/N -> /proc/self/fd/N -> whatever the shell opened: our own
+        # stdout through sys.stdout, others appended to (reopening with "w" truncated a `>> log`)
         if _is_stdout(path):
             sys.stdout.write(buf.getvalue())
             sys.stdout.flush()
             return
+        with open(path, "a", newline="") as f:
+            f.write(buf.getvalue())
+        return
+    if path.is_symlink():
+        path = path.resolve()  # an ordinary link: its target is replaced atomically, the link kept
+    if path.exists() and not path.is_file():  # FIFOs, devices: written through, never replaced
         with open(path, "w", newline="") as f:
             f.write(buf.getvalue())
         return

@@ -4,7 +4,8 @@ The extension (``graphattn/csrc/edge_attention.cpp``) is compiled once with
 :func:`torch.utils.cpp_extension.load` (``-O3 -fopenmp``; no ``-march=native``, the hot loops
 carry a runtime-dispatched AVX2 clone instead, so the cache can be shared across machines)
 into ``$GRAPHATTN_BUILD_DIR`` or ``~/.cache/graphattn/torch_extensions``, in a folder keyed
-on the torch and Python versions and the source hash, and reused by later processes. Without
+on the torch and Python versions and a hash of the sources' contents and location (two copies
+of the package do not share a folder), and reused by later processes. Without
 ninja (``cpp_extension`` requires it) the same source is compiled with one direct compiler
 call instead (``GRAPHATTN_NO_NINJA=1`` forces that route).
 :func:`fused_available` returns ``False`` (and warns once) when the build fails, e.g. with
@@ -53,7 +54,7 @@ def build_directory() -> Path:
     # absolute path, so two copies of the package (a venv and a clone) sharing one folder would
     # recompile on every switch between them
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in _SOURCES)
-                            + "|".join(str(p.resolve()) for p in _SOURCES).encode()).hexdigest()[:12]
+                            + b"|".join(os.fsencode(p.resolve()) for p in _SOURCES)).hexdigest()[:12]
     tag = (f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-"
            f"{platform.machine()}-{digest}")
     return root / re.sub(r"[^A-Za-z0-9_.+-]", "_", tag)
@@ -174,9 +175,10 @@ def _try_build() -> bool:
                 _ERROR = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
                 if not _WARNED:
                     _WARNED = True
-                    fix = (f"The build folder is not writable: point GRAPHATTN_BUILD_DIR at a writable folder"
-                           if isinstance(exc, PermissionError) or getattr(exc, "errno", None) in (1, 13, 30)
-                           else "Install a C++ compiler and ninja (`pip install ninja`)")
+                    where = str(build_directory().parent)
+                    unwritable = getattr(exc, "errno", None) in (1, 13, 30) and where in str(exc)
+                    fix = ("The build folder is not writable: point GRAPHATTN_BUILD_DIR at a writable folder"
+                           if unwritable else "Install a C++ compiler and ninja (`pip install ninja`)")
                     warnings.warn(
                         "graphattn: could not build the fused C++ edge-attention kernel "
                         f"({_ERROR}); using the pure PyTorch path. {fix} for the fast path, or set "

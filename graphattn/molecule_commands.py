@@ -84,13 +84,16 @@ def _spooled(path) -> str:
     p = Path(path).expanduser()
     if not p.exists() or p.is_file():
         return str(path)
-    with open(p, "rb") as src:
-        data = src.read()
-    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run
     folder = Path(tempfile.mkdtemp(prefix="graphattn-stdin-"))
-    tmp = folder / f"stdin-{hashlib.sha256(data).hexdigest()[:16]}.csv"
-    tmp.write_bytes(data)
     atexit.register(shutil.rmtree, folder, True)
+    h, part = hashlib.sha256(), folder / "stdin.part"
+    with open(p, "rb") as src, open(part, "wb") as dst:  # streamed: a large pipe is not held in memory
+        for block in iter(lambda: src.read(1 << 20), b""):
+            h.update(block)
+            dst.write(block)
+    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run
+    tmp = folder / f"stdin-{h.hexdigest()[:16]}.csv"
+    part.rename(tmp)
     return str(tmp)
 
 

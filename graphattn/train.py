@@ -279,8 +279,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             logits, y, *aux = forward(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             if aux and aux[0] is not None:
-                if isinstance(aux[0], (int, float)):
-                    aux[0] = torch.as_tensor(float(aux[0]), device=loss.device)
+                if not isinstance(aux[0], Tensor) and np.ndim(aux[0]) == 0 and isinstance(aux[0], (int, float, np.number)):
+                    aux[0] = torch.as_tensor(float(aux[0]), device=loss.device)  # a Python / NumPy number
                 if not isinstance(aux[0], Tensor) or aux[0].numel() != 1:
                     raise ValueError("forward returned a third value that is not a scalar: it is added to the loss "
                                      "as an auxiliary term; return (logits, y) or (logits, y, scalar_loss), got "

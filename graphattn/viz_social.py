@@ -64,7 +64,9 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     from torch_geometric.utils import k_hop_subgraph
 
     n = int(data.num_nodes)
-    if isinstance(node, bool) or not isinstance(node, (int, torch.Tensor)) or not 0 <= int(node) < n:
+    if isinstance(node, torch.Tensor) and node.numel() == 1 and not node.is_floating_point():
+        node = int(node)
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < n:
         raise ValueError(f"node must be a row of the graph, 0..{n - 1}, got {node!r}")
     node = int(node)
     alpha = torch.as_tensor(alpha)

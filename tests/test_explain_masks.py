@@ -216,3 +216,26 @@ def test_explainer_with_a_gin_branch_next_to_replaced_loops_and_tokens(kw):
     exp = Explainer(m, GNNExplainer(epochs=3), explanation_type="model", edge_mask_type="object",
                     model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
     assert exp(x, ei, index=0).edge_mask.shape == (ei.size(1),)
+
+
+def test_gin_branch_mask_follows_the_edges_when_loops_are_replaced_in_place():
+    """One loop per node given, replaced by NodeClassifier's own (same count, other order): the
+    GIN branch's mask must follow the edges, not their positions — the order of the input's
+    edges does not change what hiding one edge does."""
+    torch.manual_seed(0)
+    n = 8
+    ei = torch.randint(0, n, (2, 20))
+    ei = ei[:, ei[0] != ei[1]]
+    loops = torch.arange(n).repeat(2, 1)
+    x = torch.randn(n, 6)
+    m = NodeClassifier(6, 16, 3, num_layers=1, heads=2, self_loops=True, local_mpnn="gin").eval()
+    outs = []
+    for graph, hidden in ((torch.cat([loops, ei], 1), n), (torch.cat([ei, loops], 1), 0)):  # edge ei[:, 0] hidden
+        mask = torch.ones(graph.size(1))
+        mask[hidden] = 0.0
+        set_masks(m, mask, graph, apply_sigmoid=False)
+        try:
+            outs.append(m(x, graph))
+        finally:
+            clear_masks(m)
+    torch.testing.assert_close(outs[0], outs[1])

@@ -153,9 +153,9 @@ def test_write_csv_to_our_own_stdout_appends(tmp_path, monkeypatch):
 
     log = tmp_path / "log.txt"
     log.write_text("first\n")
-    link = tmp_path / "stdout"  # as /dev/stdout -> /proc/self/fd/1 -> the shell's `>> log`
-    link.symlink_to(log)
     with open(log, "a") as f:
+        link = tmp_path / "stdout"  # as /dev/stdout -> /proc/self/fd/1 -> the shell's `>> log`
+        link.symlink_to(f"/proc/self/fd/{f.fileno()}")
         monkeypatch.setattr(sys, "stdout", f)
         write_csv(link, ["a"], [{"a": 1}])
         f.flush()
@@ -194,3 +194,39 @@ def test_float64_node_classifier_builds_its_gcn_graph_once():
     finally:
         monkeypatch.undo()
     assert len(calls) == 1  # one cache entry serves the attention's loops and the propagation
+
+
+def test_write_csv_appends_to_other_descriptors_and_replaces_link_targets(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.txt"
+    log.write_text("old\n")
+    code = ("import sys; from graphattn.checkpoint import write_csv; print('e', file=sys.stderr, flush=True); "
+            "write_csv('/dev/stderr', ['a'], [{'a': 1}])")
+    with open(log, "a") as err:
+        subprocess.run([sys.executable, "-c", code], stderr=err, check=True)
+    assert log.read_text().split() == ["old", "e", "a", "1"]  # appended, nothing truncated
+    real = tmp_path / "results" / "real.csv"
+    real.parent.mkdir()
+    real.write_text("before\n")
+    link = tmp_path / "out.csv"
+    link.symlink_to(real)
+    write_csv(link, ["b"], [{"b": 2}])
+    assert link.is_symlink() and real.read_text().split() == ["b", "2"]
+
+
+def test_fit_accepts_numpy_scalar_aux_and_lazy_layers_name_dtype_errors():
+    import numpy as np
+    from torch import nn
+
+    from graphattn import GraphSelfAttention
+    from graphattn.train import fit
+
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,)).float()
+    fwd = lambda model, batch, split: (model(batch[0]), batch[1], np.float32(0.1))  # noqa: E731
+    fit(nn.Linear(3, 1), {"train": [(x, y)]}, fwd, kind="binary", epochs=1, progress=False, log=lambda m: None)
+    layer = GraphSelfAttention((-1, 8), 4)  # lazy source side, known target side
+    with pytest.raises(TypeError, match="has dtype torch.float64"):
+        layer((torch.randn(3, 5, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)),
+              torch.tensor([[0, 1], [1, 0]]))

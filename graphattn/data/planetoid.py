@@ -18,6 +18,7 @@ from typing import Dict, Optional
 import torch
 from torch_geometric.data import Data
 
+from ..checkpoint import _plain_mode
 from .download import DataFileError, PathLike, cache_root, find_file
 
 __all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
@@ -114,9 +115,7 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
     try:
         _link_raw(tmp, pyg_name, raw)
         Planetoid(str(tmp), pyg_name, split="public")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700: others sharing the cache could not read it
+        _plain_mode(tmp, 0o777)  # mkdtemp makes it 0700: others sharing the cache could not read it
         try:
             os.rename(tmp, proc_root)
         except OSError:  # another process renamed its copy first: use that one

@@ -28,7 +28,8 @@ def stratified_masks(y: Tensor, train: float = 0.6, val: float = 0.2, seed: int 
     ``round(train * n_c)`` go to train, the next ``round(val * n_c)`` to val, the rest to
     test (a non-empty class always keeps at least one training node). When that leaves val or
     test empty although the labelled nodes could fill them (many classes of one or two nodes),
-    the part sizes are shared over the classes instead (:func:`~graphattn.data.splits.stratified_split`).
+    the part sizes are shared over the classes instead (:func:`~graphattn.data.splits.stratified_split`;
+    there a class of a single node may land in val or test, with no training node).
     Nodes with a negative label (unlabelled) are in no mask. Fully vectorised.
     """
     if not (0 < train < 1 and 0 <= val < 1 and train + val <= 1):
