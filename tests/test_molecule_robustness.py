@@ -461,7 +461,13 @@ def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
     dup = write_csv(tmp_path / "d.csv", ["smiles", "y"], [("CCO", 1), ("CCO", 0), ("CCC", 1)])
     with pytest.warns(molecules.DuplicateSmilesWarning):
         ds = MoleculeCSVDataset(dup, log=False, pre_transform=strip, cache_dir=tmp_path / "c")
-    assert ds.duplicate_rows == [(2, 3)]
+    assert ds.duplicate_rows == [(2, 3)] and ds.conflicting_duplicate_rows == [(2, 3)]
+    # the same molecule written differently (Kekulé vs aromatic, explicit H) is a duplicate too
+    same = write_csv(tmp_path / "same.csv", ["smiles", "y"],
+                     [("c1ccccc1", 1), ("C1=CC=CC=C1", 1), ("CO", 0), ("[H]C([H])([H])O", 1), ("CCN", 1)])
+    with pytest.warns(molecules.DuplicateSmilesWarning, match="1 of them with different labels"):
+        ds = MoleculeCSVDataset(same, log=False, cache_dir=tmp_path / "c")
+    assert ds.duplicate_rows == [(2, 3), (4, 5)] and ds.conflicting_duplicate_rows == [(4, 5)]
     # a checkpoint whose tasks were inferred under other rules still evaluates (its own task names)
     ids = write_csv(tmp_path / "ids.csv", ["smiles", "SID", "toxic"],
                     [(s, i % 2, _labels(s)[0]) for i, s in enumerate(SMILES)])

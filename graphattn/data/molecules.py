@@ -21,8 +21,9 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 from torch_geometric.data import InMemoryDataset
 
 from .download import DataFileError, cache_root, find_file, sha256sum
@@ -42,11 +43,11 @@ __all__ = [
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
 #: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
 #: SMILES invalid, ``limit``; 3: ``binary`` in the key, numeric labels again by default).
-_PROCESS_VERSION = 4  # 4: identifier columns (cid, *_id, CAS...) never inferred as tasks
+_PROCESS_VERSION = 5  # 4: identifier columns (cid, *_id, CAS...) never inferred as tasks; 5: duplicates by molecule
 
 
 class DuplicateSmilesWarning(UserWarning):
-    """The same SMILES string is on several rows of a molecule CSV."""
+    """The same molecule (RDKit's canonical SMILES) is on several rows of a molecule CSV."""
 
 
 class TaskColumnWarning(UserWarning):
@@ -205,6 +206,25 @@ def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[in
 
 # ----------------------------------------------------------------------------- datasets
 
+def _canonical_key(smiles: str) -> str:
+    """RDKit's canonical SMILES of a parsable SMILES (the text itself if RDKit fails here)."""
+    from rdkit import Chem, rdBase
+
+    try:
+        with rdBase.BlockLogs():
+            return Chem.MolToSmiles(parse_smiles(smiles))
+    except Exception:  # noqa: BLE001 - a key, not a check: fall back to the text
+        return smiles.strip()
+
+
+def _labels_conflict(a, b) -> bool:
+    """Whether two label rows disagree on a task both of them label."""
+    if a is None or b is None or a.numel() == 0 or a.shape != b.shape:
+        return False
+    both = ~(torch.isnan(a) | torch.isnan(b))
+    return bool((a[both] != b[both]).any())
+
+
 def _writable_dir(base: Path, rel: str) -> Path:
     """``base / rel``, or ``~/.cache/graphattn / rel`` when that cannot be written."""
     path = Path(base) / rel
@@ -270,7 +290,9 @@ class _SmilesCSVDataset(InMemoryDataset):
             warnings.warn(f"{self.raw_path.name}: columns not used as tasks (labels must be {rule}): {shown}. Name the task columns to use them "
                           "(task_cols= / --tasks)", TaskColumnWarning, stacklevel=3)
         self.duplicate_rows: List[Tuple[int, int]] = [tuple(p) for p in meta.get("duplicates", [])]
-        self._warn_duplicates(self.duplicate_rows)
+        self.conflicting_duplicate_rows: List[Tuple[int, int]] = [tuple(p) for p in
+                                                                  meta.get("conflicting_duplicates", [])]
+        self._warn_duplicates(self.duplicate_rows, self.conflicting_duplicate_rows)
         if self.skipped:
             shown = ", ".join(str(s[0]) for s in self.skipped[:20])
             more = ", ..." if len(self.skipped) > 20 else ""
@@ -279,15 +301,19 @@ class _SmilesCSVDataset(InMemoryDataset):
                           f"{shown}{more}; reasons in .skipped)", InvalidSmilesWarning,
                           stacklevel=3)
 
-    def _warn_duplicates(self, dup: List[Tuple[int, int]]) -> None:
-        """Warn when one SMILES string is on several rows (``dup``: (first row, repeat row) pairs
-        found by :meth:`process`): a random split can put its copies in train and test; scaffold
-        splits keep them together."""
+    def _warn_duplicates(self, dup: List[Tuple[int, int]], conflicting: List[Tuple[int, int]] = ()) -> None:
+        """Warn when one molecule is on several rows (``dup``: (first row, repeat row) pairs found
+        by :meth:`process`, matched on RDKit's canonical SMILES, so ``c1ccccc1`` and ``C1=CC=CC=C1``
+        are one molecule; ``conflicting``: the pairs whose labels differ): a random split can put
+        its copies in train and test; scaffold splits keep them together."""
         if dup:
             shown = ", ".join(f"{a}={b}" for a, b in dup[:5]) + (", ..." if len(dup) > 5 else "")
-            warnings.warn(f"{self.raw_path.name}: {len(dup)} rows repeat the SMILES of an earlier row (rows {shown}); "
-                          "a random split can put copies in train and test (scaffold splits keep them together)",
-                          DuplicateSmilesWarning, stacklevel=4)
+            clash = (f"; {len(conflicting)} of them with different labels (rows "
+                     + ", ".join(f"{a}={b}" for a, b in conflicting[:5]) + (", ..." if len(conflicting) > 5 else "")
+                     + ")") if conflicting else ""
+            warnings.warn(f"{self.raw_path.name}: {len(dup)} rows repeat the molecule of an earlier row (rows {shown})"
+                          f"{clash}; a random split can put copies in train and test (scaffold splits keep them "
+                          "together)", DuplicateSmilesWarning, stacklevel=4)
 
     @property
     def raw_dir(self) -> str:
@@ -340,8 +366,9 @@ class _SmilesCSVDataset(InMemoryDataset):
         header, rows = read_csv_table(self.raw_path)
         smiles_idx, task_idx, skipped_cols = self._select_tasks(header, rows)
         data_list, skipped, kept, read = [], [], [], 0
-        first: Dict[str, int] = {}  # SMILES string -> its first row (repeats are reported)
+        first: Dict[str, Tuple[int, Any]] = {}  # canonical SMILES -> its first row and labels (repeats reported)
         duplicates: List[Tuple[int, int]] = []
+        conflicting: List[Tuple[int, int]] = []
         total = len(rows) if self._limit is None else min(len(rows), self._limit)
         for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol", total=total,
                                  disable=not self.log):
@@ -358,11 +385,14 @@ class _SmilesCSVDataset(InMemoryDataset):
                 data = self.pre_transform(data)
             data_list.append(data)
             kept.append(line)
-            key = fields[smiles_idx].strip()
+            key = _canonical_key(fields[smiles_idx])  # the same molecule however it is written
+            labels = torch.tensor(y, dtype=torch.float64)
             if key in first:
-                duplicates.append((first[key], line))
+                duplicates.append((first[key][0], line))
+                if _labels_conflict(first[key][1], labels):
+                    conflicting.append((first[key][0], line))
             else:
-                first[key] = line
+                first[key] = (line, labels)
         if not read:
             raise DataFileError(f"{self.raw_path}: no data rows (only a header?)")
         if not data_list:
@@ -370,6 +400,7 @@ class _SmilesCSVDataset(InMemoryDataset):
                                 f"parsed (column {header[smiles_idx]!r})")
         meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
                 "skipped_columns": skipped_cols, "num_rows": read, "rows": kept, "duplicates": duplicates,
+                "conflicting_duplicates": conflicting,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
                 "limit": self._limit, "binary": self.binary}
         for path, write in ((self.processed_paths[1], lambda p: _dump_json(meta, p)),
