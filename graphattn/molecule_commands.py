@@ -165,7 +165,7 @@ def evaluate(args) -> int:
         print("  " + ", ".join(f"{t} {fmt(v)}" for t, v in res.get("roc_auc_per_task", {}).items()))
     if args.csv and ds.skipped:
         print(f"Skipped {len(ds.skipped)} invalid SMILES (file rows {', '.join(str(s[0]) for s in ds.skipped)})")
-    result["skipped_rows"] = [s[0] for s in ds.skipped] if args.csv else []
+    result["skipped_rows"] = [s[0] for s in ds.skipped]  # the file rows skipped (its own split's file, or --csv)
     print(json.dumps({k: v for k, v in result.items()}, default=str))
     return 0
 

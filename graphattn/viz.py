@@ -167,9 +167,12 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     opts = drawer.drawOptions()
     opts.legendFontSize = 16
     opts.legendFraction = 0.2
-    rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, legend=legend, highlightAtoms=atoms,
-                                       highlightAtomColors=atom_cols, highlightBonds=bonds,
-                                       highlightBondColors=bond_cols)
+    from rdkit import rdBase
+
+    with rdBase.BlockLogs():  # RDKit's console notes on exotic valences, as in parsing
+        rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, legend=legend, highlightAtoms=atoms,
+                                           highlightAtomColors=atom_cols, highlightBonds=bonds,
+                                           highlightBondColors=bond_cols)
     drawer.FinishDrawing()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = drawer.GetDrawingText()
