@@ -184,6 +184,22 @@ def _baseline_readout(hp: Dict[str, Any], kind: str) -> str:
     return "mean" if readout == "token" else readout  # the baselines have no global tokens
 
 
+def _finished_same_fold(folder: Path, meta: Dict[str, Any]) -> bool:
+    """A finished fold of ``--resume`` is reused only when it is this run's (else CheckpointError,
+    as for an unfinished one) with the same hyperparameters; with others (e.g. more epochs) it
+    is continued by ``fit`` instead of reported with another run's numbers."""
+    from .checkpoint import _check_same_run, _json_safe, load_checkpoint
+
+    last = folder / "last.pt"
+    if not last.is_file():
+        return False
+    old = load_checkpoint(last).get("meta") or {}
+    _check_same_run(last, old, meta)
+    same = json.dumps(_json_safe(old.get("hparams")), sort_keys=True) == json.dumps(_json_safe(meta.get("hparams")),
+                                                                                   sort_keys=True)
+    return same
+
+
 def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict[str, Any]) -> Dict[str, Any]:
     if baseline and baseline != "none":
         return {"class": "ConvBaseline", "kwargs": dict(
@@ -307,7 +323,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
         if fold is not None:
             print(f"--- fold {fold + 1}/{len(folds)}: {len(split[0])} train / {len(split[1])} val / "
                   f"{len(split[2])} test graphs")
-            if args.resume and (sub / "metrics.json").exists():
+            if args.resume and (sub / "metrics.json").exists() and _finished_same_fold(sub, meta):
                 res = json.loads((sub / "metrics.json").read_text())
                 print(f"fold {fold + 1}: done before (resume), test acc {res['test']['accuracy']:.4f}")
                 results.append(res), histories.append(res["history"])

@@ -509,3 +509,29 @@ def test_moved_user_files_are_found_with_relocation_flags(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", ck, "--tu-text", str(tmp_path / "b")]) == 2
     assert "not trained on --tu-text" in capsys.readouterr().err
+
+
+def test_fold_resume_reuses_only_this_runs_finished_folds(tmp_path, capsys):
+    """A finished fold was reused by any later --resume into the folder (another dataset, seed or
+    model reported the earlier run's numbers); now it is refused, or continued for new epochs."""
+    import shutil
+
+    a = [(3, [(0, 1), (1, 2)], k % 2, [0, 0, 0]) for k in range(24)]
+    b = [(4, [(0, 1), (2, 3)], k % 2, [0, 0, 0, 0]) for k in range(24)]
+    _write_text(tmp_path / "a.txt", a)
+    _write_text(tmp_path / "b.txt", b)
+    common = ["--folds", "2", "--no-progress", "--threads", "1"]
+    assert main(["train", "--tu-text", str(tmp_path / "a.txt"), *common, "--epochs", "1", "--out", str(tmp_path / "r")]) == 0
+    shutil.copytree(tmp_path / "r", tmp_path / "s")
+    capsys.readouterr()
+    assert main(["train", "--tu-text", str(tmp_path / "b.txt"), *common, "--epochs", "1", "--resume",
+                 "--out", str(tmp_path / "s")]) == 2
+    assert "another run" in capsys.readouterr().err
+    assert main(["train", "--tu-text", str(tmp_path / "a.txt"), *common, "--epochs", "1", "--resume",
+                 "--out", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out.count("done before (resume)") == 2  # the same run: reused
+    assert main(["train", "--tu-text", str(tmp_path / "a.txt"), *common, "--epochs", "2", "--resume",
+                 "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "done before" not in out and out.count("Resumed from") == 2  # more epochs: continued
+    assert json.loads((tmp_path / "r" / "fold01" / "metrics.json").read_text())["epochs_run"] == 2
