@@ -309,7 +309,9 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
     model = build_model(model_spec).to(device)
     out = _out_dir(args, spec["display"])
     meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
-            "feature_source": data.feature_source, "hparams": hp}
+            "feature_source": data.feature_source, "hparams": hp,
+            # full batch, partitions or sampled neighbourhoods: a resume must not switch it
+            "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(args.mini_batch or "", "full")}
     print(describe_node(spec, data, model_spec, hp, args.mini_batch))
     if args.mini_batch == "neighbor":
         from .neighbor_loader import neighbor_loaders

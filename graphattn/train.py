@@ -77,6 +77,13 @@ def _check_kind(kind: str) -> None:
         raise ValueError(f"kind must be one of {TASK_KINDS}, got {kind!r}")
 
 
+def _changed_hparams(old, new) -> Dict[str, Tuple[Any, Any]]:
+    """``{name: (old, new)}`` for the hyperparameters a resumed run changes."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return {}
+    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+
+
 def task_loss(kind: str, logits: Tensor, y: Tensor, pos_weight: Optional[Tensor] = None) -> Tensor:
     """binary: masked multi-task BCE (NaN labels ignored); multiclass: CE; regression: MSE (NaN
     ignored). No labels at all give a zero loss (with a graph, so every rank still steps alike)."""
@@ -263,6 +270,10 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
         _set_rng_state(ck["rng"])
         log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
+        changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))
+        if changed:  # allowed (e.g. more epochs, a new lr), but the record shows only the new values: say so
+            log("--resume with changed settings (from this epoch on; metrics.json records the new ones): "
+                + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
     elif resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
         log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
 

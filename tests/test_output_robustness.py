@@ -230,3 +230,15 @@ def test_fit_accepts_numpy_scalar_aux_and_lazy_layers_name_dtype_errors():
     with pytest.raises(TypeError, match="has dtype torch.float64"):
         layer((torch.randn(3, 5, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)),
               torch.tensor([[0, 1], [1, 0]]))
+
+
+def test_resume_names_changed_settings_and_refuses_another_batching(tmp_path, capsys):
+    base = ["train", "karate", "--no-progress", "--threads", "1", "--out", str(tmp_path / "k")]
+    assert main([*base, "--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--epochs", "2", "--resume", "--mini-batch"]) == 2  # full batch -> partitions
+    err = capsys.readouterr().err
+    assert "another run" in err and "batching" in err
+    assert main([*base, "--epochs", "2", "--resume", "--lr", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "--resume with changed settings" in out and "lr 0.01 -> 0.02" in out and "epochs 1 -> 2" in out

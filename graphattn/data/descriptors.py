@@ -77,7 +77,11 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
     out = []
     big = mol.GetNumAtoms() > SLOW_MAX_ATOMS
     # RDKit logs on exotic atoms; numpy warns on overflow inside some descriptors (huge molecules)
-    with rdBase.BlockLogs(), np.errstate(all="ignore"), warnings.catch_warnings():
+    from ..spectral import _single_thread_blas
+
+    # one BLAS thread: Ipc/AvgIpc (eigenvalues) differ in the 4th digit between thread counts, and the
+    # processed cache would depend on OMP_NUM_THREADS of the process that built it
+    with rdBase.BlockLogs(), np.errstate(all="ignore"), warnings.catch_warnings(), _single_thread_blas(10 ** 6):
         warnings.simplefilter("ignore", RuntimeWarning)
         for n in names:
             if big and n in _SLOW:
