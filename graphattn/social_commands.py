@@ -39,12 +39,14 @@ def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
 RELOCATE_FLAGS = ("edges", "target", "features", "tu_text")
 
 
-def _load(args):
+def _load(checkpoint, args=None):
+    """Checkpoint, meta and model; ``args``: the command's flags (files moved, see :func:`_relocate`)."""
     from .train import load_checkpoint
 
-    ck = load_checkpoint(args.checkpoint)
+    ck = load_checkpoint(checkpoint)
     meta = ck["meta"]
-    _relocate(meta["data"], args)
+    if args is not None:
+        _relocate(meta["data"], args)
     model = build_model(meta["model"])
     model.load_state_dict(ck["model"])
     model.eval()
@@ -122,7 +124,7 @@ def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
 @_social_command
 def evaluate(args) -> int:
     """Accuracy of a checkpoint on the train/val/test split it was trained with."""
-    ck, meta, model = _load(args)
+    ck, meta, model = _load(args.checkpoint, args)
     if meta["pipeline"] == "graph":
         from .social_graph import evaluate_graph
 
@@ -138,7 +140,7 @@ def evaluate(args) -> int:
 @_social_command
 def predict(args) -> int:
     """Class probabilities per node (or per graph) as a CSV at --out."""
-    ck, meta, model = _load(args)
+    ck, meta, model = _load(args.checkpoint, args)
     names = meta["class_names"]
     out = out_path(args.out, "predictions.csv") if args.out else Path(args.checkpoint).with_name("predictions.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -180,7 +182,7 @@ def _node_row(data, node: int) -> int:
 @_social_command
 def explain(args) -> int:
     """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
-    ck, meta, model = _load(args)
+    ck, meta, model = _load(args.checkpoint, args)
     if meta["pipeline"] != "node":
         raise ValueError("ego-graph pictures need a node-classification checkpoint")
     if meta["model"]["class"] != "NodeClassifier":
