@@ -266,15 +266,35 @@ def write_csv(path, fields, rows) -> None:
         raise
 
 
+def run_environment() -> Dict[str, Any]:
+    """What a run's numbers depend on besides its options: versions, torch CPU threads and the
+    edge-attention route (the C++ kernel and the pure PyTorch path give the same outputs but draw
+    dropout masks from different generators, so training runs differ)."""
+    import platform
+
+    import torch_geometric
+
+    from . import __version__
+    from . import extension
+
+    route = ("loaded" if extension._EXT is not None else "disabled (GRAPHATTN_NO_CPP): pure PyTorch path"
+             if extension._disabled() else "failed to build: pure PyTorch path" if extension._TRIED else "not used")
+    return {"graphattn": __version__, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "python": platform.python_version(), "torch_threads": torch.get_num_threads(), "cpp_kernel": route,
+            "cuda": torch.version.cuda if torch.cuda.is_available() else None}
+
+
 def write_metrics(path, summary: Dict[str, Any]) -> None:
     """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split), written
-    atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only."""
+    atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only, with
+    an ``environment`` block (:func:`run_environment`)."""
     from .distributed import is_main
 
     if not is_main():
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    summary = {**summary, "environment": summary.get("environment") or run_environment()}
     text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:

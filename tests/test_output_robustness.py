@@ -242,3 +242,14 @@ def test_resume_names_changed_settings_and_refuses_another_batching(tmp_path, ca
     assert main([*base, "--epochs", "2", "--resume", "--lr", "0.02"]) == 0
     out = capsys.readouterr().out
     assert "--resume with changed settings" in out and "lr 0.01 -> 0.02" in out and "epochs 1 -> 2" in out
+
+
+def test_metrics_record_the_environment(tmp_path):
+    import json
+
+    assert main(["train", "karate", "--epochs", "1", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "k")]) == 0
+    env = json.loads((tmp_path / "k" / "metrics.json").read_text())["environment"]
+    assert env["torch"] == torch.__version__ and env["torch_threads"] == 1
+    assert env["cpp_kernel"] in ("loaded", "failed to build: pure PyTorch path",
+                                 "disabled (GRAPHATTN_NO_CPP): pure PyTorch path")
