@@ -284,17 +284,18 @@ def run_environment() -> Dict[str, Any]:
             "cuda": torch.version.cuda if torch.cuda.is_available() else None}
 
 
-def write_metrics(path, summary: Dict[str, Any]) -> None:
+def write_metrics(path, summary: Dict[str, Any], environment: bool = False) -> None:
     """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split), written
-    atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only, with
-    an ``environment`` block (:func:`run_environment`)."""
+    atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only;
+    ``environment``: add an ``environment`` block (:func:`run_environment`), as the CLI does."""
     from .distributed import is_main
 
     if not is_main():
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    summary = {**summary, "environment": summary.get("environment") or run_environment()}
+    if environment:
+        summary = {**summary, "environment": summary.get("environment") or run_environment()}
     text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:

@@ -179,7 +179,7 @@ def train(args) -> int:
         summary.setdefault(part, None)
     from .train import write_metrics
 
-    write_metrics(out / "metrics.json", summary)  # strict JSON: a one-class task's NaN AUC -> null
+    write_metrics(out / "metrics.json", summary, environment=True)  # strict JSON: a one-class task's NaN AUC -> null
     val, test = res.get("val") or {}, res.get("test") or {}
     fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
     best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else

@@ -105,7 +105,8 @@ def pretrain(args) -> int:
         return 2
     res.pop("model")
     meta = {k: v for k, v in res.pop("meta").items() if k not in ("pool", "descriptors")}  # both once, below
-    write_metrics(out / "metrics.json", {"pool": pool, "descriptors": report["descriptors"], **res, "meta": meta})
+    write_metrics(out / "metrics.json", {"pool": pool, "descriptors": report["descriptors"], **res, "meta": meta},
+                  environment=True)
     acc = res["val_masked_atom"].get("atomic_num", {})
     mae = res["val_descriptor_mae"]
     print(f"pretrained on {report['molecules']} molecules ({res['counts']['train']} train / "

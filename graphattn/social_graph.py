@@ -341,7 +341,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
         summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
                    "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
                    "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]}, "meta": meta}
-        write_metrics(out / "metrics.json", summary)
+        write_metrics(out / "metrics.json", summary, environment=True)
         best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
         shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
         sd = float(test.std(unbiased=False))

@@ -346,7 +346,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
         from .train import write_metrics
 
         if distributed.is_main():
-            write_metrics(out / "metrics.json", res)
+            write_metrics(out / "metrics.json", res, environment=True)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
 

@@ -342,5 +342,5 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if meta:
         summary["meta"] = meta
     if out_dir is not None and main:
-        write_metrics(out_dir / "metrics.json", summary)
+        write_metrics(out_dir / "metrics.json", summary, environment=True)
     return summary
