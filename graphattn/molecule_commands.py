@@ -76,10 +76,9 @@ def _spooled(path) -> str:
     """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
     the dataset reads its file more than once (hash, header, rows)."""
     import atexit
+    import hashlib
     import shutil
     import tempfile
-
-    import hashlib
 
     p = Path(path).expanduser()
     if not p.exists() or p.is_file():

@@ -145,9 +145,9 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
                                     "the download is corrupt or the upstream file changed")
         if check is not None:
             check(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a plain write would (mkstemp creates 0600; shared data roots)
+        from ..checkpoint import _plain_mode
+
+        _plain_mode(tmp)  # as a plain write would (mkstemp creates 0600; shared data roots)
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
