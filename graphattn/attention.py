@@ -9,10 +9,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from .csr import adj_t_edges, to_csr
+from .csr import as_edge_index, to_csr
 from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
-from .validation import check_dtype, check_edge_index, check_features, check_row_index, check_tensor_shape
+from .validation import (check_dtype, check_edge_index, check_features, check_row_index, check_tensor_shape,
+                         refuse_tracing)
 
 __all__ = ["GraphSelfAttention"]
 
@@ -114,6 +115,9 @@ class GraphSelfAttention(MessagePassing):
     #: set by a model that replaces its input's self-loops (``NodeClassifier(self_loops=True)``):
     #: explainer masks then map onto a loop run that skips global-token nodes
     _explain_loops_replaced: bool = False
+    #: the model's input edge_index while it runs with message hooks and its loops replaced
+    #: (NodeClassifier(self_loops=True)): the hooks then get alpha per input edge
+    _hook_input_edges: Optional[Tensor] = None
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, dropout: float = 0.0, edge_dim: Optional[int] = None,
@@ -170,6 +174,20 @@ class GraphSelfAttention(MessagePassing):
         self.lin_skip = (_linear(f_dst, HC if concat else out_channels, bias) if root_weight else None)
         self.reset_parameters()
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # The projections are one fused ``lin_qkv`` for an int in_channels and PyG's per-role
+        # ``lin_query/key/value`` (``lin_r/lin_l`` additive) for -1 or (F_src, F_dst) widths: either
+        # layout of a state dict (ours of the other form, or TransformerConv's) loads into both.
+        roles = ("lin_query", "lin_key", "lin_value") if self.score == "dot" else ("lin_r", "lin_l")
+        for p in ("weight", "bias"):
+            fused, parts = f"{prefix}lin_qkv.{p}", [f"{prefix}{r}.{p}" for r in roles]
+            if self.lin_qkv is not None and fused not in state_dict and all(k in state_dict for k in parts):
+                state_dict[fused] = torch.cat([state_dict.pop(k) for k in parts])
+            elif self.lin_qkv is None and fused in state_dict and not any(k in state_dict for k in parts):
+                for k, w in zip(parts, state_dict.pop(fused).chunk(len(roles))):
+                    state_dict[k] = w
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _weight_dtype(self) -> Optional[torch.dtype]:
         """dtype of the layer's weights (None while lazy ``-1`` widths are uninitialised)."""
         for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_r, self.lin_l):  # no module walk
@@ -197,7 +215,7 @@ class GraphSelfAttention(MessagePassing):
         ``(N, N_src)`` as a torch.sparse COO/CSR/CSC tensor (entry ``[i, j]`` for an edge j -> i;
         values ignored; per-edge inputs and the returned ``alpha`` follow its storage order, and
         ``(adj_t, alpha)`` is returned as PyG's TransformerConv does; an uncoalesced COO ``adj_t``
-        comes back coalesced, the order ``alpha`` is in), ``edge_attr`` (E, D) when ``edge_dim``
+        comes back coalesced, the order ``alpha`` is in, and is refused with per-edge inputs), ``edge_attr`` (E, D) when ``edge_dim``
         is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
         ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA (not with
         a bipartite ``x``), ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a
@@ -208,6 +226,7 @@ class GraphSelfAttention(MessagePassing):
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
         or poison (chunked path) the whole target row. With ``return_attention_weights`` the
         returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
+        refuse_tracing()
         if self.explain and self.normalization != "softmax":
             raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
                                       f"{self.normalization!r} (the masks stay set after a failed "
@@ -227,12 +246,9 @@ class GraphSelfAttention(MessagePassing):
             check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
             if bipartite:
                 check_dtype(x_dst, wdtype, "x[1] (x_dst)")
-        adj = None
-        if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:  # PyG's sparse adj_t
-            if tuple(edge_index.shape[:2]) != (x_dst.size(0), x_src.size(0)):
-                raise ValueError(f"edge_index is a sparse adj_t of shape {tuple(edge_index.shape)}, expected "
-                                 f"({x_dst.size(0)}, {x_src.size(0)}) (targets, sources)")
-            edge_index, adj = adj_t_edges(edge_index)  # (2, E) in adj_t's order, cached per tensor
+        # PyG's sparse adj_t -> (2, E) in its storage order, cached per tensor (adj: returned back)
+        edge_index, adj = as_edge_index(edge_index, x_dst.size(0), x_src.size(0),
+                                        (edge_attr, attn_bias, edge_attr_index))
         N, H, C = x_dst.size(0), self.heads, self.out_channels
         check_edge_index(edge_index, N, check_range=False)
         # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
@@ -301,9 +317,17 @@ class GraphSelfAttention(MessagePassing):
                 return_attention_weights: bool):
         """Heads concatenated or averaged, plus the root term; the PyG return contract. PyG's
         message forward hooks are called with ``({"alpha": alpha},)`` (``(E, H)``, detached; no
-        per-edge messages exist, so their output argument is None)."""
-        for hook in self._message_forward_hooks.values():
-            hook(self, ({"alpha": alpha},), None)
+        per-edge messages exist, so their output argument is None; inside
+        ``NodeClassifier(self_loops=True)`` ``alpha`` is given per edge of the model's input, its
+        self-loops reading the loops that replaced them)."""
+        if self._message_forward_hooks:
+            hook_alpha = alpha
+            if alpha is not None and self._hook_input_edges is not None:
+                from .explain_masks import input_edge_alpha
+
+                hook_alpha = input_edge_alpha(alpha, self._hook_input_edges)
+            for hook in self._message_forward_hooks.values():
+                hook(self, ({"alpha": hook_alpha},), None)
         N, H, C = out.shape
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["EdgeCSR", "adj_t_edges", "to_csr", "clear_csr_cache"]
+__all__ = ["EdgeCSR", "adj_t_edges", "as_edge_index", "to_csr", "clear_csr_cache"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +196,27 @@ def adj_t_edges(adj_t: Tensor) -> Tuple[Tensor, Tensor]:
     while len(_ADJ_CACHE) > _CACHE_SIZE:
         _ADJ_CACHE.popitem(last=False)
     return edge_index, adj
+
+
+def as_edge_index(edge_index: Tensor, num_dst: int, num_src: Optional[int] = None,
+                  per_edge: Tuple[Optional[Tensor], ...] = ()) -> Tuple[Tensor, Optional[Tensor]]:
+    """``edge_index`` ``(2, E)`` as given, or PyG's transposed sparse adjacency ``adj_t``
+    ``(num_dst, num_src)`` converted by :func:`adj_t_edges` -> ``(edge_index, adj or None)``.
+    ``per_edge``: the caller's per-edge inputs (``edge_attr``, ``attn_bias``, ...); an
+    uncoalesced COO ``adj_t`` is refused with them, as PyG's convs do: coalescing reorders (and
+    merges duplicate) edges, so rows given in its storage order would meet other edges."""
+    if not isinstance(edge_index, Tensor) or edge_index.layout == torch.strided:
+        return edge_index, None
+    num_src = num_dst if num_src is None else num_src
+    if tuple(edge_index.shape[:2]) != (num_dst, num_src):
+        raise ValueError(f"edge_index is a sparse adj_t of shape {tuple(edge_index.shape)}, expected "
+                         f"({num_dst}, {num_src}) (targets, sources)")
+    if (edge_index.layout == torch.sparse_coo and not edge_index.is_coalesced()
+            and any(t is not None for t in per_edge)):
+        raise ValueError("edge_index is an uncoalesced sparse COO adj_t, so per-edge inputs (edge_attr, "
+                         "attn_bias, edge_attr_index) cannot be matched to its edges (coalescing reorders "
+                         "and merges them): pass adj_t.coalesce() and give them in its order, as PyG's convs ask")
+    return adj_t_edges(edge_index)
 
 
 def _index_versions(adj: Tensor) -> tuple:

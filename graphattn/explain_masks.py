@@ -16,7 +16,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["layer_edge_mask", "masked_edge_attention"]
+__all__ = ["input_edge_alpha", "layer_edge_mask", "masked_edge_attention"]
+
+
+def input_edge_alpha(alpha: Tensor, edge_index: Tensor) -> Tensor:
+    """Attention weights ``(E', H)`` over a graph built by ``gcn_normalized_graph`` (the input's
+    non-loop edges in order, then one loop per node, then e.g. global-token edges) as one row per
+    edge of the input ``edge_index`` ``(2, E0)`` -> ``(E0, H)``: an input self-loop on node i reads
+    the loop appended for i (so PyG's AttentionExplainer, which keeps ``alpha[:E0]``, lines up)."""
+    loop = edge_index[0] == edge_index[1]
+    pos = torch.cumsum(~loop, 0) - 1  # rank among the non-loop edges
+    pos = torch.where(loop, (~loop).sum() + edge_index[0], pos)
+    return alpha[pos.to(alpha.device)]
 
 
 def layer_edge_mask(mask: Tensor, loop_mask: Optional[Tensor], apply_sigmoid: bool,

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
 from .block import GraphTransformerBlock, make_norm
+from .csr import as_edge_index
 from .dropout import Dropout
 from .global_tokens import GlobalTokens
 from .model_parts import (FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe,
@@ -111,6 +112,7 @@ class GraphTransformer(nn.Module):
         ``check_range=False``: the caller already checked them against ``num_graphs`` (as
         :class:`GraphClassifier` does), so no component repeats that per-batch sync."""
         check_model_input(x)
+        edge_index, _ = as_edge_index(edge_index, x.size(0), per_edge=(edge_attr,))  # PyG's sparse adj_t too
         check_edge_index(edge_index, x.size(0))
         if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)

@@ -6,9 +6,11 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .attention import GraphSelfAttention
+from .csr import as_edge_index
 from .model_parts import gcn_normalized_graph
 from .models import GraphTransformer
-from .validation import check_int, check_model_input
+from .validation import check_edge_index, check_int, check_model_input
 
 __all__ = ["NodeClassifier"]
 
@@ -92,8 +94,6 @@ class NodeClassifier(nn.Module):
                                          pe_dim, edge_dim=edge_dim, dropout=dropout, **backbone_kwargs)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
         if self.self_loops:  # the attention layers see the input's loops replaced by ours: explainer masks map so
-            from .attention import GraphSelfAttention
-
             for m in self.backbone.modules():
                 if isinstance(m, GraphSelfAttention):
                     m._explain_loops_replaced = True
@@ -105,6 +105,13 @@ class NodeClassifier(nn.Module):
         self.gcn_stack = nn.ModuleList(nn.Linear(hidden_channels, hidden_channels) for _ in range(gcn_layers - 1))
         self.gcn_dropout, self.propagation_dropout = nn.Dropout(dropout), float(propagation_dropout)
         self._graph_cache: Optional[tuple] = None  # (edge_index, key, edges with loops, Â weights)
+
+    def __getstate__(self):
+        # pickling / torch.save(model) / deepcopy leave the graph cache behind: it holds the
+        # user's edge_index and the looped graph (38 MB for 1M edges), and a copy never hits it
+        state = super().__getstate__()
+        state["_graph_cache"] = None
+        return state
 
     def reset_parameters(self) -> None:
         """Re-initialise every trained weight: backbone, head, GCN branch, hop weights."""
@@ -155,7 +162,6 @@ class NodeClassifier(nn.Module):
     def _explainer_mask(self, ei: Tensor, N: int) -> Optional[Tensor]:
         """The edge mask a PyG ``Explainer`` set on the attention layers, mapped onto ``ei``
         (None when no explanation runs)."""
-        from .attention import GraphSelfAttention
         from .explain_masks import layer_edge_mask
 
         for m in self.backbone.modules():
@@ -182,9 +188,22 @@ class NodeClassifier(nn.Module):
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None, **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         check_model_input(x)
+        edge_index, _ = as_edge_index(edge_index, x.size(0), per_edge=(edge_attr,))  # PyG's sparse adj_t too
+        if self.self_loops:  # the backbone checks what it gets; the loops are built from the input first
+            check_edge_index(edge_index, x.size(0))
         gdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as _smooth asks: one cache entry
         attn_edges = self._graph(edge_index, x.size(0), gdt)[0] if self.self_loops else edge_index
-        h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
+        # PyG's message hooks (AttentionExplainer) read alpha per input edge: with the input's
+        # loops replaced, the layers map theirs back onto edge_index while hooks are registered
+        hooked = [m for m in self.backbone.modules() if isinstance(m, GraphSelfAttention)
+                  and m._message_forward_hooks] if self.self_loops else []
+        for m in hooked:
+            m._hook_input_edges = edge_index
+        try:
+            h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
+        finally:
+            for m in hooked:
+                m._hook_input_edges = None
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more
             g = torch.relu(self._smooth(self.gcn(x), edge_index))
             for lin in self.gcn_stack:

@@ -75,7 +75,8 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
     if edge_index.layout != torch.strided:
         raise TypeError(f"{name} is a sparse {edge_index.layout} tensor (an adjacency matrix?); pass the "
-                        f"(2, E) index tensor instead, e.g. adj.coalesce().indices()")
+                        f"(2, E) index tensor instead: torch_geometric.utils.to_edge_index(adj)[0] for an "
+                        f"adjacency with rows = sources, to_edge_index(adj_t)[0].flip(0) for PyG's transposed adj_t")
     if edge_index.dtype not in _INT_DTYPES:
         raise TypeError(f"{name} must have an integer dtype (torch.long), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
@@ -134,9 +135,24 @@ def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> Non
         mark_index_checked(index, num_rows)
 
 
+_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
+
+
+def refuse_tracing() -> None:
+    """``NotImplementedError`` under ``torch.jit.trace`` / ``torch.export``: the layers build and
+    cache a CSR view of ``edge_index`` per tensor (data-dependent, keyed on its storage), which
+    neither can record; they failed deep inside (``unordered_map::at``, a FakeTensor data pointer)."""
+    if torch.jit.is_tracing() or _is_exporting():
+        raise NotImplementedError("graphattn's layers and models cannot be recorded by torch.jit.trace or "
+                                  "torch.export (nor torch.jit.script): they build and cache a CSR view of "
+                                  "edge_index per graph; compile them with torch.compile instead")
+
+
 def check_model_input(x) -> None:
     """``TypeError`` unless the model input ``x`` is a tensor (a dataset without node features
-    gives ``x=None``: say how to add some, rather than an ``AttributeError`` deep inside)."""
+    gives ``x=None``: say how to add some, rather than an ``AttributeError`` deep inside); and
+    :func:`refuse_tracing`."""
+    refuse_tracing()
     if x is None:
         raise TypeError("x is None: the graphs have no node features; add some first, e.g. "
                         "torch_geometric.transforms.OneHotDegree(max_degree) / Constant() or "

@@ -135,3 +135,72 @@ def test_sparse_adj_t_cache_forgets_freed_tensors_and_sees_in_place_edits():
         after = layer(x, adj)
         assert not torch.allclose(before, after)
         torch.testing.assert_close(after, layer(x, moved))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+def test_uncoalesced_adj_t_with_per_edge_inputs_is_refused_as_in_pyg():
+    # coalescing reorders the edges: edge_attr given in storage order would meet other edges
+    torch.manual_seed(0)
+    x, ea = torch.randn(5, 4), torch.randn(6, 2)
+    ei = torch.tensor([[0, 3, 1, 2, 4, 0], [1, 0, 2, 3, 0, 2]])
+    layer = GraphSelfAttention(4, 3, heads=2, edge_dim=2).eval()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(6), (5, 5))
+    with pytest.raises(ValueError, match="uncoalesced sparse COO adj_t.*adj_t.coalesce"):
+        layer(x, adj_t, ea)
+    with pytest.raises(ValueError, match="uncoalesced"):
+        GraphSelfAttention(4, 3, heads=2).eval()(x, adj_t, attn_bias=torch.zeros(6, 2))
+    coalesced = adj_t.coalesce()  # per-edge inputs in its order: the (2, E) result
+    order = [ei.t().tolist().index([s, d]) for d, s in coalesced.indices().t().tolist()]
+    torch.testing.assert_close(layer(x, coalesced, ea[order]), layer(x, ei, ea))
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_models_take_the_sparse_adj_t_the_layer_takes(layout):
+    x, ei, _ = _graph()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.size(1)), (6, 6)).coalesce()
+    if layout == "csr":
+        adj_t = adj_t.to_sparse_csr()
+    for model in (NodeClassifier(8, 16, 3, num_layers=1, heads=2).eval(),
+                  NodeClassifier(8, 16, 3, num_layers=1, heads=2, self_loops=True, propagation=2,
+                                 gcn_weight=0.5).eval()):
+        torch.testing.assert_close(model(x, adj_t), model(x, ei))
+    gc_model = GraphClassifier(8, 16, 2, num_layers=1, heads=2, num_global_tokens=1).eval()
+    torch.testing.assert_close(gc_model(x, adj_t), gc_model(x, ei))
+    with pytest.raises(ValueError, match=r"sparse adj_t of shape \(6, 6\), expected \(7, 7\)"):
+        NodeClassifier(8, 16, 3).eval()(torch.randn(7, 8), adj_t)
+
+
+def test_sparse_edge_index_hint_does_not_reverse_pyg_adj_t():
+    from torch_geometric.utils import to_edge_index
+
+    from graphattn.validation import check_edge_index
+
+    adj_t = torch.sparse_coo_tensor(torch.tensor([[1], [0]]), torch.ones(1), (2, 2))  # edge 0 -> 1
+    with pytest.raises(TypeError, match=r"to_edge_index\(adj_t\)\[0\].flip\(0\)") as info:
+        check_edge_index(adj_t, 2)
+    assert "coalesce().indices()" not in str(info.value)
+    assert to_edge_index(adj_t)[0].flip(0).tolist() == [[0], [1]]  # what the hint gives: the right direction
+
+
+def test_node_classifier_with_self_loops_validates_edge_index_first():
+    x = torch.randn(4, 8)
+    model = NodeClassifier(8, 16, 3, self_loops=True).eval()
+    with pytest.raises(TypeError, match="integer dtype"):
+        model(x, torch.tensor([[True, False], [False, True]]))
+    with pytest.raises(ValueError, match="refers to node 5 but num_nodes=4"):
+        model(x, torch.tensor([[0, 5], [1, 2]]))
+    with pytest.raises(ValueError, match=r"shape \(2, E\)"):
+        model(x, torch.tensor([[0, 1], [1, 2], [2, 3]]))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        model(x, [[0, 1], [1, 2]])
+
+
+@pytest.mark.parametrize("make", [lambda x, ei: torch.jit.trace(GraphSelfAttention(4, 3), (x, ei)),
+                                  lambda x, ei: torch.jit.trace(NodeClassifier(4, 8, 3).eval(), (x, ei)),
+                                  lambda x, ei: torch.export.export(GraphSelfAttention(4, 3).eval(), (x, ei)),
+                                  lambda x, ei: torch.export.export(NodeClassifier(4, 8, 3).eval(), (x, ei))])
+def test_trace_and_export_are_a_clear_error(make):
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(NotImplementedError, match="torch.jit.trace or torch.export.*torch.compile"):
+        make(x, ei)

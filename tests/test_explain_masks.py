@@ -239,3 +239,34 @@ def test_gin_branch_mask_follows_the_edges_when_loops_are_replaced_in_place():
         finally:
             clear_masks(m)
     torch.testing.assert_close(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("tokens", [0, 2])
+def test_attention_explainer_scores_input_edges_when_loops_are_replaced(tokens):
+    # the layers attend over the input's non-loop edges then one loop per node: PyG's
+    # AttentionExplainer keeps alpha[:E] of the hooks, so they get alpha per input edge
+    from torch_geometric.explain import AttentionExplainer
+
+    from graphattn.model_parts import gcn_normalized_graph
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 4)
+    ei = torch.tensor([[2, 0, 1, 4, 3, 1], [2, 1, 2, 4, 2, 0]])  # loops 2->2 and 4->4 given
+    model = NodeClassifier(4, 8, 3, heads=2, num_layers=1, self_loops=True, num_global_tokens=tokens).eval()
+    explainer = Explainer(model, AttentionExplainer(reduce="max"), explanation_type="model", node_mask_type=None,
+                          edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                     task_level="node", return_type="raw"))
+    mask = explainer(x, ei, index=2).edge_mask
+    layer = next(m for m in model.modules() if isinstance(m, GraphSelfAttention))
+    seen = []
+    handle = layer.register_message_forward_hook(lambda mod, kw, out: seen.append(kw[0]["alpha"]))
+    looped, _ = gcn_normalized_graph(ei, 5)
+    model.backbone(x, looped)  # the layer's own edge order
+    handle.remove()
+    alpha = seen[0].max(-1).values
+    where = {(s, d): k for k, (s, d) in enumerate(looped.t().tolist())}
+    expected = torch.stack([alpha[where[(s, d)]] for s, d in ei.t().tolist()])
+    reached = mask > 0  # edges into node 2's one-hop receptive field
+    assert reached.tolist() == [True, False, True, False, True, False]
+    torch.testing.assert_close(mask[reached], expected[reached])
+    assert all(m._hook_input_edges is None for m in model.modules() if isinstance(m, GraphSelfAttention))

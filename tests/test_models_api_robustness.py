@@ -231,3 +231,53 @@ def test_clear_csr_cache_after_writes_that_bypass_the_version_counter():
     clear_csr_cache()
     with pytest.raises(ValueError, match="edge_index"):
         layer(x, ei)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+def test_state_dicts_load_across_fused_lazy_and_pair_widths(score):
+    # an int in_channels fuses q/k/v into lin_qkv, -1 / (F, F) keep PyG's per-role names: either loads into both
+    from torch_geometric.nn import TransformerConv
+
+    from graphattn import GraphSelfAttention
+
+    torch.manual_seed(0)
+    x, ei, ea = torch.randn(5, 4), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]), torch.randn(5, 2)
+    fused = GraphSelfAttention(4, 3, heads=2, edge_dim=2, score=score).eval()
+    lazy = GraphSelfAttention(-1, 3, heads=2, edge_dim=2, score=score).eval()
+    lazy(x, ei, ea)  # materialise the lazy widths
+    pair = GraphSelfAttention((4, 4), 3, heads=2, edge_dim=2, score=score).eval()
+    lazy.load_state_dict(fused.state_dict())
+    torch.testing.assert_close(lazy(x, ei, ea), fused(x, ei, ea))
+    pair.load_state_dict(lazy.state_dict())
+    fresh = GraphSelfAttention(4, 3, heads=2, edge_dim=2, score=score).eval()
+    fresh.load_state_dict(pair.state_dict())
+    torch.testing.assert_close(fresh(x, ei, ea), fused(x, ei, ea))
+    if score == "dot":  # PyG's TransformerConv weights load into the fused form too
+        tc = TransformerConv(4, 3, heads=2, edge_dim=2).eval()
+        fresh.load_state_dict(tc.state_dict())
+        torch.testing.assert_close(fresh(x, ei, ea), tc(x, ei, ea))
+    with pytest.raises(RuntimeError, match="Missing key"):  # a truly incomplete dict still fails
+        sd = pair.state_dict()
+        sd.pop(next(k for k in sd if k.startswith("lin_") and k.endswith(".weight") and "skip" not in k))
+        fresh.load_state_dict(sd)
+
+
+def test_pickled_or_copied_node_classifier_leaves_its_graph_cache_behind():
+    import copy
+    import io
+
+    from graphattn import NodeClassifier
+
+    model = NodeClassifier(4, 8, 3, self_loops=True, propagation=2).eval()
+    ei = torch.randint(0, 2000, (2, 20000))
+    x = torch.randn(2000, 4)
+    out = model(x, ei)
+    assert model._graph_cache is not None
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    assert buf.tell() < 200_000  # the cache (20k edges + loops + weights, ~0.6 MB) is not saved
+    twin = copy.deepcopy(model)
+    assert twin._graph_cache is None and model._graph_cache is not None
+    torch.testing.assert_close(twin(x, ei), out)
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf, weights_only=False)(x, ei), out)
