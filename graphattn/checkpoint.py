@@ -156,18 +156,25 @@ _RESUMABLE_META = ("hparams", "ensemble_size")  # an ensemble may grow on --resu
 #: keys of a data spec that only say where the files are (data root moved, another machine)
 _LOCATION_KEYS = ("root", "display")
 #: paths of user files: location-only too when both specs record the files' ``sha256`` (the
-#: contents are compared through it, so the same files moved elsewhere are the same run)
-_FILE_KEYS = ("csv", "edges", "target", "features", "tu_text")
+#: contents are compared through it, so the same files moved elsewhere are the same run):
+#: data files, the pretrain checkpoint of ``--init`` and the pretraining pool's files
+_FILE_KEYS = ("csv", "edges", "target", "features", "tu_text", "checkpoint", "path")
+#: meta entries compared through :func:`_comparable` (the others exactly)
+_SPEC_META = ("data", "init", "pool")
 
 
 def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
-    """Both data specs restricted to what both know: keys a later version added (absent from
-    an older run's meta) and location-only keys are not compared."""
+    """Both specs (data, ``--init`` record, pretraining pool) restricted to what both know: keys
+    a later version added (absent from an older run's meta) and location-only keys are not
+    compared; lists of the same length item by item."""
     if isinstance(old, dict) and isinstance(new, dict):
         skip = set(_LOCATION_KEYS) | (set(_FILE_KEYS) if old.get("sha256") and new.get("sha256") else set())
         keys = (set(old) & set(new)) - skip
         pairs = {k: _comparable(old[k], new[k]) for k in keys}
         return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        pairs = [_comparable(a, b) for a, b in zip(old, new)]
+        return [a for a, _ in pairs], [b for _, b in pairs]
     return old, new
 
 
@@ -176,7 +183,7 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
     keys = sorted((set(old) & set(new)) - set(_RESUMABLE_META))
     differ = []
     for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
-        a, b = _comparable(old[k], new[k]) if k == "data" else (old[k], new[k])
+        a, b = _comparable(old[k], new[k]) if k in _SPEC_META else (old[k], new[k])
         if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
             differ.append(k)
     if old and new and differ:

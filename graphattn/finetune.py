@@ -39,6 +39,9 @@ def load_pretrained(path) -> Tuple[Dict[str, Tensor], Dict[str, Any]]:
     if str(meta.get("featurizer_version")) != FEATURIZER_VERSION:
         raise ValueError(f"{path} was pretrained with featurizer version {meta.get('featurizer_version')!r}, "
                          f"this graphattn featurizes molecules with {FEATURIZER_VERSION!r}: pretrain again")
+    if not isinstance(meta.get("backbone"), dict) or not isinstance(ck.get("model"), dict):
+        raise ValueError(f"{path} is an incomplete pretraining checkpoint (no backbone settings or weights); "
+                         "use the best.pt or last.pt graphattn pretrain wrote")
     state = {k[len("backbone."):]: v for k, v in ck["model"].items() if k.startswith("backbone.")}
     return state, meta
 
@@ -100,8 +103,9 @@ def apply_init(model: nn.Module, spec: Dict[str, Any], init, resume_from=None) -
     if init is None:
         return prev
     pre = load_pretrained_backbone(model, init, spec["kwargs"])
-    record = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init),
-              "molecules": (pre.get("pool") or {}).get("molecules")}
+    pool = pre.get("pool") or {}
+    record = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init), "molecules": pool.get("molecules"),
+              "excluded_sources": pool.get("excluded_sources")}  # was this run's test set kept out?
     if resume_from is not None and Path(resume_from).is_file() and (prev or {}).get("sha256") != record["sha256"]:
         raise CheckpointError(f"--resume: {resume_from} was "
                               + ("trained from scratch" if prev is None else f"started from {prev.get('checkpoint')}")

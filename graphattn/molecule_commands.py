@@ -14,6 +14,7 @@ from torch import nn
 
 from .checkpoint import write_csv
 from .cli_options import out_path
+from .molecule_data import spooled as _spooled  # pipes: read once, into a temporary file
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
 from .train import resolve_device
 
@@ -72,30 +73,6 @@ def _inputs(args, command: str, with_lines: bool = False):
 
 
 # ----------------------------------------------------------------------------- evaluate / predict / explain
-def _spooled(path) -> str:
-    """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
-    the dataset reads its file more than once (hash, header, rows)."""
-    import atexit
-    import hashlib
-    import shutil
-    import tempfile
-
-    p = Path(path).expanduser()
-    if not p.exists() or p.is_file():
-        return str(path)
-    folder = Path(tempfile.mkdtemp(prefix="graphattn-stdin-"))
-    atexit.register(shutil.rmtree, folder, True)
-    h, part = hashlib.sha256(), folder / "stdin.part"
-    with open(p, "rb") as src, open(part, "wb") as dst:  # streamed: a large pipe is not held in memory
-        for block in iter(lambda: src.read(1 << 20), b""):
-            h.update(block)
-            dst.write(block)
-    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run
-    tmp = folder / f"stdin-{h.hexdigest()[:16]}.csv"
-    part.rename(tmp)
-    return str(tmp)
-
-
 def evaluate(args) -> int:
     """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
     from torch_geometric.loader import DataLoader

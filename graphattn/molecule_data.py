@@ -25,6 +25,45 @@ def cache_dir() -> Path:
     return cache_root()
 
 
+def _sniffed_suffix(head: bytes) -> str:
+    """The table kind of a pipe's first bytes as a file suffix (``.tsv``, ``.csv``, ``.smi``)."""
+    import zlib
+
+    if head[:2] == b"\x1f\x8b":  # gzipped: look at the start of its text
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
+        except zlib.error:
+            return ".csv"
+    line = next((ln for ln in head.splitlines() if ln.strip()), b"")
+    return ".tsv" if b"\t" in line else ".csv" if b"," in line or b'"' in line else ".smi"
+
+
+def spooled(path) -> str:
+    """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
+    the dataset reads its file more than once (hash, header, rows)."""
+    import atexit
+    import hashlib
+    import shutil
+    import tempfile
+
+    p = Path(path).expanduser()
+    if not p.exists() or p.is_file() or p.is_dir():  # a folder: the reader names it
+        return str(path)
+    folder = Path(tempfile.mkdtemp(prefix="graphattn-stdin-"))
+    atexit.register(shutil.rmtree, folder, True)
+    h, part, head = hashlib.sha256(), folder / "stdin.part", b""
+    with open(p, "rb") as src, open(part, "wb") as dst:  # streamed: a large pipe is not held in memory
+        for block in iter(lambda: src.read(1 << 20), b""):
+            h.update(block)
+            dst.write(block)
+            head = head or block
+    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run;
+    # the suffix says how to read it (a pipe has no name): tabs TSV, commas CSV, else a SMILES list
+    tmp = folder / f"stdin-{h.hexdigest()[:16]}{_sniffed_suffix(head)}"
+    part.rename(tmp)
+    return str(tmp)
+
+
 def _pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
     """Laplacian PE of size ``k`` (none when 0) and RDKit descriptors ``descriptors`` (names;
     none when None), composed; None when neither."""

@@ -100,6 +100,10 @@ def train(args) -> int:
         return _err("train", f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
     if args.csv is not None and args.dataset is not None:
         return _err("train", f"give either a dataset name ({args.dataset!r}) or --csv ({args.csv!r}), not both")
+    if args.csv is not None and Path(args.csv).exists() and not (Path(args.csv).is_file() or Path(args.csv).is_dir()):
+        return _err("train", f"--csv {args.csv} is a pipe, not a file: a run reads its CSV again later (evaluate, "
+                             "predict and --resume rebuild the split from it), so save it to a file first "
+                             "(gzipped CSVs are read as they are)")
     if args.csv is None and args.dataset.lower() not in DATASETS:
         return _err("train", f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(DATASETS)}")
     social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]
@@ -164,6 +168,9 @@ def train(args) -> int:
           f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
+    if init is not None:
+        print(f"backbone from {init}: heads {hp['heads']}, global tokens {hp['global_tokens']}, PE {hp['pe_dim']}, "
+              f"local MPNN {hp['local_mpnn'] or 'none'} (the pretrained settings; the head starts fresh)")
     res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
                        out_dir=out, resume=args.resume, progress=not args.no_progress,
                        # --pos-weight changes the loss: recorded, and a resume may not switch it
@@ -225,6 +232,13 @@ def _resumed_ensemble_size(out: Path, given: Optional[int]) -> Optional[int]:
 
     members = sorted(int(p.name[6:]) for p in out.glob("member*") if p.name[6:].isdigit() and p.is_dir())
     single = (out / "last.pt").is_file()
+    if members and single:  # two runs wrote here (an ensemble, then one model, or the reverse)
+        if given is None:
+            raise ValueError(f"--resume: {out} holds a single model (last.pt) and an ensemble's member*/ folders, "
+                             "written by two runs; say which to continue: --ensemble 1 for the single model, "
+                             "--ensemble N for the ensemble (or move the other away)")
+        if given == 1:
+            return 1
     if members:
         size, recorded = max(members) + 1, False  # members not started yet have no folder: checkpoints record the size
         for k in members:

@@ -69,6 +69,8 @@ def _check(args) -> None:
 
 def pretrain(args) -> int:
     from .data.download import DataFileError
+    from .molecule_data import spooled
+    from .molecule_tasks import DATASETS
     from .pretrain import molecule_pool, run_pretraining
     from .train import CheckpointError, write_metrics
 
@@ -83,8 +85,10 @@ def pretrain(args) -> int:
         torch.set_num_threads(args.threads)
     cols = [c for c in args.smiles_col.split(",") if c.strip()] or ["smiles"]
     try:
-        graphs, report = molecule_pool(args.csv, cols, pe_dim=args.pe_dim, exclude=args.exclude, limit=args.limit,
-                                       log=not args.no_progress)
+        # pipes (<(...), /dev/stdin) are read more than once: spooled into temporary files
+        exclude = [src if str(src).lower() in DATASETS else spooled(src) for src in args.exclude]
+        graphs, report = molecule_pool([spooled(p) for p in args.csv], cols, pe_dim=args.pe_dim, exclude=exclude,
+                                       limit=args.limit, log=not args.no_progress)
     except (DataFileError, ValueError) as exc:
         print(f"graphattn pretrain: {exc}", file=sys.stderr)
         return 2

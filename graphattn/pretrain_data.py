@@ -65,7 +65,7 @@ def exclusion_set(sources: Sequence[str], smiles_cols: Sequence[str] = ("smiles"
             smiles = list(ToxicityDataset(name=str(src).lower(), cache_dir=cache_dir(), log=log).smiles)
         elif not Path(src).is_file():
             raise DataFileError(f"--exclude {src}: neither a toxicity set ({', '.join(sorted(DATASETS))}) "
-                                "nor an existing CSV file")
+                                "nor an existing CSV / SMILES file" + (" (it is a folder)" if Path(src).is_dir() else ""))
         else:
             col = _smiles_column(src, smiles_cols)
             header, rows = read_csv_table(src)
@@ -97,7 +97,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     from tqdm.auto import tqdm
 
     from .data.descriptors import descriptor_names
-    from .data.download import DataFileError
+    from .data.download import DataFileError, sha256sum
     from .data.molecules import MoleculeCSVDataset
     from .molecule_data import _pre_transform, cache_dir
 
@@ -111,7 +111,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
                               "descriptors": names, "pe_dim": pe_dim}
     for path in paths:
         if not Path(path).is_file():
-            raise DataFileError(f"{path}: no such file")
+            raise DataFileError(f"{path} is a folder, not a file" if Path(path).is_dir() else f"{path}: no such file")
         col = _smiles_column(path, smiles_cols)
         ds = MoleculeCSVDataset(path, col, task_cols=[], pre_transform=_pre_transform(pe_dim, names),
                                 cache_dir=cache_dir(), log=log, limit=limit)
@@ -128,7 +128,8 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
             d = data.clone()
             del d.y  # labels of the source file play no part in pretraining
             graphs.append(d)
-        report["files"].append({"path": str(Path(path).resolve()), "smiles_col": col, "rows": ds.num_rows,
+        report["files"].append({"path": str(Path(path).resolve()), "sha256": sha256sum(path),
+                                "smiles_col": col, "rows": ds.num_rows,
                                 "invalid": len(ds.skipped), "invalid_rows": [r for r, _, _ in ds.skipped][:100],
                                 "duplicates": dup, "excluded": exc,
                                 "used": len(ds) - dup - exc})

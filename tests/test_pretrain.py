@@ -377,3 +377,92 @@ def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
         _resumed_ensemble_size(tmp_path / "new", 2)
     assert _resumed_ensemble_size(tmp_path / "new", 4) == 4  # growing is fine
     assert _resumed_ensemble_size(tmp_path / "none", None) is None
+    # a single run written into an ensemble's folder (or the reverse): --resume must be told which
+    save_checkpoint(tmp_path / "new" / "last.pt", {"meta": {}})
+    with pytest.raises(ValueError, match="single model .*and an ensemble's member"):
+        _resumed_ensemble_size(tmp_path / "new", None)
+    assert _resumed_ensemble_size(tmp_path / "new", 1) == 1
+    assert _resumed_ensemble_size(tmp_path / "new", 3) == 3
+
+
+def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
+    from graphattn.checkpoint import CheckpointError, _check_same_run
+
+    init = {"checkpoint": "/old/P/best.pt", "sha256": "a" * 64, "molecules": 10}
+    moved = dict(init, checkpoint="/new/P/best.pt", excluded_sources=["tox21"])  # a later record's extra key
+    _check_same_run(tmp_path, {"init": init}, {"init": moved})
+    with pytest.raises(CheckpointError, match="its init differ"):
+        _check_same_run(tmp_path, {"init": init}, {"init": dict(moved, sha256="b" * 64)})
+    pool = {"files": [{"path": "/a/pool.smi", "sha256": "c" * 64, "rows": 5}], "molecules": 5}
+    _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
+                                                        "molecules": 5}})
+    with pytest.raises(CheckpointError, match="its pool differ"):  # same name and size, other molecules
+        _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], sha256="d" * 64)],
+                                                            "molecules": 5}})
+    old = {"files": [{"path": "/a/pool.smi", "rows": 5}], "molecules": 5}  # before files were hashed
+    with pytest.raises(CheckpointError, match="its pool differ"):
+        _check_same_run(tmp_path, {"pool": old}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
+                                                           "molecules": 5}})
+    _check_same_run(tmp_path, {"pool": old}, {"pool": pool})
+
+
+def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
+    import gzip
+    import os
+    import threading
+
+    plain = tmp_path / "zinc.smi"  # no header: SMILES, white space, a name
+    plain.write_text("CCO  mol_a\nc1ccccc1O\tmol b\n\nnot_a_smiles x\nCC(=O)Nc1ccc(O)cc1 mol_c\n")
+    headed = tmp_path / "zinc_h.smi.gz"
+    with gzip.open(headed, "wt") as f:
+        f.write("smiles zinc_id\nC1CCCCC1 ZINC1\nN#Cc1ccccc1 ZINC2\n")
+    tsv = tmp_path / "chembl.tsv"
+    tsv.write_text("chembl_id\tcanonical_smiles\nCHEMBL1\tc1ccncc1\nCHEMBL2\tClC(Cl)Cl\n")
+    graphs, rep = pt.molecule_pool([plain, headed, tsv], ["smiles", "canonical_smiles"], pe_dim=0, log=False)
+    assert sorted(g.smiles for g in graphs) == sorted(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CCCCC1",
+                                                      "N#Cc1ccccc1", "c1ccncc1", "ClC(Cl)Cl"])
+    a, b, c = rep["files"]
+    assert (a["rows"], a["invalid_rows"], b["smiles_col"], c["smiles_col"]) == (4, [4], "smiles", "canonical_smiles")
+    assert all(len(f["sha256"]) == 64 for f in rep["files"])
+    # pipes are read once into a temporary file (its kind sniffed); a folder is named as one
+    fifo, ex_fifo = tmp_path / "in.fifo", tmp_path / "ex.fifo"
+    os.mkfifo(fifo)
+    os.mkfifo(ex_fifo)
+
+    def feed(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+
+    threads = [threading.Thread(target=feed, args=(fifo, "smiles,y\nCCO,1\nCCN,0\nCCC,1\n")),
+               threading.Thread(target=feed, args=(ex_fifo, "CCN\n"))]
+    for t in threads:
+        t.start()
+    out = tmp_path / "pre"
+    code = cli.main(["pretrain", "--csv", str(fifo), "--exclude", str(ex_fifo), "--epochs", "1", "--hidden", "16",
+                     "--layers", "1", "--heads", "2", "--pe-dim", "0", "--batch-size", "8", "--out", str(out),
+                     "--no-progress"])
+    for t in threads:
+        t.join()
+    assert code == 0, capsys.readouterr().err
+    assert "3 rows, 2 used (0 invalid SMILES, 0 duplicates, 1 excluded)" in capsys.readouterr().out
+    assert cli.main(["pretrain", "--csv", str(tmp_path), "--out", str(tmp_path / "p2"), "--no-progress"]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+
+
+def test_train_csv_from_a_pipe_is_refused_with_the_reason(tmp_path, capsys):
+    import os
+
+    fifo = tmp_path / "train.fifo"
+    os.mkfifo(fifo)
+    assert cli.main(["train", "--csv", str(fifo), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+    assert "is a pipe, not a file" in capsys.readouterr().err
+
+
+def test_incomplete_pretraining_checkpoint_is_a_clear_error(tmp_path):
+    from graphattn.data.molecules import FEATURIZER_VERSION
+    from graphattn.train import save_checkpoint
+
+    save_checkpoint(tmp_path / "odd.pt", {"model": {}, "meta": {"pipeline": "pretrain",
+                                                                 "featurizer_version": FEATURIZER_VERSION}})
+    with pytest.raises(ValueError, match="incomplete pretraining checkpoint"):
+        pt.load_pretrained(tmp_path / "odd.pt")

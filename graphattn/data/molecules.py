@@ -71,19 +71,77 @@ def _is_id_column(name: str) -> bool:
             or bool(_ID_CAMEL.search(name)))
 
 
+#: SMILES list files (ZINC's ``.smi``, RDKit's SmilesWriter, Open Babel): one molecule per line,
+#: ``SMILES [name ...]`` separated by white space, a header line optional
+SMILES_LIST_SUFFIXES = (".smi", ".smiles", ".ism", ".can")
+#: first-line words that make it a SMILES list's header
+_SMILES_HEADER_WORDS = {"smiles", "smi", "canonical_smiles", "isomeric_smiles", "mol", "molecule", "structure"}
+
+
+def _table_kind(path: Path) -> str:
+    """``"smiles_list"`` (by suffix, also ``.gz``), ``"tsv"`` (``.tsv`` / ``.tab``) or ``"csv"``."""
+    name = path.name.lower()
+    name = name[:-3] if name.endswith(".gz") else name
+    if name.endswith(SMILES_LIST_SUFFIXES):
+        return "smiles_list"
+    return "tsv" if name.endswith((".tsv", ".tab")) else "csv"
+
+
+def _smiles_list_header(words: List[str]) -> bool:
+    """Whether the first line of a SMILES list is a header: its first word is a known column
+    name, or it is a plain word (letters, digits, ``_``) RDKit cannot parse (``SMILES``, ``Name``)."""
+    if words[0].lower() in _SMILES_HEADER_WORDS:
+        return True
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0]):
+        return False
+    from rdkit import Chem, rdBase
+
+    with rdBase.BlockLogs():
+        return Chem.MolFromSmiles(words[0]) is None
+
+
+def _read_smiles_list(text, header_only: bool) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
+    """A SMILES list as a table: the header line's words (or ``smiles, name`` when there is
+    none) and ``(file line, [smiles, name...])``; the last column takes the rest of the line."""
+    header, rows = None, []
+    for line_no, line in enumerate(text, 1):
+        words = line.split()
+        if not words:
+            continue
+        if header is None:
+            if _smiles_list_header(words):
+                header = words
+                continue
+            header = ["smiles", "name"]
+        if header_only:
+            break
+        fields = line.strip().split(None, len(header) - 1)
+        rows.append((line_no, fields + [""] * (len(header) - len(fields))))
+    return header or [], rows
+
+
 def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
     """Header (names stripped) and ``(file line, fields)`` pairs of a CSV or gzipped CSV
     (detected by its magic bytes, whatever the name); UTF-8 with or without BOM; blank lines
     skipped; a record spanning lines (a quoted line break) has the number of its first line.
+    Tab-separated files (``.tsv`` / ``.tab``) and SMILES lists (``.smi`` / ``.smiles`` / ``.ism``
+    / ``.can``, optionally gzipped: ``SMILES [name]`` per line, white space between, with or
+    without a header line; without one the columns are ``smiles`` and ``name``) read too.
     Raises :class:`DataFileError` for an empty, truncated or malformed file.
     ``header_only``: read the header row only (rows ``[]``)."""
     path = Path(path).expanduser()
+    kind = _table_kind(path)
     try:
         f = open(path, "rb")  # opened once and peeked: a pipe (/dev/stdin, <(...)) reads too
         gz = f.peek(2)[:2] == b"\x1f\x8b"
         raw = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
         with f, raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
-            reader = csv.reader(text)
+            if kind == "smiles_list":
+                header, rows = _read_smiles_list(text, header_only)
+                if not header:
+                    raise DataFileError(f"{path}: empty file (no SMILES)")
+                return header, rows
+            reader = csv.reader(text, delimiter="\t" if kind == "tsv" else ",")
             header = next(reader, None)
             if not header:
                 raise DataFileError(f"{path}: empty file (no header row)")
@@ -104,12 +162,13 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
     except FileNotFoundError as exc:
         raise DataFileError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
-        raise DataFileError(f"{path} is a folder, not a CSV file") from exc
+        raise DataFileError(f"{path} is a folder, not a file") from exc
     except UnicodeDecodeError as exc:
         raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
                             "UTF-8 (e.g. Excel: 'CSV UTF-8'), or the file is corrupt") from exc
     except (OSError, EOFError, csv.Error, gzip.BadGzipFile) as exc:
-        raise DataFileError(f"{path}: cannot read as CSV ({type(exc).__name__}: {exc}); "
+        what = {"csv": "CSV", "tsv": "TSV", "smiles_list": "a SMILES list"}[kind]
+        raise DataFileError(f"{path}: cannot read as {what} ({type(exc).__name__}: {exc}); "
                             "the file is truncated or corrupt") from exc
     return header, rows
 
