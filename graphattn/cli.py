@@ -83,6 +83,25 @@ def check_train_numbers(args) -> None:
     val = getattr(args, "weight_decay", None)
     if val is not None and not (math.isfinite(val) and val >= 0):
         raise ValueError(f"--weight-decay must be a finite number >= 0, got {val}")
+    val = getattr(args, "seed", None)
+    if val is not None and not 0 <= val < 2 ** 32:  # NumPy's and scikit-learn's seed range, for every pipeline
+        raise ValueError(f"--seed must be in 0..{2 ** 32 - 1}, got {val}")
+    val, cpus = getattr(args, "threads", None), os.cpu_count() or 1
+    if val is not None and val > max(256, 4 * cpus):
+        raise ValueError(f"--threads {val}: far more than this machine's {cpus} CPUs")
+
+
+#: options naming files or folders: an empty value is a mistake (it would mean the current folder)
+_PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude")
+
+
+def check_paths(args) -> None:
+    """ValueError naming the option given an empty path (``--out ""``, ``--csv ""``)."""
+    for name in _PATH_OPTIONS:
+        val = getattr(args, name, None)
+        for v in (val if isinstance(val, list) else [val]):
+            if isinstance(v, str) and not v.strip():
+                raise ValueError(f"--{name.replace('_', '-')}: empty path")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,6 +232,11 @@ def _stdout_to_devnull() -> None:
 
 def _main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        check_paths(args)
+    except ValueError as exc:
+        print(f"graphattn {args.command}: {exc}", file=sys.stderr)
+        return 2
     import warnings
 
     warnings.formatwarning = _one_line_warning
@@ -253,7 +277,7 @@ def _main(argv: Optional[List[str]] = None) -> int:
                     return molecule_tasks.train(args)
                 if social_tasks.handles(args):
                     return social_tasks.train(args)
-        except CheckpointError as exc:  # e.g. --resume into a folder of another model
+        except (CheckpointError, FloatingPointError) as exc:  # --resume into another model's folder; divergence
             print(f"graphattn train: {exc}", file=sys.stderr)
             return 2
         known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, FrozenSet, Iterable
 
 __all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path", "check_out_folder",
-           "DEVICE_HELP"]
+           "check_output_not_input", "DEVICE_HELP"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
@@ -40,6 +40,8 @@ OURS_ONLY = {
                        "gcn_layers", "self_loops"}),
     "graph": frozenset({"global_tokens", "pe_dim", "local_mpnn"}),
 }
+#: PyG baselines without attention heads (--heads would be ignored)
+_NO_HEADS = frozenset({"gcn", "gin", "gine"})
 _TASK_NAMES = {"molecule": "molecules", "node": "node classification", "graph": "graph sets"}
 
 
@@ -66,9 +68,25 @@ def check_applicable(args, task: str, baseline: str = "none") -> None:
         if bad:
             raise ValueError(f"{_flags(bad)}: {group} option(s), not used for {_TASK_NAMES[task]}")
     if baseline and baseline != "none":
-        bad = given & OURS_ONLY[task]
+        bad = given & (OURS_ONLY[task] | (frozenset({"heads"}) if baseline in _NO_HEADS else frozenset()))
         if bad:
             raise ValueError(f"{_flags(bad)}: option(s) of our model, not used by --baseline {baseline}")
+
+
+def check_output_not_input(out: Path, inputs: Dict[str, object]) -> None:
+    """ValueError when writing ``out`` would replace one of the command's ``inputs`` (``{what:
+    path}``: the checkpoint, the ``--csv`` file, ...) or any existing checkpoint (``*.pt``)."""
+    if not out.exists():
+        return
+    for what, path in inputs.items():
+        try:
+            same = path is not None and os.path.samefile(out, path)
+        except OSError:
+            same = False
+        if same:
+            raise ValueError(f"--out {out} is {what}: writing there would replace it; choose another file")
+    if out.suffix == ".pt":
+        raise ValueError(f"--out {out} is an existing checkpoint file (.pt); write predictions to a .csv")
 
 
 def out_path(out, default_name: str) -> Path:

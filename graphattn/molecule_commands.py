@@ -13,7 +13,7 @@ from typing import List, Tuple
 from torch import nn
 
 from .checkpoint import write_csv
-from .cli_options import out_path
+from .cli_options import check_output_not_input, out_path
 from .molecule_data import spooled as _spooled  # pipes: read once, into a temporary file
 from .molecule_pipeline import featurize, load_dataset, load_model, predict_proba, split_indices, split_metrics
 from .train import resolve_device
@@ -65,6 +65,8 @@ def _inputs(args, command: str, with_lines: bool = False):
     """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None)."""
     if args.smiles and args.csv:
         raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
+    if args.smiles_col != "smiles" and not args.csv:
+        raise ValueError(f"--smiles-col {args.smiles_col} names a column of --csv, which is not given")
     if args.smiles:
         return (list(args.smiles), None) if with_lines else list(args.smiles)
     if args.csv:
@@ -167,6 +169,9 @@ def predict(args) -> int:
     (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
     :func:`_output_columns`; a note goes to stderr)."""
     try:
+        if args.out:
+            check_output_not_input(_out_path(args.out, "predictions.csv"),
+                                   {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
         model, meta = load_model(args.checkpoint)
         smiles, lines = _inputs(args, "predict", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
@@ -206,6 +211,9 @@ def predict(args) -> int:
         if r["error"]:
             where = f" (file row {r['file_row']})" if "file_row" in r else ""
             print(f"row {r['row']}{where}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
+    if not ok:  # as train and explain: nothing predicted is a failure, not a result
+        return _err("predict", "no molecules in the input" if not rows else
+                    f"none of the {len(rows)} SMILES could be parsed (wrong --smiles-col?)")
     return 0
 
 

@@ -104,6 +104,10 @@ def train(args) -> int:
         return _err("train", f"--csv {args.csv} is a pipe, not a file: a run reads its CSV again later (evaluate, "
                              "predict and --resume rebuild the split from it), so save it to a file first "
                              "(gzipped CSVs are read as they are)")
+    if args.csv is None and "smiles_col" in getattr(args, "given_options", frozenset()):
+        return _err("train", f"--smiles-col {args.smiles_col} names a column of --csv; {args.dataset} has its own")
+    if args.tasks is not None and not args.tasks.strip():
+        return _err("train", "--tasks is empty; leave it out to train on every task column")
     if args.csv is None and args.dataset.lower() not in DATASETS:
         return _err("train", f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(DATASETS)}")
     social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]

@@ -104,7 +104,7 @@ def pretrain(args) -> int:
         res = run_pretraining(graphs, hp, seed=args.seed, out_dir=out, resume=args.resume,
                               meta={"pool": pool, "descriptors": report["descriptors"]},
                               progress=not args.no_progress, device=args.device)
-    except (ValueError, CheckpointError) as exc:  # CheckpointError: --resume into another run / a bad last.pt
+    except (ValueError, CheckpointError, FloatingPointError) as exc:  # --resume into another run; divergence
         print(f"graphattn pretrain: {exc}", file=sys.stderr)
         return 2
     res.pop("model")

@@ -10,7 +10,7 @@ from typing import Any, Dict
 import torch
 
 from . import social_node as sn
-from .cli_options import out_path
+from .cli_options import check_output_not_input, out_path
 from .checkpoint import write_csv
 
 __all__ = ["build_model", "evaluate", "predict", "explain"]
@@ -95,7 +95,9 @@ def _social_command(fn):
         from .data.download import DataFileError
 
         command = fn.__name__
-        for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None))):
+        smiles_col = getattr(args, "smiles_col", "smiles")
+        for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None)),
+                          ("--smiles-col", smiles_col if smiles_col != "smiles" else None)):
             if val:
                 print(f"graphattn {command}: {flag} is for molecule checkpoints; {args.checkpoint} is a "
                       "social-network model (it reads the graph it was trained on)", file=sys.stderr)
@@ -143,6 +145,10 @@ def predict(args) -> int:
     ck, meta, model = _load(args.checkpoint, args)
     names = meta["class_names"]
     out = out_path(args.out, "predictions.csv") if args.out else Path(args.checkpoint).with_name("predictions.csv")
+    from .data.download import input_files
+
+    check_output_not_input(out, {"the checkpoint": args.checkpoint,
+                                 **{"an input file of the run": p for p in input_files(meta.get("data") or {}) if p}})
     out.parent.mkdir(parents=True, exist_ok=True)
     if meta["pipeline"] == "graph":
         from .social_graph import predict_graph

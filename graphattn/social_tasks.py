@@ -161,6 +161,9 @@ def train(args) -> int:
                              f"got {args.baseline!r}")
         if args.features and not args.edges:
             raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
+        if args.edges and not args.features and getattr(args, "max_features", None) is not None:
+            raise ValueError("--max-features cuts a --features file, which is not given (the features are "
+                             "structural)")
         if getattr(args, "descriptors", None):
             raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
         if getattr(args, "ensemble", None) not in (None, 1):
@@ -292,6 +295,13 @@ def _prepare_node(args, spec: Dict[str, Any]):
         if getattr(args, "consistency", None):
             raise ValueError("--consistency needs full-batch training (not --mini-batch)")
         hp["consistency"] = 0
+    if args.baseline == "none" and getattr(args, "propagation_alpha", None) is not None \
+            and not int(hp.get("propagation") or 0):
+        raise ValueError("--propagation-alpha needs --propagation K >= 1 (this run propagates no steps)")
+    cons = [f"--{k.replace('_', '-')}" for k in ("consistency_weight", "consistency_temperature")
+            if getattr(args, k, None) is not None]
+    if cons and not int(hp.get("consistency") or 0):
+        raise ValueError(f"{', '.join(cons)} needs --consistency S >= 1 (this run has no consistency loss)")
     if hp.get("pe_dim") or hp.get("label_input"):
         spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
         data = sn.load_node_data(spec)

@@ -149,6 +149,43 @@ def _better(score: float, best: Optional[float], higher: bool) -> bool:
     return score > best if higher else score < best
 
 
+def _float_tensors(obj):
+    """The floating-point tensors of a batch (a tensor, a PyG Data/Batch, or lists/dicts of them)."""
+    if isinstance(obj, Tensor):
+        if obj.is_floating_point():
+            yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _float_tensors(o)
+    elif isinstance(obj, dict):
+        yield from _float_tensors(list(obj.values()))
+    elif hasattr(obj, "to_dict"):
+        yield from _float_tensors(obj.to_dict())
+
+
+def _overflow_named(forward: Forward, epoch: int) -> Forward:
+    """``forward`` whose "contains NaN or inf" input errors, raised inside the model by a batch
+    whose own tensors are finite, become the ``FloatingPointError`` of a diverged model: its
+    hidden states overflowed (e.g. ``--lr 1e7``), which the layers' input checks would otherwise
+    report as if the user's features held NaN."""
+    def checked(model, batch, split):
+        try:
+            return forward(model, batch, split)
+        except ValueError as exc:
+            if " contains NaN" not in str(exc):
+                raise
+            # the tensor the error names (x, edge_attr) in the batch; else every float tensor of it
+            # (PyG batches may pad with NaN on purpose, e.g. Laplacian PE columns past a graph's size)
+            named = getattr(batch, str(exc).split(" contains NaN", 1)[0].split()[-1], None) \
+                if not isinstance(batch, (Tensor, list, tuple, dict)) else None
+            inputs = [named] if isinstance(named, Tensor) else list(_float_tensors(batch))
+            if not all(bool(torch.isfinite(t).all()) for t in inputs if t.is_floating_point()):
+                raise
+            raise FloatingPointError(f"the model's activations are not finite at epoch {epoch} ({split}) although "
+                                     "the batch is: the model diverged; try a lower learning rate") from exc
+    return checked
+
+
 def _diverged(epoch: int, bad) -> None:
     where = f"batch {bad[0]} (loss {bad[1]})" if bad else "the same step on another rank"
     raise FloatingPointError(f"training loss is not finite at epoch {epoch}, {where}: the model diverged "
@@ -248,7 +285,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         for stale in [*out_dir.glob("*.pt.*.tmp"), *out_dir.glob("metrics.json.*.tmp")]:  # killed while saving
             stale.unlink(missing_ok=True)
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
-    warned: set = set()
+    warned, resumed = set(), False
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
         _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
@@ -264,7 +301,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
                                   f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "
                                   "output folder or train without --resume") from exc
-        start, history = ck["epoch"] + 1, ck["history"]
+        start, history, resumed = ck["epoch"] + 1, ck["history"], True
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
         if (out_dir / "best.pt").exists():
             best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
@@ -286,8 +323,11 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if sampler is not None:
             sampler.set_epoch(epoch)
         total, count, batches = 0.0, 0, 0
+        step = _overflow_named(forward, epoch) if epoch > 1 or resumed else forward  # weights updated yet?
         for batches, batch in enumerate(train_loader, 1):
-            logits, y, *aux = forward(model, batch, "train")
+            if batches == 2:
+                step = _overflow_named(forward, epoch)
+            logits, y, *aux = step(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             if aux and aux[0] is not None:
                 if not isinstance(aux[0], Tensor) and np.ndim(aux[0]) == 0 and isinstance(aux[0], (int, float, np.number)):
@@ -310,11 +350,17 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             total, count = total + value * y.size(0), count + y.size(0)
         if batches == 0:
             raise ValueError("the train loader yielded no batches (empty training split?)")
+        params = [p for p in net.parameters() if p.numel()]
+        if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):  # one sync
+            # the loss of the last step was finite but its update overflowed: say so here rather
+            # than let the validation pass fail on non-finite activations
+            raise FloatingPointError(f"the model's weights are not finite after epoch {epoch} (an optimizer step "
+                                     "overflowed): the model diverged; try a lower learning rate")
         total, count = D.all_reduce_sum(total, count)
         rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
         for split in ("val", "test"):
             if split in loaders:
-                rec[split] = evaluate(net, loaders[split], forward, kind, split, pos_weight)
+                rec[split] = evaluate(net, loaders[split], _overflow_named(forward, epoch), kind, split, pos_weight)
         history.append(rec)
         score = _score(rec, key, higher, log, warned)
         improved = _better(score, best["score"], higher)

@@ -75,8 +75,9 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     if alpha.dim() != 1 or alpha.numel() != edge_index.size(1):
         raise ValueError(f"alpha must have shape (E,) or (E, H) with E = {edge_index.size(1)} edges, "
                          f"got {tuple(alpha.shape)}")
-    subset, _, _, mask = k_hop_subgraph(node, hops, edge_index, relabel_nodes=False,
-                                        num_nodes=data.num_nodes)
+    # more hops than nodes reach nothing new (k_hop_subgraph allocates per hop: --hops 1000000)
+    subset, _, _, mask = k_hop_subgraph(node, min(int(hops), max(int(data.num_nodes), 1)), edge_index,
+                                        relabel_nodes=False, num_nodes=data.num_nodes)
     into = edge_index[1] == node
     total = int(subset.numel())
     if total > max_nodes:  # the centre, the neighbours it attends to most, then hop by hop

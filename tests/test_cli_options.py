@@ -8,6 +8,7 @@ import torch
 
 from graphattn import cli
 from graphattn.cli_options import GROUPS, check_applicable, given_options
+from graphattn.testing import requires_data, shared_data_dir
 
 from test_molecule_robustness import TINY, train_csv  # noqa: E402  (tests/ is on sys.path)
 
@@ -34,6 +35,18 @@ def _fails(argv, capsys, match, tmp_path):
     (["tox21", "--baseline", "gat", "--readout", "token"], "--readout"),
     (["karate", "--baseline", "gcn", "--propagation", "5"], "--propagation: option(s) of our model"),
     (["mutag", "--baseline", "gcn", "--pe-dim", "4"], "--pe-dim"),
+    (["karate", "--baseline", "gcn", "--heads", "2"], "--heads: option(s) of our model, not used by --baseline gcn"),
+    (["tox21", "--baseline", "gine", "--heads", "2"], "not used by --baseline gine"),
+    (["karate", "--propagation", "0", "--propagation-alpha", "0.3"], "--propagation-alpha needs --propagation"),
+    (["karate", "--consistency-weight", "2"], "--consistency-weight needs --consistency"),
+    (["karate", "--consistency-temperature", "0.3"], "--consistency-temperature needs --consistency"),
+    (["tox21", "--smiles-col", "foo"], "--smiles-col foo names a column of --csv"),
+    (["tox21", "--tasks", ""], "--tasks is empty"),
+    (["imdb-binary", "--folds", "2", "--seed", "-3"], "--seed must be in 0..4294967295, got -3"),
+    (["karate", "--seed", str(2 ** 70)], "--seed must be in"),
+    (["karate", "--threads", "100000"], "--threads 100000: far more than"),
+    (["--csv", ""], "--csv: empty path"),
+    (["karate", "--init", ""], "--init: empty path"),
 ])
 def test_options_that_would_be_ignored_are_refused(argv, match, capsys, tmp_path):
     _fails(argv, capsys, match, tmp_path)
@@ -127,3 +140,68 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 1, err
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err
+
+
+def test_empty_out_and_edges_without_features_file(capsys, tmp_path):
+    assert cli.main(["train", "karate", "--out", ""]) == 2
+    assert capsys.readouterr().err.strip() == "graphattn train: --out: empty path"
+    assert cli.main(["pretrain", "--csv", "x.csv", "--out", ""]) == 2
+    assert "--out: empty path" in capsys.readouterr().err
+    edges, target = tmp_path / "e.csv", tmp_path / "t.csv"
+    edges.write_text("id_1,id_2\n0,1\n1,2\n")
+    target.write_text("id,label\n0,a\n1,b\n2,a\n")
+    _fails(["--edges", str(edges), "--target", str(target), "--max-features", "10"], capsys,
+           "--max-features cuts a --features file, which is not given", tmp_path)
+
+
+def test_predict_never_writes_over_its_inputs_and_fails_when_nothing_parsed(run, capsys, tmp_path):
+    folder, src, _ = run
+    ck = folder / "best.pt"
+    before = ck.read_bytes()
+    copy = tmp_path / "in.csv"
+    copy.write_bytes(src.read_bytes())
+    capsys.readouterr()
+    for out, what in ((ck, "is the checkpoint"), (copy, "is the --csv input")):
+        assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(copy), "--out", str(out)]) == 2
+        assert what in capsys.readouterr().err
+    other = tmp_path / "other.pt"
+    other.write_bytes(b"x")
+    assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "--out", str(other)]) == 2
+    assert "existing checkpoint file" in capsys.readouterr().err
+    assert ck.read_bytes() == before and copy.read_bytes() == src.read_bytes()
+    # every row invalid (the wrong column) or no rows at all: exit 2 with the reason, as train does
+    header = src.read_text().splitlines()[0].split(",")
+    wrong = next(h for h in header if h != "smiles")
+    assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(src), "--smiles-col", wrong,
+                     "--out", str(tmp_path / "p.csv")]) == 2
+    assert "could be parsed (wrong --smiles-col?)" in capsys.readouterr().err
+    empty = tmp_path / "empty.csv"
+    empty.write_text("smiles\n")
+    assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(empty), "--out", str(tmp_path / "q.csv")]) == 2
+    assert "no molecules in the input" in capsys.readouterr().err
+    assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "--smiles-col", "x"]) == 2
+    assert "--smiles-col x names a column of --csv" in capsys.readouterr().err
+
+
+def test_social_predict_refuses_its_checkpoint_as_out(tmp_path, capsys):
+    out = tmp_path / "k"
+    assert cli.main(["train", "karate", "--epochs", "1", "--out", str(out), "--no-progress"]) == 0
+    before = (out / "best.pt").read_bytes()
+    capsys.readouterr()
+    assert cli.main(["predict", "--checkpoint", str(out / "best.pt"), "--out", str(out / "best.pt")]) == 2
+    assert "is the checkpoint" in capsys.readouterr().err and (out / "best.pt").read_bytes() == before
+    assert cli.main(["predict", "--checkpoint", str(out / "best.pt"), "--smiles-col", "x"]) == 2
+    assert "--smiles-col is for molecule checkpoints" in capsys.readouterr().err
+    assert cli.main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "0", "--hops", "1000000",
+                     "--out", str(tmp_path / "e.png")]) == 0  # as many hops as nodes: the whole component
+
+
+@pytest.mark.parametrize("argv", [["karate", "--lr", "1e7", "--epochs", "5"],
+                                  pytest.param(["imdb-binary", "--lr", "1e9", "--epochs", "2", "--folds", "2",
+                                                "--limit", "60"], marks=requires_data("imdb_binary"))])
+def test_a_diverging_run_is_one_line_naming_the_learning_rate(argv, capsys, tmp_path, monkeypatch):
+    # the hidden states overflow before the loss does: not "x contains NaN" (the user's features are finite)
+    monkeypatch.setenv("GRAPHATTN_DATA", str(shared_data_dir()))
+    assert cli.main(["train", *argv, "--out", str(tmp_path / "d"), "--no-progress", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "diverged" in err and "learning rate" in err and len(err.splitlines()) == 1, err
