@@ -89,6 +89,33 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     return spec
 
 
+def tu_fold_dir(tu_text, tu=None) -> Path:
+    """The ``10fold_idx`` folder of ``--tu-text`` files: next to the data files, or beside the
+    ``raw/`` folder that holds them (PyG's layout); the first place when neither has one."""
+    from .data.tu import find_tu_prefix
+
+    tu = tu if tu is not None else find_tu_prefix(tu_text)
+    base = tu[0] if tu else Path(tu_text).parent
+    places = [base / "10fold_idx"] + ([base.parent / "10fold_idx"] if tu and base.name == "raw" else [])
+    return next((d for d in places if d.is_dir()), places[0])
+
+
+def _fold_files_check(spec: Dict[str, Any], graphs, k: int) -> None:
+    """A run whose folds came from fold files (``spec["fold_source"] == "files"``) is evaluated on
+    the same files: missing or changed ones would silently give another split."""
+    from .data.download import DataFileError, files_sha256
+
+    files = getattr(graphs, "fold_files", None) or []
+    if graphs.folds is None or len(graphs.folds) != k or not files:
+        raise DataFileError(f"{spec.get('tu_text') or spec.get('display')}: this model's {k} folds came from the "
+                            "fold files (10fold_idx/) next to its graph files, which are not there now; copy "
+                            "the folder along (else the test graphs would be another split's)")
+    want = spec.get("folds_sha256")
+    if want and files_sha256(files) != want:
+        raise DataFileError(f"{files[0].parent}: the fold files changed since this model was trained (sha256 "
+                            "differs): its test graphs would be another split's")
+
+
 def load_graphs(spec: Dict[str, Any]):
     """The featurised graphs of a data spec (a :class:`~graphattn.data.tu.GraphList`)."""
     from .data.download import DataFileError, warn_if_inputs_changed
@@ -96,14 +123,18 @@ def load_graphs(spec: Dict[str, Any]):
                           load_tu_folds, load_tu_text)
 
     if spec.get("tu_text"):
+        if not Path(spec["tu_text"]).exists():
+            raise DataFileError(f"{spec['tu_text']}: the graph files this model was trained on are not there any "
+                                "more; give their new place with --tu-text (with their 10fold_idx/ folder)")
         warn_if_inputs_changed(spec)
         tu = find_tu_prefix(spec["tu_text"])
         graphs = load_tu_folder(*tu) if tu else load_tu_text(spec["tu_text"])
-        fold_dir = (tu[0] if tu else Path(spec["tu_text"]).parent) / "10fold_idx"
-        graphs.folds = None
+        fold_dir = tu_fold_dir(spec["tu_text"], tu)
+        graphs.folds, graphs.fold_files = None, []
         if fold_dir.is_dir():
             try:
                 graphs.folds = load_tu_folds(fold_dir, len(graphs))
+                graphs.fold_files = sorted(fold_dir.glob("*_idx-*.txt"))
             except DataFileError as exc:
                 if spec.get("folds"):  # the user asked for folds: the fold files must be right
                     raise
@@ -170,7 +201,11 @@ def graph_split(spec: Dict[str, Any], graphs, fold: Optional[int]) -> Tuple[Tens
         train, val = _stratified_part(rest, y, 1.0 / 9.0, seed + 1)
         return train.sort().values, val.sort().values, test.sort().values
     k = int(spec["folds"])
-    folds = graphs.folds if graphs.folds is not None and len(graphs.folds) == k else stratified_folds(y, k, seed)
+    source = spec.get("fold_source")  # recorded at training (older runs: whatever is there)
+    if source == "files":
+        _fold_files_check(spec, graphs, k)
+    use_files = source != "stratified" and graphs.folds is not None and len(graphs.folds) == k
+    folds = graphs.folds if use_files else stratified_folds(y, k, seed)
     tr, te = folds[fold]
     train, val = _stratified_part(tr, y, VAL_FRACTION, seed + fold)
     return train.sort().values, val.sort().values, te.sort().values
@@ -270,6 +305,18 @@ def prepare_graph(args, name: Optional[str]):
     graphs = load_graphs(spec)
     if spec.get("name") and getattr(graphs, "source", None) in ("gin", "tu"):
         spec["graph_source"] = graphs.source  # evaluate/predict re-read the same files (and folds)
+    if args.folds and spec.get("tu_text"):  # evaluate/predict/--resume use the same folds, or refuse
+        from .data.download import files_sha256
+
+        if graphs.folds is not None and len(graphs.folds) == args.folds:
+            spec["fold_source"], spec["folds_sha256"] = "files", files_sha256(graphs.fold_files)
+            tested = torch.cat([te for _, te in graphs.folds])
+            if tested.unique().numel() != len(graphs) or tested.numel() != len(graphs):
+                warnings.warn(f"the {args.folds} fold files' test sets cover {tested.unique().numel()} of "
+                              f"{len(graphs)} graphs{' (some twice)' if tested.numel() != tested.unique().numel() else ''}: "
+                              "the mean is not a cross-validation over the whole set", stacklevel=2)
+        else:
+            spec["fold_source"] = "stratified"
     if graphs.num_classes < 2:
         raise ValueError(f"{spec['display']}: every graph has the same label; classification needs at least two")
     from .social_tasks import build_model
@@ -311,7 +358,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
           + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
     folds = list(range(args.folds)) if args.folds else [None]
     if args.folds and (graphs.folds is None or len(graphs.folds) != args.folds):
-        why = (f"the dataset's fold files hold {len(graphs.folds)} folds" if graphs.folds is not None else
+        why = (f"the dataset has {len(graphs.folds)} folds" if graphs.folds is not None else
                "no 10fold_idx folder next to the file" if spec.get("tu_text") else "no fold files")
         print(f"{args.folds} stratified folds (seed {spec.get('split_seed', 0)}): {why}")
     results, histories = [], []

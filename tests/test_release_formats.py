@@ -535,3 +535,83 @@ def test_fold_resume_reuses_only_this_runs_finished_folds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "done before" not in out and out.count("Resumed from") == 2  # more epochs: continued
     assert json.loads((tmp_path / "r" / "fold01" / "metrics.json").read_text())["epochs_run"] == 2
+
+
+def _two_label_sets(n_graphs=20):
+    g = [(n, edges, (k % 2) * 2 - 1, tags) for k, (n, edges, _, tags) in enumerate(_random_sets(5, n_graphs))]
+    return g
+
+
+def _fold_files(folder, n, k=2):
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in range(k):
+        test = [i for i in range(n) if i % k == f]
+        (folder / f"test_idx-{f + 1}.txt").write_text("\n".join(map(str, test)) + "\n")
+        (folder / f"train_idx-{f + 1}.txt").write_text("\n".join(str(i) for i in range(n) if i % k != f) + "\n")
+
+
+def test_graph_set_folds_are_pinned_to_their_fold_files(tmp_path, capsys):
+    # evaluate/predict rebuilt the folds from whatever fold files were there: moved without them (the
+    # documented --tu-text NEWPATH) or edited, the "test" graphs silently became another split's
+    graphs = _two_label_sets()
+    (tmp_path / "S").mkdir()
+    _write_text(tmp_path / "S" / "S.txt", graphs)
+    _fold_files(tmp_path / "S" / "10fold_idx", len(graphs))
+    run = tmp_path / "run"
+    assert main(["train", "--tu-text", str(tmp_path / "S" / "S.txt"), "--folds", "2", "--epochs", "1",
+                 "--no-progress", "--threads", "1", "--out", str(run)]) == 0
+    assert load_checkpoint(run / "best.pt")["meta"]["data"]["fold_source"] == "files"
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 0
+    capsys.readouterr()
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "S.txt").write_bytes((tmp_path / "S" / "S.txt").read_bytes())
+    for command in ("evaluate", "predict"):
+        assert main([command, "--checkpoint", str(run / "best.pt"), "--tu-text", str(moved / "S.txt")]) == 2
+        assert "came from the fold files" in capsys.readouterr().err
+    _fold_files(moved / "10fold_idx", len(graphs))
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--tu-text", str(moved / "S.txt")]) == 0
+    capsys.readouterr()
+    (moved / "10fold_idx" / "test_idx-1.txt").write_text("0\n")  # edited: another split
+    (moved / "10fold_idx" / "train_idx-1.txt").write_text("\n".join(map(str, range(1, len(graphs)))) + "\n")
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt"), "--tu-text", str(moved / "S.txt")]) == 2
+    assert "fold files changed" in capsys.readouterr().err
+    (tmp_path / "S" / "S.txt").rename(tmp_path / "S" / "gone.txt")
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 2
+    assert "give their new place with --tu-text" in capsys.readouterr().err
+
+
+def test_tu_raw_layout_finds_the_fold_files_beside_raw_and_hashes_only_its_own_files(tmp_path, capsys):
+    from graphattn.data.download import input_files
+
+    graphs = _two_label_sets()
+    _write_tu(tmp_path / "B" / "raw", "B", graphs)
+    _write_tu(tmp_path / "B" / "raw", "B_full", graphs[:4])  # another set whose names start with B_
+    _fold_files(tmp_path / "B" / "10fold_idx", len(graphs))
+    files = input_files({"tu_text": str(tmp_path / "B" / "raw" / "B_A.txt")})
+    assert files and all(p.name.startswith("B_") and not p.name.startswith("B_full") for p in files)
+    assert main(["train", "--tu-text", str(tmp_path / "B" / "raw" / "B_A.txt"), "--folds", "2", "--epochs", "1",
+                 "--no-progress", "--threads", "1", "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "stratified folds" not in out and "2-fold CV" in out
+
+
+def test_unused_tu_files_are_checked_and_named_and_partial_folds_warned(tmp_path):
+    graphs = _two_label_sets()
+    _write_tu(tmp_path / "E", "E", graphs)
+    n_rows = len((tmp_path / "E" / "E_A.txt").read_text().splitlines())
+    (tmp_path / "E" / "E_edge_labels.txt").write_text("1\n")  # one row for every edge row is needed
+    with pytest.raises(DataFileError, match=rf"E_edge_labels.txt: 1 rows, expected {n_rows}"):
+        load_tu_folder(tmp_path / "E")
+    (tmp_path / "E" / "E_edge_labels.txt").write_text("1\n" * n_rows)
+    with pytest.warns(UserWarning, match="E_edge_labels.txt checked but not used"):
+        load_tu_folder(tmp_path / "E")
+    (tmp_path / "E" / "E_edge_labels.txt").unlink()
+    folds = tmp_path / "E" / "10fold_idx"
+    _fold_files(folds, len(graphs), k=4)
+    for f in (3, 4):  # two of the four folds' files only: their test sets cover half the graphs
+        (folds / f"test_idx-{f}.txt").unlink()
+        (folds / f"train_idx-{f}.txt").unlink()
+    with pytest.warns(UserWarning, match="test sets cover 10 of 20 graphs"):
+        assert main(["train", "--tu-text", str(tmp_path / "E"), "--folds", "2", "--epochs", "1", "--no-progress",
+                     "--threads", "1", "--out", str(tmp_path / "run")]) == 0

@@ -90,10 +90,14 @@ def input_files(spec) -> list:
     if spec.get("tu_text"):
         from .tu_folder import find_tu_prefix
 
+        from .tu_folder import _ANY_FILE
+
         tu = find_tu_prefix(spec["tu_text"])
         if tu is None:
             return [spec["tu_text"]]
-        return sorted(p for p in Path(tu[0]).glob(f"{tu[1]}_*") if p.is_file())
+        # the set's own files only (NAME_A.txt, NAME_graph_labels.txt, ...): not NAME_full_A.txt of another set
+        return sorted(p for p in Path(tu[0]).glob(f"{tu[1]}_*") if p.is_file()
+                      and (m := _ANY_FILE.match(p.name)) is not None and m.group("prefix") == tu[1])
     return [spec.get(k) for k in ("edges", "target", "features")]
 
 

@@ -8,6 +8,8 @@ folder (plain or ``.gz``)::
     NAME_graph_labels.txt      per graph, its class label
     NAME_node_labels.txt       optional: per node, its label(s) (comma-separated)
     NAME_node_attributes.txt   optional: per node, continuous attributes (comma-separated)
+    NAME_edge_labels.txt, NAME_edge_attributes.txt, NAME_graph_attributes.txt: optional; their
+                               row counts are checked, their values not used (a warning says so)
 
 :func:`load_tu_folder` returns the :class:`~graphattn.data.tu_text.GraphList` layout of
 :func:`~graphattn.data.tu_text.load_tu_text` (``y``, ``tag``, ``x`` = one-hot tags when
@@ -82,7 +84,7 @@ def _rows(buf: bytes, what: str, n_rows: int, floats: bool = False) -> np.ndarra
     """A comma-separated table of ``n_rows`` equally wide rows, as (n_rows, D)."""
     lines = [ln for ln in buf.split(b"\n") if ln.strip()]
     if len(lines) != n_rows:
-        raise DataFileError(f"{what}: {len(lines)} rows, expected {n_rows} (one per node/graph)")
+        raise DataFileError(f"{what}: {len(lines)} rows, expected {n_rows} (one per node/edge/graph)")
     width = lines[0].count(b",") + 1 if lines else 0
     body = b" ".join(lines).replace(b",", b" ")
     if floats:
@@ -166,6 +168,17 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     attr = (torch.from_numpy(_rows(attr_raw, f"{where}_node_attributes.txt", n, floats=True)[order]).float()
             if attr_raw is not None else None)
 
+    unused = []  # the optional files graph classification here does not use: checked, then said so
+    for kind, rows_of in (("edge_labels", "edges"), ("edge_attributes", "edges"), ("graph_attributes", "graphs")):
+        raw = _read(folder, prefix, kind, required=False)
+        if raw is not None:
+            _rows(raw, f"{where}_{kind}.txt", a.shape[0] if rows_of == "edges" else n_graphs,
+                  floats=kind != "edge_labels")
+            unused.append(f"{prefix}_{kind}.txt")
+    if unused:
+        warnings.warn(f"{where}: {', '.join(unused)} checked but not used: the graphs carry node labels and "
+                      "attributes only, no edge_attr (PyG's TUDataset reads edge labels/attributes into "
+                      "edge_attr)", stacklevel=2)
     label_values, y = sorted_unique(labels, return_inverse=True)
     out = split_graphs(ei[0], ei[1], node_off, y, torch.from_numpy(tag), len(tag_values), attr, one_hot_tags)
     n_empty = int(np.count_nonzero(sizes == 0))
