@@ -318,16 +318,18 @@ class GraphSelfAttention(MessagePassing):
         """Heads concatenated or averaged, plus the root term; the PyG return contract. PyG's
         message forward hooks are called with ``({"alpha": alpha},)`` (``(E, H)``, detached; no
         per-edge messages exist, so their output argument is None; inside
-        ``NodeClassifier(self_loops=True)`` ``alpha`` is given per edge of the model's input, its
-        self-loops reading the loops that replaced them)."""
+        ``NodeClassifier(self_loops=True)`` PyG's explainers' hooks get ``alpha`` per edge of the
+        model's input, its self-loops reading the loops that replaced them; other hooks get the
+        layer's own edge order)."""
         if self._message_forward_hooks:
             hook_alpha = alpha
             if alpha is not None and self._hook_input_edges is not None:
                 from .explain_masks import input_edge_alpha
 
                 hook_alpha = input_edge_alpha(alpha, self._hook_input_edges)
-            for hook in self._message_forward_hooks.values():
-                hook(self, ({"alpha": hook_alpha},), None)
+            for hook in self._message_forward_hooks.values():  # only PyG's explainers read input-edge order
+                pyg = getattr(hook, "__module__", "").startswith("torch_geometric.explain")
+                hook(self, ({"alpha": hook_alpha if pyg else alpha},), None)
         N, H, C = out.shape
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
         if self.lin_skip is not None:

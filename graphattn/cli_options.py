@@ -76,7 +76,7 @@ def check_applicable(args, task: str, baseline: str = "none") -> None:
 def check_output_not_input(out: Path, inputs: Dict[str, object]) -> None:
     """ValueError when writing ``out`` would replace one of the command's ``inputs`` (``{what:
     path}``: the checkpoint, the ``--csv`` file, ...) or any existing checkpoint (``*.pt``)."""
-    if not out.exists():
+    if not out.is_file():  # a new file, or /dev/stdout, a terminal, a pipe: nothing to replace
         return
     for what, path in inputs.items():
         try:

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import List, Tuple
 
+import torch
 from torch import nn
 
 from .checkpoint import write_csv
@@ -19,6 +20,8 @@ from .molecule_pipeline import featurize, load_dataset, load_model, predict_prob
 from .train import resolve_device
 
 __all__ = ["evaluate", "predict", "explain"]
+
+_PREDICT_CHUNK = 10_000  # molecules featurized at a time by predict
 
 
 def _err(command: str, msg: str) -> int:
@@ -177,9 +180,16 @@ def predict(args) -> int:
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return _err("predict", str(exc))
     tasks = meta["task_names"]
-    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
-    ok = [i for i, g in enumerate(graphs) if not isinstance(g, str)]
-    prob = predict_proba(model, [graphs[i] for i in ok], members=True)
+    # in chunks: a screening file of a million molecules is never featurized all at once
+    # (~13 KB per featurized molecule), only its probabilities are kept
+    errors, ok, parts = [], [], []
+    for start in range(0, len(smiles), _PREDICT_CHUNK):
+        graphs = featurize(smiles[start:start + _PREDICT_CHUNK], meta["pe"]["k"], meta.get("descriptors"))
+        errors += [g if isinstance(g, str) else "" for g in graphs]
+        valid = [g for g in graphs if not isinstance(g, str)]
+        ok += [start + i for i, g in enumerate(graphs) if not isinstance(g, str)]
+        parts.append(predict_proba(model, valid, members=True))
+    prob = torch.cat(parts, dim=-2) if parts else predict_proba(model, [], members=True)
     # an ensemble also reports how much its members disagree: <task>_std, the standard
     # deviation of the members' probabilities (chemprop's ensemble uncertainty)
     prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
@@ -189,8 +199,8 @@ def predict(args) -> int:
     std = prob.std(0, unbiased=False) if std_cols else None
     prob = prob.mean(0) if std_cols else prob
     rows = [{"row": i + 1, **({"file_row": lines[i]} if lines is not None else {}), "smiles": s,
-             **{c: "" for c in prob_cols + std_cols}, "error": g if isinstance(g, str) else ""}
-            for i, (s, g) in enumerate(zip(smiles, graphs))]
+             **{c: "" for c in prob_cols + std_cols}, "error": e}
+            for i, (s, e) in enumerate(zip(smiles, errors))]
     for j, i in enumerate(ok):
         rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
         if std_cols:
@@ -211,9 +221,10 @@ def predict(args) -> int:
         if r["error"]:
             where = f" (file row {r['file_row']})" if "file_row" in r else ""
             print(f"row {r['row']}{where}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
-    if not ok:  # as train and explain: nothing predicted is a failure, not a result
-        return _err("predict", "no molecules in the input" if not rows else
-                    f"none of the {len(rows)} SMILES could be parsed (wrong --smiles-col?)")
+    if not ok:  # every row answered with its error (the documented contract), and the likely cause said
+        print("graphattn predict: " + ("no molecules in the input (the file has a header only)" if not rows else
+                                       f"none of the {len(rows)} SMILES could be parsed"
+                                       + (" (wrong --smiles-col?)" if args.csv else "")), file=sys.stderr)
     return 0
 
 

@@ -107,7 +107,12 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     excluded = exclusion_set(exclude, smiles_cols, log=log) if exclude else set()
     seen: set = set()
     graphs: List[Any] = []
-    report: Dict[str, Any] = {"files": [], "excluded_sources": list(map(str, exclude)),
+    from .molecule_tasks import DATASETS
+
+    # set names as given; files by place and contents (a pipe's copy, or the file moved, is the same source)
+    sources = [str(src) if str(src).lower() in DATASETS else
+               {"path": str(Path(src).resolve()), "sha256": sha256sum(src)} for src in exclude]
+    report: Dict[str, Any] = {"files": [], "excluded_sources": sources,
                               "descriptors": names, "pe_dim": pe_dim}
     for path in paths:
         if not Path(path).is_file():

@@ -266,6 +266,9 @@ def _prepare_node(args, spec: Dict[str, Any]):
                          f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
                          "classes; the split is per class, so each class needs a few nodes) — does the "
                          f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels?")
+    if getattr(args, "max_features", None) is not None and data.base_feature_source == "structural":
+        raise ValueError(f"--max-features cuts a features file; {spec['display']} has none here (its features "
+                         "are structural)")
     if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
         spec["feature_source"] = data.base_feature_source
     if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \

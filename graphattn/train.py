@@ -149,6 +149,28 @@ def _better(score: float, best: Optional[float], higher: bool) -> bool:
     return score > best if higher else score < best
 
 
+_MALLOC_TRIM = None
+
+
+def release_free_heap() -> None:
+    """Give freed heap memory back to the system (glibc's ``malloc_trim(0)``; a no-op elsewhere).
+    Mini-batches of varying sizes (neighbour sampling) fragment glibc's heap, which then keeps
+    every freed block: resident memory grew ~300 MB per epoch on a 50k-node graph (0.5 -> 4.6 GB
+    in 12 epochs) and stays at ~0.5 GB between epochs when :func:`fit` trims after each (epoch
+    time unchanged; the peak within an epoch, ~2-2.6 GB there, is the epoch's own)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+            import ctypes.util
+
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc (macOS, musl without it, Windows)
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
 def _float_tensors(obj):
     """The floating-point tensors of a batch (a tensor, a PyG Data/Batch, or lists/dicts of them)."""
     if isinstance(obj, Tensor):
@@ -178,7 +200,16 @@ def _overflow_named(forward: Forward, epoch: int) -> Forward:
             # (PyG batches may pad with NaN on purpose, e.g. Laplacian PE columns past a graph's size)
             named = getattr(batch, str(exc).split(" contains NaN", 1)[0].split()[-1], None) \
                 if not isinstance(batch, (Tensor, list, tuple, dict)) else None
-            inputs = [named] if isinstance(named, Tensor) else list(_float_tensors(batch))
+            # labels may be NaN (missing) by design: left out (PyG's y; the last item of a tuple batch)
+            if isinstance(named, Tensor):
+                inputs = [named]
+            elif isinstance(batch, (list, tuple)):
+                inputs = list(_float_tensors(list(batch[:-1])))
+            elif isinstance(batch, dict):
+                inputs = list(_float_tensors({k: v for k, v in batch.items() if k != "y"}))
+            else:
+                inputs = list(_float_tensors({k: v for k, v in batch.to_dict().items() if k != "y"}
+                                             if hasattr(batch, "to_dict") else batch))
             if not all(bool(torch.isfinite(t).all()) for t in inputs if t.is_floating_point()):
                 raise
             raise FloatingPointError(f"the model's activations are not finite at epoch {epoch} ({split}) although "
@@ -378,6 +409,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             if improved:
                 save_checkpoint(out_dir / "best.pt", {**state, "model": best["state"]})
             save_checkpoint(out_dir / "last.pt", state)
+        release_free_heap()
     bar.close()
     if best["state"] is not None:
         net.load_state_dict(best["state"])

@@ -154,7 +154,7 @@ def test_empty_out_and_edges_without_features_file(capsys, tmp_path):
            "--max-features cuts a --features file, which is not given", tmp_path)
 
 
-def test_predict_never_writes_over_its_inputs_and_fails_when_nothing_parsed(run, capsys, tmp_path):
+def test_predict_never_writes_over_its_inputs_and_says_when_nothing_parsed(run, capsys, tmp_path):
     folder, src, _ = run
     ck = folder / "best.pt"
     before = ck.read_bytes()
@@ -169,15 +169,16 @@ def test_predict_never_writes_over_its_inputs_and_fails_when_nothing_parsed(run,
     assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "--out", str(other)]) == 2
     assert "existing checkpoint file" in capsys.readouterr().err
     assert ck.read_bytes() == before and copy.read_bytes() == src.read_bytes()
-    # every row invalid (the wrong column) or no rows at all: exit 2 with the reason, as train does
+    # every row invalid (the wrong column) or none at all: each row has its error (exit 0, the
+    # documented contract), and stderr says what is likely wrong
     header = src.read_text().splitlines()[0].split(",")
     wrong = next(h for h in header if h != "smiles")
     assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(src), "--smiles-col", wrong,
-                     "--out", str(tmp_path / "p.csv")]) == 2
+                     "--out", str(tmp_path / "p.csv")]) == 0
     assert "could be parsed (wrong --smiles-col?)" in capsys.readouterr().err
     empty = tmp_path / "empty.csv"
     empty.write_text("smiles\n")
-    assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(empty), "--out", str(tmp_path / "q.csv")]) == 2
+    assert cli.main(["predict", "--checkpoint", str(ck), "--csv", str(empty), "--out", str(tmp_path / "q.csv")]) == 0
     assert "no molecules in the input" in capsys.readouterr().err
     assert cli.main(["predict", "--checkpoint", str(ck), "--smiles", "CCO", "--smiles-col", "x"]) == 2
     assert "--smiles-col x names a column of --csv" in capsys.readouterr().err
@@ -205,3 +206,49 @@ def test_a_diverging_run_is_one_line_naming_the_learning_rate(argv, capsys, tmp_
     assert cli.main(["train", *argv, "--out", str(tmp_path / "d"), "--no-progress", "--threads", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert "diverged" in err and "learning rate" in err and len(err.splitlines()) == 1, err
+
+
+def test_divergence_is_named_for_tuple_batches_with_missing_labels():
+    # the labels' NaN (missing) must not pass for non-finite inputs: the model diverged
+    from graphattn import GraphClassifier
+    from graphattn.train import fit
+
+    torch.manual_seed(0)
+    x, ei = torch.randn(8, 4), torch.tensor([[0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]])
+    batch = torch.zeros(8, dtype=torch.long)
+    y = torch.tensor([[1.0, float("nan")]])
+    model = GraphClassifier(4, 16, 2, num_layers=2, heads=2)
+    loader = [(x, ei, batch, y)] * 4
+    with pytest.raises(FloatingPointError, match="diverged"):
+        fit(model, {"train": loader, "val": loader}, lambda m, b, split: (m(b[0], b[1], b[2]), b[3]),
+            kind="binary", epochs=5, lr=1e9, progress=False, log=lambda m: None)
+
+
+def test_output_to_stdout_is_never_taken_for_an_input(run, capsys, tmp_path):
+    from pathlib import Path
+
+    from graphattn.cli_options import check_output_not_input
+
+    check_output_not_input(Path("/dev/stdout"), {"the --csv input": "/dev/stdin"})  # not a regular file
+    folder, src, _ = run
+    assert cli.main(["predict", "--checkpoint", str(folder / "best.pt"), "--smiles", "xx", "yy"]) == 0
+    err = capsys.readouterr().err
+    assert "none of the 2 SMILES could be parsed" in err and "--smiles-col" not in err
+
+
+@requires_data("github_developers")
+def test_max_features_on_a_named_set_without_a_features_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHATTN_DATA", str(shared_data_dir()))
+    _fails(["github", "--max-features", "50", "--epochs", "1"], capsys, "--max-features cuts a features file",
+           tmp_path)
+
+
+def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
+    import graphattn.molecule_commands as mc
+
+    folder, src, _ = run
+    args = ["predict", "--checkpoint", str(folder / "best.pt"), "--csv", str(src)]
+    assert cli.main(args + ["--out", str(tmp_path / "all.csv")]) == 0
+    monkeypatch.setattr(mc, "_PREDICT_CHUNK", 3)  # chunk edges fall on valid and invalid rows
+    assert cli.main(args + ["--out", str(tmp_path / "chunks.csv")]) == 0
+    assert (tmp_path / "all.csv").read_text() == (tmp_path / "chunks.csv").read_text()

@@ -270,3 +270,15 @@ def test_attention_explainer_scores_input_edges_when_loops_are_replaced(tokens):
     assert reached.tolist() == [True, False, True, False, True, False]
     torch.testing.assert_close(mask[reached], expected[reached])
     assert all(m._hook_input_edges is None for m in model.modules() if isinstance(m, GraphSelfAttention))
+
+
+def test_users_own_message_hooks_keep_the_layers_edge_order():
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    model = NodeClassifier(4, 8, 3, heads=4, num_layers=1, self_loops=True, num_global_tokens=1).eval()
+    layer = next(m for m in model.modules() if isinstance(m, GraphSelfAttention))
+    seen = []
+    layer.register_message_forward_hook(lambda mod, kw, out: seen.append(kw[0]["alpha"].shape))
+    model(x, ei)
+    assert seen == [(4 + 6 + 2 * 6 + 1, 4)]  # edges, one loop per node, token edges both ways, token loop

@@ -466,3 +466,40 @@ def test_incomplete_pretraining_checkpoint_is_a_clear_error(tmp_path):
                                                                  "featurizer_version": FEATURIZER_VERSION}})
     with pytest.raises(ValueError, match="incomplete pretraining checkpoint"):
         pt.load_pretrained(tmp_path / "odd.pt")
+
+
+def test_comma_files_named_like_smiles_lists_stay_csv_and_cxsmiles_stay_whole(tmp_path):
+    from graphattn.data.molecules import read_csv_table
+
+    (tmp_path / "c.smi").write_text("smiles,p_np\nCCO,1\nCCN,0\n")  # a CSV saved as .smi (worked before)
+    (tmp_path / "c.tsv").write_text("smiles,p_np\nCCO,1\n")
+    (tmp_path / "x.smi").write_text("\nC[C@H](F)Cl |&1:1,2| first\nCCO\n")
+    assert read_csv_table(tmp_path / "c.smi") == (["smiles", "p_np"], [(2, ["CCO", "1"]), (3, ["CCN", "0"])])
+    assert read_csv_table(tmp_path / "c.tsv") == (["smiles", "p_np"], [(2, ["CCO", "1"])])
+    assert read_csv_table(tmp_path / "x.smi") == (["smiles", "name"], [(2, ["C[C@H](F)Cl |&1:1,2|", "first"]),
+                                                                        (3, ["CCO", ""])])
+
+
+def test_pretrain_resume_with_the_exclude_file_moved_or_piped(tmp_path, capsys):
+    import os
+    import threading
+
+    pool = tmp_path / "pool.csv"
+    pool.write_text("smiles\n" + "\n".join(_SMILES) + "\n")
+    excl = tmp_path / "excl.csv"
+    excl.write_text("smiles\nCCO\n")
+    base = ["pretrain", "--csv", str(pool), "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "0",
+            "--batch-size", "8", "--out", str(tmp_path / "p"), "--no-progress"]
+    assert cli.main(base + ["--exclude", str(excl), "--epochs", "1"]) == 0
+    moved = tmp_path / "moved.csv"
+    moved.write_bytes(excl.read_bytes())
+    fifo = tmp_path / "ex.fifo"
+    os.mkfifo(fifo)
+    feed = threading.Thread(target=lambda: fifo.write_text("smiles\nCCO\n"))
+    feed.start()
+    assert cli.main(base + ["--exclude", str(fifo), "--epochs", "2", "--resume"]) == 0, capsys.readouterr().err
+    feed.join()
+    assert cli.main(base + ["--exclude", str(moved), "--epochs", "3", "--resume"]) == 0, capsys.readouterr().err
+    moved.write_text("smiles\nCCN\n")  # other molecules kept out: another run
+    assert cli.main(base + ["--exclude", str(moved), "--epochs", "4", "--resume"]) == 2
+    assert "its pool, split differ" in capsys.readouterr().err

@@ -16,6 +16,7 @@ import csv
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
@@ -87,6 +88,20 @@ def _table_kind(path: Path) -> str:
     return "tsv" if name.endswith((".tsv", ".tab")) else "csv"
 
 
+_SMILES_LINE = re.compile(r"(\S+(?:[ \t]+\|[^|]*\|)?)(?:\s+(.*))?$")
+
+
+def _sniffed_kind(kind: str, first: str) -> str:
+    """The kind a suffix suggested, checked against the first line: a comma-separated file saved
+    as ``.smi`` (its first word holds a comma; SMILES never do) or ``.tsv`` without tabs is a CSV."""
+    words = first.split()
+    if kind == "smiles_list" and words and "," in words[0]:
+        return "csv"
+    if kind == "tsv" and "\t" not in first and "," in first:
+        return "csv"
+    return kind
+
+
 def _smiles_list_header(words: List[str]) -> bool:
     """Whether the first line of a SMILES list is a header: its first word is a known column
     name, or it is a plain word (letters, digits, ``_``) RDKit cannot parse (``SMILES``, ``Name``)."""
@@ -115,7 +130,8 @@ def _read_smiles_list(text, header_only: bool) -> Tuple[List[str], List[Tuple[in
             header = ["smiles", "name"]
         if header_only:
             break
-        fields = line.strip().split(None, len(header) - 1)
+        smiles, rest = _SMILES_LINE.match(line.strip()).groups()  # a CXSMILES "|...|" stays with its SMILES
+        fields = [smiles] + (rest.split(None, len(header) - 2) if rest and len(header) > 1 else [])
         rows.append((line_no, fields + [""] * (len(header) - len(fields))))
     return header or [], rows
 
@@ -135,7 +151,14 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
         f = open(path, "rb")  # opened once and peeked: a pipe (/dev/stdin, <(...)) reads too
         gz = f.peek(2)[:2] == b"\x1f\x8b"
         raw = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
-        with f, raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
+        with f, raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as stream:
+            head = []  # the lines up to the first one with text: it decides what a suffix only suggested
+            for line in stream:
+                head.append(line)
+                if line.strip():
+                    break
+            kind = _sniffed_kind(kind, head[-1] if head else "")
+            text = itertools.chain(head, stream)
             if kind == "smiles_list":
                 header, rows = _read_smiles_list(text, header_only)
                 if not header:

@@ -171,9 +171,10 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     unused = []  # the optional files graph classification here does not use: checked, then said so
     for kind, rows_of in (("edge_labels", "edges"), ("edge_attributes", "edges"), ("graph_attributes", "graphs")):
         raw = _read(folder, prefix, kind, required=False)
-        if raw is not None:
-            _rows(raw, f"{where}_{kind}.txt", a.shape[0] if rows_of == "edges" else n_graphs,
-                  floats=kind != "edge_labels")
+        if raw is not None:  # rows counted, not parsed (they are not used)
+            want, got = a.shape[0] if rows_of == "edges" else n_graphs, sum(1 for ln in raw.split(b"\n") if ln.strip())
+            if got != want:
+                raise DataFileError(f"{where}_{kind}.txt: {got} rows, expected {want} (one per {rows_of[:-1]})")
             unused.append(f"{prefix}_{kind}.txt")
     if unused:
         warnings.warn(f"{where}: {', '.join(unused)} checked but not used: the graphs carry node labels and "
