@@ -34,8 +34,10 @@ def _sniffed_suffix(head: bytes) -> str:
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
         except zlib.error:
             return ".csv"
-    line = next((ln for ln in head.splitlines() if ln.strip()), b"")
-    return ".tsv" if b"\t" in line else ".csv" if b"," in line or b'"' in line else ".smi"
+    from .data.molecules import sniff_table_kind
+
+    line = next((ln for ln in head.splitlines() if ln.strip()), b"").decode("utf-8", "replace").lstrip("\ufeff")
+    return {"tsv": ".tsv", "csv": ".csv", "smiles_list": ".smi"}[sniff_table_kind(line)]
 
 
 def spooled(path) -> str:

@@ -71,7 +71,8 @@ def _sparse_smallest(lap, k: int):
         return eigsh(lap.tocsc(), k=k, sigma=-1e-2, which="LM", v0=v0)
     # slow but sure; a wider Krylov space than the default 2k+1 converges several times faster on
     # large evenly connected graphs (200k nodes, degree 10: 140 s -> 36 s)
-    return eigsh(lap, k=k, which="SA", v0=v0, ncv=min(n - 1, max(2 * k + 1, 60)))
+    # (the Krylov basis is n x ncv float64: kept under ~200 MB, the default 2k+1 for huge graphs)
+    return eigsh(lap, k=k, which="SA", v0=v0, ncv=min(n - 1, max(2 * k + 1, min(60, 25_000_000 // n))))
 
 
 def _component_eigs(adj, m: int, dense_threshold: int):

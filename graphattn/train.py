@@ -198,13 +198,16 @@ def _overflow_named(forward: Forward, epoch: int) -> Forward:
                 raise
             # the tensor the error names (x, edge_attr) in the batch; else every float tensor of it
             # (PyG batches may pad with NaN on purpose, e.g. Laplacian PE columns past a graph's size)
-            named = getattr(batch, str(exc).split(" contains NaN", 1)[0].split()[-1], None) \
-                if not isinstance(batch, (Tensor, list, tuple, dict)) else None
-            # labels may be NaN (missing) by design: left out (PyG's y; the last item of a tuple batch)
+            name = str(exc).split(" contains NaN", 1)[0].split()[-1]
+            named = batch.get(name) if isinstance(batch, dict) else \
+                getattr(batch, name, None) if not isinstance(batch, (Tensor, list, tuple)) else None
+            # labels may be NaN (missing) by design: left out (PyG's y; a tuple batch's last tensor)
             if isinstance(named, Tensor):
                 inputs = [named]
             elif isinstance(batch, (list, tuple)):
-                inputs = list(_float_tensors(list(batch[:-1])))
+                items = list(batch[:-1]) if batch and isinstance(batch[-1], Tensor) else list(batch)
+                inputs = [t for it in items for t in _float_tensors(
+                    {k: v for k, v in it.to_dict().items() if k != "y"} if hasattr(it, "to_dict") else it)]
             elif isinstance(batch, dict):
                 inputs = list(_float_tensors({k: v for k, v in batch.items() if k != "y"}))
             else:

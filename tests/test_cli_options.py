@@ -252,3 +252,30 @@ def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
     monkeypatch.setattr(mc, "_PREDICT_CHUNK", 3)  # chunk edges fall on valid and invalid rows
     assert cli.main(args + ["--out", str(tmp_path / "chunks.csv")]) == 0
     assert (tmp_path / "all.csv").read_text() == (tmp_path / "chunks.csv").read_text()
+
+
+def test_nan_features_in_a_list_of_graphs_stay_a_data_error_and_dict_labels_are_left_out():
+    from torch_geometric.data import Batch, Data
+
+    from graphattn import GraphClassifier
+    from graphattn.train import fit
+
+    torch.manual_seed(0)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    y = torch.tensor([[1.0, 0.0]])
+    ok = Data(x=torch.randn(5, 4), edge_index=ei, y=y)
+    bad = Data(x=torch.full((5, 4), float("nan")), edge_index=ei, y=y)
+
+    def fwd(m, graphs, split):
+        b = Batch.from_data_list(graphs)
+        return m(b.x, b.edge_index, b.batch), b.y
+
+    with pytest.raises(ValueError, match="x contains NaN"):  # the user's data, not a divergence
+        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [[ok, ok], [ok, bad]], "val": [[ok, ok]]},
+            fwd, kind="binary", epochs=2, lr=1e-3, progress=False, log=lambda m: None)
+    x = torch.randn(5, 4)
+    d = {"x": x, "ei": ei, "b": torch.zeros(5, dtype=torch.long), "labels": torch.tensor([[1.0, float("nan")]])}
+    with pytest.raises(FloatingPointError, match="diverged"):
+        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [d] * 4, "val": [d]},
+            lambda m, b, split: (m(b["x"], b["ei"], b["b"]), b["labels"]), kind="binary", epochs=5, lr=1e9,
+            progress=False, log=lambda m: None)

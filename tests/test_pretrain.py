@@ -503,3 +503,31 @@ def test_pretrain_resume_with_the_exclude_file_moved_or_piped(tmp_path, capsys):
     moved.write_text("smiles\nCCN\n")  # other molecules kept out: another run
     assert cli.main(base + ["--exclude", str(moved), "--epochs", "4", "--resume"]) == 2
     assert "its pool, split differ" in capsys.readouterr().err
+
+
+def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
+    import os
+    import threading
+
+    from graphattn.checkpoint import _check_same_run
+    from graphattn.data.molecules import read_csv_table, sniff_table_kind
+    from graphattn.molecule_data import spooled
+
+    assert [sniff_table_kind(s) for s in ("smiles,y", "C[C@H](F)Cl |&1:1,2| a", "CCO\tethanol", "smiles\tname",
+                                          "Compound ID,SMILES", "smiles zinc_id")] == \
+        ["csv", "smiles_list", "smiles_list", "tsv", "csv", "smiles_list"]
+    (tmp_path / "b.csv").write_text("\n\nsmiles,y\nCCO,1\n")  # blank lines before the header
+    assert read_csv_table(tmp_path / "b.csv") == (["smiles", "y"], [(4, ["CCO", "1"])])
+    (tmp_path / "e.smi").write_text("Compound ID,SMILES\nm1,CCO\n")  # a CSV named .smi, space in a column name
+    assert read_csv_table(tmp_path / "e.smi") == (["Compound ID", "SMILES"], [(2, ["m1", "CCO"])])
+    fifo = tmp_path / "cx.fifo"
+    os.mkfifo(fifo)
+    feed = threading.Thread(target=lambda: fifo.write_text("C[C@H](F)Cl |&1:1,2| first\nCCO\n"))
+    feed.start()
+    copy = spooled(fifo)
+    feed.join()
+    assert copy.endswith(".smi") and read_csv_table(copy)[1][0] == (1, ["C[C@H](F)Cl |&1:1,2|", "first"])
+    # an --exclude file recorded by name (older runs) and by contents (now) is the same run
+    old = {"pool": {"excluded_sources": ["excl.csv"], "molecules": 3}}
+    new = {"pool": {"excluded_sources": [{"path": "/x/excl.csv", "sha256": "a" * 64}], "molecules": 3}}
+    _check_same_run(tmp_path, old, new)

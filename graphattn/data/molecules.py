@@ -91,14 +91,31 @@ def _table_kind(path: Path) -> str:
 _SMILES_LINE = re.compile(r"(\S+(?:[ \t]+\|[^|]*\|)?)(?:\s+(.*))?$")
 
 
-def _sniffed_kind(kind: str, first: str) -> str:
-    """The kind a suffix suggested, checked against the first line: a comma-separated file saved
-    as ``.smi`` (its first word holds a comma; SMILES never do) or ``.tsv`` without tabs is a CSV."""
+def _csv_like(line: str) -> bool:
+    """A comma outside CXSMILES ``|...|`` blocks (SMILES never hold one), or a quoted first field."""
+    return "," in re.sub(r"\|[^|]*\|", "", line) or line.lstrip().startswith('"')
+
+
+def sniff_table_kind(first: str) -> str:
+    """The kind of a table with no telling name (a pipe) from its first line: a SMILES list when
+    its first word is a SMILES RDKit parses, else TSV with a tab, CSV with a comma, else a
+    SMILES list with a header (one column: ``smiles``, or ``smiles name``)."""
     words = first.split()
-    if kind == "smiles_list" and words and "," in words[0]:
+    if words and not _csv_like(first) and not _smiles_list_header(words):
+        return "smiles_list"  # no header: the first word is a molecule
+    return "tsv" if "\t" in first else "csv" if _csv_like(first) else "smiles_list"
+
+
+def _sniffed_kind(kind: str, first: str, path: Path) -> str:
+    """The kind a suffix suggested, checked against the first line: a comma-separated file saved
+    as ``.smi``, or ``.tsv`` without tabs, is a CSV; a name without a suffix (``/dev/stdin``,
+    ``/dev/fd/63``) is sniffed (:func:`sniff_table_kind`)."""
+    if kind == "smiles_list" and _csv_like(first):
         return "csv"
-    if kind == "tsv" and "\t" not in first and "," in first:
+    if kind == "tsv" and "\t" not in first and _csv_like(first):
         return "csv"
+    if kind == "csv" and not path.suffix and first.strip():
+        return sniff_table_kind(first)
     return kind
 
 
@@ -157,14 +174,14 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
                 head.append(line)
                 if line.strip():
                     break
-            kind = _sniffed_kind(kind, head[-1] if head else "")
-            text = itertools.chain(head, stream)
+            kind = _sniffed_kind(kind, head[-1] if head else "", path)
             if kind == "smiles_list":
-                header, rows = _read_smiles_list(text, header_only)
+                header, rows = _read_smiles_list(itertools.chain(head, stream), header_only)
                 if not header:
                     raise DataFileError(f"{path}: empty file (no SMILES)")
                 return header, rows
-            reader = csv.reader(text, delimiter="\t" if kind == "tsv" else ",")
+            skipped = max(len(head) - 1, 0)  # blank lines before the header: not read as an empty header
+            reader = csv.reader(itertools.chain(head[-1:], stream), delimiter="\t" if kind == "tsv" else ",")
             header = next(reader, None)
             if not header:
                 raise DataFileError(f"{path}: empty file (no header row)")
@@ -181,7 +198,7 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
                     raise DataFileError(
                         f"{path}: row {start} has {len(fields)} fields but the header "
                         f"has {len(header)}; the file is truncated or malformed")
-                rows.append((start, fields))
+                rows.append((start + skipped, fields))
     except FileNotFoundError as exc:
         raise DataFileError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
