@@ -55,3 +55,22 @@ def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
     old = load_graphs({k: v for k, v in spec.items() if k != "ldp"})
     assert new[0].num_features == old[0].num_features + 4
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "g" / "best.pt")]) == 0
+
+
+def test_features_computed_over_all_graphs_equal_per_graph_ones():
+    # degree and LDP columns are computed once over the graphs' union and split back: bit for bit the
+    # per-graph values, whatever the mix of sizes (empty, one-node, edgeless, dense)
+    from torch_geometric.utils import erdos_renyi_graph
+
+    torch.manual_seed(0)
+    graphs = [Data(edge_index=erdos_renyi_graph(n, 0.3) if n > 1 else torch.empty(2, 0, dtype=torch.long),
+                   num_nodes=n) for n in (0, 1, 5, 12, 2, 0, 30, 7)]
+    for kw in (dict(ldp=True), dict(ldp=True, rw_steps=0), dict(degree="log", ldp=True), dict(max_degree=None)):
+        together = add_structural_features([g.clone() for g in graphs], **kw)
+        for g, t in zip(graphs, together):
+            alone = add_structural_features([g.clone()], **{**kw, "max_degree": kw.get("max_degree", 64)
+                                                            if kw.get("max_degree", 64) is not None else
+                                                            max(int(torch.bincount(h.edge_index[0], minlength=h.num_nodes)
+                                                                    .max()) if h.num_nodes and h.edge_index.numel()
+                                                                else 0 for h in graphs)})[0]
+            assert torch.equal(t.x, alone.x)

@@ -155,17 +155,28 @@ def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # many tiny ops: the intra-op pool only adds latency spikes
     try:
-        for d, deg in zip(data_list, degs):
-            feats = []
+        # the per-node columns that need no walk, computed once over all graphs (their disjoint
+        # union: a node's neighbours are in its own graph) and split back: per graph, building
+        # PyG's LocalDegreeProfile cost 0.45 ms each (10k graphs: 4.5 s vs 0.4 s together)
+        sizes = [int(d.num_nodes) for d in data_list]
+        shared = []
+        if data_list:
+            deg_all = torch.cat(degs)
             if degree == "onehot":
-                feats.append(torch.nn.functional.one_hot(deg.clamp(max=max_degree),
-                                                         max_degree + 1).float())
-            feats.append(torch.log1p(deg.float()).unsqueeze(1))
+                shared.append(torch.nn.functional.one_hot(deg_all.clamp(max=max_degree), max_degree + 1).float())
+            shared.append(torch.log1p(deg_all.float()).unsqueeze(1))
+            if ldp:
+                starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()
+                union = torch.cat([d.edge_index + o for d, o in zip(data_list, starts)], 1)
+                shared.append(local_degree_profile(union, sum(sizes)))
+        per_graph = torch.cat(shared, 1).split(sizes) if shared else [None] * len(data_list)
+        for d, common in zip(data_list, per_graph):
+            feats = [common]
             if rw_steps > 0:
                 feats.append(random_walk_pe(d.edge_index, d.num_nodes, rw_steps,
                                             exact_max_nodes=exact_max_nodes))
-            if ldp:
-                feats.append(local_degree_profile(d.edge_index, d.num_nodes))
+                if ldp:  # the column order stays: degree, random walk, LDP
+                    feats = [common[:, :-4], feats[1], common[:, -4:]]
             s = torch.cat(feats, 1)
             d.x = s if (replace or d.x is None) else torch.cat([d.x, s], 1)
             d.feature_source = "structural"
