@@ -481,3 +481,17 @@ def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
     assert cli.main(["predict", "--checkpoint", str(tmp_path / "old" / "best.pt"), "--csv", str(empty),
                      "--out", str(tmp_path / "p.csv")]) == 0
     assert (tmp_path / "p.csv").read_text().splitlines()[0].startswith("row,file_row,smiles")
+
+
+def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
+    from graphattn.data.download import DataFileError
+    from graphattn.data.molecules import _canonical_key, read_csv_table
+
+    src = tmp_path / "x.csv"
+    src.write_text("smiles,tox\nCCO,1\nCCN,#N/A\nCCC,?\nCCCC,0\n")
+    ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+    assert ds.task_names == ["tox"] and torch.isnan(ds.y[1:3]).all() and ds.y[[0, 3]].flatten().tolist() == [1, 0]
+    (tmp_path / "semi.csv").write_text("smiles;tox\nCCO;1,5\n")  # European Excel: decimal commas
+    with pytest.raises(DataFileError, match="separated by semicolons"):
+        read_csv_table(tmp_path / "semi.csv")
+    assert _canonical_key("C" * 6000) == "C" * 6000  # no canonical ranking of huge chains (RDKit segfaults)

@@ -407,3 +407,27 @@ def test_no_warning_on_clean_files(tmp_path):
         d = load(tmp_path, ["1", "0", "1", "0", "1", "0"],
                  '{"0": [1], "1": [2], "2": [1], "3": [2], "4": [1], "5": [2]}')
     assert d.feature_source == "file" and np.array_equal(d.y.numpy(), [1, 0, 1, 0, 1, 0])
+
+
+def test_real_world_target_exports(tmp_path):
+    # pandas' df.to_csv() index column, Mac Excel's CR-only line ends, Excel's #N/A, semicolons
+    from graphattn.data import load_musae
+    from graphattn.data.download import DataFileError
+
+    edges = tmp_path / "e.csv"
+    edges.write_text("id_1,id_2\n0,1\n1,2\n")
+    (tmp_path / "t.csv").write_text(",user,label\n0,2,1\n1,0,0\n2,1,0\n")
+    with pytest.warns(UserWarning, match="node ids taken from column 'user'"):
+        d = load_musae(edges, tmp_path / "t.csv")
+    assert dict(zip(d.node_id.tolist(), d.y.tolist())) == {2: 1, 0: 0, 1: 0}
+    (tmp_path / "cr.csv").write_text("id,target\r0,1\r1,0\r2,0\r")
+    (tmp_path / "ecr.csv").write_text("id_1,id_2\r0,1\r1,2\r")
+    d = load_musae(tmp_path / "ecr.csv", tmp_path / "cr.csv")
+    assert d.y.tolist() == [1, 0, 0] and d.edge_index.size(1) == 4
+    (tmp_path / "na.csv").write_text("id,target\n0,1\n1,#N/A\n2,0\n")
+    with pytest.warns(UserWarning, match="no label"):
+        d = load_musae(edges, tmp_path / "na.csv")
+    assert d.y.tolist() == [1, -1, 0] and list(d.class_names) == ["0", "1"]
+    (tmp_path / "semi.csv").write_text("id;target\n0;1\n")
+    with pytest.raises(DataFileError, match="separated by semicolons"):
+        load_musae(edges, tmp_path / "semi.csv")

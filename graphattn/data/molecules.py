@@ -28,7 +28,7 @@ import torch
 from torch_geometric.data import InMemoryDataset
 
 from .download import DataFileError, cache_root, find_file, sha256sum
-from .rawio import MISSING_LABELS
+from .rawio import MISSING_LABELS, delimiter_hint
 from .featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: F401
                         FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, mol_to_data,
                         parse_smiles, smiles_to_data)
@@ -44,7 +44,7 @@ __all__ = [
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
 #: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
 #: SMILES invalid, ``limit``; 3: ``binary`` in the key, numeric labels again by default).
-_PROCESS_VERSION = 5  # 4: identifier columns (cid, *_id, CAS...) never inferred as tasks; 5: duplicates by molecule
+_PROCESS_VERSION = 6  # 6: #N/A, ? and - cells are missing labels; 4: identifier columns (cid, *_id, CAS...) never inferred as tasks; 5: duplicates by molecule
 
 
 class DuplicateSmilesWarning(UserWarning):
@@ -195,9 +195,10 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
                 if not fields or (len(fields) == 1 and not fields[0].strip()):
                     continue  # blank line
                 if len(fields) != len(header):
+                    hint = delimiter_hint(",".join(header)) if kind == "csv" else ""
                     raise DataFileError(
-                        f"{path}: row {start} has {len(fields)} fields but the header "
-                        f"has {len(header)}; the file is truncated or malformed")
+                        f"{path}: row {start + skipped} has {len(fields)} fields but the header "
+                        f"has {len(header)}" + (hint or "; the file is truncated or malformed"))
                 rows.append((start + skipped, fields))
     except FileNotFoundError as exc:
         raise DataFileError(f"{path}: no such file") from exc
@@ -263,9 +264,7 @@ def find_column(header: List[str], name: str, path) -> int:
     if match:
         raise DataFileError(f"{path}: column {name!r} is ambiguous: columns "
                             f"{', '.join(str(i + 1) for i in match)} ({[header[i] for i in match]}) match it")
-    sep = next((label for s, label in ((";", "semicolons"), ("\t", "tabs")) if len(header) == 1
-                and s in header[0]), None)
-    hint = f" (the header is one column holding {sep}: a comma-separated file is expected)" if sep else ""
+    hint = delimiter_hint(header[0]) if len(header) == 1 else ""
     raise DataFileError(f"{path}: no column {name!r}; columns are {header}{hint}")
 
 
@@ -305,13 +304,21 @@ def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[in
 
 # ----------------------------------------------------------------------------- datasets
 
+#: above this size a molecule's duplicate key is its text: RDKit's MolToSmiles killed the process
+#: (segmentation fault) on a 20,000-atom chain, fine at 15,000
+_CANONICAL_MAX_ATOMS = 5000
+
+
 def _canonical_key(smiles: str) -> str:
     """RDKit's canonical SMILES of a parsable SMILES (the text itself if RDKit fails here)."""
     from rdkit import Chem, rdBase
 
     try:
+        mol = parse_smiles(smiles)
+        if mol.GetNumAtoms() > _CANONICAL_MAX_ATOMS:  # RDKit's canonical ranking overflows its stack
+            return smiles.strip()
         with rdBase.BlockLogs():
-            return Chem.MolToSmiles(parse_smiles(smiles))
+            return Chem.MolToSmiles(mol)
     except Exception:  # noqa: BLE001 - a key, not a check: fall back to the text
         return smiles.strip()
 

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .download import DataFileError, PathLike
-from .rawio import (MISSING_LABELS, csv_rows, label_codes, parse_int_tokens, parse_json, read_bytes,
+from .rawio import (MISSING_LABELS, csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json, read_bytes,
                     read_text, sorted_unique, undirected_edge_index)
 
 __all__ = ["load_musae", "check_max_features", "MISSING_LABELS"]
@@ -49,7 +49,7 @@ def _edge_row_problem(line: bytes) -> Optional[str]:
 
 
 def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
-    raw = read_bytes(path).replace(b"\r", b"")
+    raw = read_bytes(path).replace(b"\r\n", b"\n").replace(b"\r", b"\n")  # CRLF and Mac's CR-only line ends
     if b'"' in raw:  # every field quoted ("0","1"): valid CSV, and integer ids never hold a quote
         raw = raw.replace(b'"', b"")
     nl = raw.find(b"\n")
@@ -115,8 +115,9 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
     else:
         t_col = next((lower.index(c) for c in _TARGET_COLUMNS if c in lower), None)
         if t_col is None:
-            raise DataFileError(f"{path}: cannot tell the label column among {header}; "
-                                "pass target_col=")
+            hint = delimiter_hint(header[0]) if len(header) == 1 else ""
+            raise DataFileError(f"{path}: cannot tell the label column among {header}"
+                                + (hint or "; pass target_col="))
     if lower[t_col] in _ID_COLUMNS:
         raise DataFileError(f"{path}: column {header[t_col]!r} is an id column, not class labels; "
                             f"pass the column of class labels (columns: {header})")
@@ -127,10 +128,16 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
                                 f"{header[t_col]!r}")
     else:
         # a known id name, else a name ending in "id" (numeric_id, user_id), else the first
-        # column that is not the label column
+        # column that is not the label column (a nameless one last: pandas' df.to_csv() / R's
+        # write.csv put the row index there, ",user,label" — taking it gave nodes others' labels)
+        named = [i for i in range(len(header)) if i != t_col and header[i] and not header[i].startswith("Unnamed:")]
         id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
-                      next((i for i, h in enumerate(header) if i != t_col and _ID_NAME.search(h)),
-                           next((i for i in range(len(header)) if i != t_col), None)))
+                      next((i for i, h in enumerate(header) if i != t_col and _ID_NAME.search(h)), None))
+        if id_col is None:
+            id_col = next(iter(named), next((i for i in range(len(header)) if i != t_col), None))
+            if id_col is not None and len(header) > 2:
+                warnings.warn(f"{path}: node ids taken from column {header[id_col]!r} of {header} (no column is "
+                              "named like an id); pass id_col= (--id-col) to choose another", stacklevel=3)
     if id_col is None:
         raise DataFileError(f"{path}: the only column {header[t_col]!r} is the label column; a "
                             "target CSV needs a node id column too (e.g. 'id,target')")
@@ -148,11 +155,11 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
     n_missing = int(np.count_nonzero(y < 0))
     if rows and n_missing == len(rows):
         raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
-                            f"{header[t_col]!r} is missing (empty or nan; NA/N/A/null/None too "
+                            f"{header[t_col]!r} is missing (empty or nan; NA/N/A/#N/A/null/None/?/- too "
                             "when the other labels are numbers or booleans)")
     if n_missing:
         warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty or nan; "
-                      f"NA/N/A/null/None among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
+                      f"NA/N/A/#N/A/null/None/?/- among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
                       "no train/val/test mask)", stacklevel=3)
     return ids, y, names, header[id_col], header[t_col]
 

@@ -22,7 +22,7 @@ import numpy as np
 from .download import DataFileError, PathLike
 
 __all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
-           "parse_json", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
+           "parse_json", "delimiter_hint", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
            "label_codes", "sorted_unique",
            "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
 
@@ -74,10 +74,22 @@ def check_int64_range(tok: np.ndarray, what: str) -> None:
                             f"[{_I64.min}, {_I64.max})")
 
 
+def delimiter_hint(header_line: str) -> str:
+    """`` (semicolon-separated? ...)`` when a header read as CSV looks separated by something
+    else (European Excel's semicolons, a tab-separated export named .csv); else ``""``."""
+    if "," in header_line:
+        return ""
+    if ";" in header_line:
+        return " (the header is separated by semicolons, as European Excel writes: save it comma-separated)"
+    if "\t" in header_line:
+        return " (the header is separated by tabs: name the file .tsv, or save it comma-separated)"
+    return ""
+
+
 def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
     """``(header, rows)`` of CSV ``text``: blank (also whitespace-only) rows dropped, header
-    cells stripped."""
-    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    cells stripped. Any line ends (CRLF, LF, Mac's CR-only)."""
+    rows = [r for r in csv.reader(io.StringIO(text, newline="")) if r and any(c.strip() for c in r)]
     if not rows:
         raise DataFileError(f"{what}: empty CSV file")
     return [h.strip() for h in rows[0]], rows[1:]
@@ -100,8 +112,9 @@ def parse_json(text: str, what: str):
 ALWAYS_MISSING_LABELS = frozenset({"", "nan"})
 #: label cells meaning "no label" (compared lower-cased, stripped) when every other present
 #: label is a number or a boolean; ``"NA"``, ``"N/A"``, ``"null"``, ``"None"`` are real
-#: classes among string labels (``"NA"`` = North America), only ``""``/``"nan"`` never are
-MISSING_LABELS = frozenset({"", "na", "n/a", "nan", "null", "none"})
+#: classes among string labels (``"NA"`` = North America), only ``""``/``"nan"`` never are;
+#: Excel's ``#N/A`` and the ``?`` / ``-`` placeholders of hand-made sheets too
+MISSING_LABELS = frozenset({"", "na", "n/a", "#n/a", "nan", "null", "none", "?", "-"})
 
 
 def as_number(s: str):
