@@ -172,9 +172,10 @@ def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
         keys = (set(old) & set(new)) - skip
         pairs = {k: _comparable(old[k], new[k]) for k in keys}
         return {k: a for k, (a, _) in pairs.items()}, {k: b for k, (_, b) in pairs.items()}
-    if isinstance(old, str) != isinstance(new, str) and isinstance(old if isinstance(old, dict) else new, dict) \
-            and "sha256" in (old if isinstance(old, dict) else new):
-        return None, None  # a file recorded by name (older runs) and by contents: not comparable, not different
+    text, rec = (old, new) if isinstance(old, str) else (new, old)
+    if isinstance(text, str) and isinstance(rec, dict) and rec.get("sha256") and rec.get("path") \
+            and Path(text).name == Path(rec["path"]).name:
+        return None, None  # one file recorded by its path as given (older runs) and by contents: the same
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         pairs = [_comparable(a, b) for a, b in zip(old, new)]
         return [a for a, _ in pairs], [b for _, b in pairs]

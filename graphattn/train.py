@@ -189,7 +189,9 @@ def _overflow_named(forward: Forward, epoch: int) -> Forward:
     """``forward`` whose "contains NaN or inf" input errors, raised inside the model by a batch
     whose own tensors are finite, become the ``FloatingPointError`` of a diverged model: its
     hidden states overflowed (e.g. ``--lr 1e7``), which the layers' input checks would otherwise
-    report as if the user's features held NaN."""
+    report as if the user's features held NaN. Labels may hold NaN (missing) and are not
+    looked at: a batch's ``y``, a dict's ``"y"``, a tuple/list batch's last tensor (so NaN in the
+    last tensor of a tuple that carries no labels passes for a divergence)."""
     def checked(model, batch, split):
         try:
             return forward(model, batch, split)

@@ -531,3 +531,34 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
     old = {"pool": {"excluded_sources": ["excl.csv"], "molecules": 3}}
     new = {"pool": {"excluded_sources": [{"path": "/x/excl.csv", "sha256": "a" * 64}], "molecules": 3}}
     _check_same_run(tmp_path, old, new)
+
+
+def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
+    from graphattn.checkpoint import CheckpointError, _check_same_run
+    from graphattn.data.download import DataFileError
+    from graphattn.data.molecules import find_column, read_csv_table
+    from graphattn.molecule_data import _sniffed_suffix
+
+    # B3DB's TSV header (first field "NO.") and a plain word RDKit parses ("BBB") stay TSV headers
+    assert _sniffed_suffix(b"NO.\tcompound_name\tSMILES\tBBB+/BBB-\n1\tethanol\tCCO\tBBB+\n") == ".tsv"
+    assert _sniffed_suffix(b"BBB\tsmiles\nCCO\t1\n") == ".tsv"
+    (tmp_path / "iupac.smi").write_text("CC(C)(C)C 2,2-dimethylpropane\nCCO ethanol\n")  # commas in names
+    assert read_csv_table(tmp_path / "iupac.smi")[1][0] == (1, ["CC(C)(C)C", "2,2-dimethylpropane"])
+    (tmp_path / "semi").write_text("smiles;label\nCCO;1\n")  # no suffix, European Excel
+    header, _ = read_csv_table(tmp_path / "semi")
+    with pytest.raises(DataFileError, match="separated by semicolons"):
+        find_column(header, "smiles", tmp_path / "semi")
+    with pytest.raises(CheckpointError):  # a set name is not a file recorded by contents
+        _check_same_run(tmp_path, {"pool": {"excluded_sources": ["tox21"]}},
+                        {"pool": {"excluded_sources": [{"path": "/x/other.csv", "sha256": "a" * 64}]}})
+
+
+def test_target_id_fallback_takes_a_named_integer_column_else_the_index(tmp_path):
+    import warnings
+
+    from graphattn.data.musae import _read_target
+
+    (tmp_path / "t.csv").write_text(",name,label\n0,alice,1\n1,bob,0\n2,carol,1\n")  # names are no ids
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _read_target(tmp_path / "t.csv", None)[0].tolist() == [0, 1, 2]

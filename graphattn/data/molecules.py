@@ -96,21 +96,41 @@ def _csv_like(line: str) -> bool:
     return "," in re.sub(r"\|[^|]*\|", "", line) or line.lstrip().startswith('"')
 
 
+def _parses(word: str) -> bool:
+    """Whether RDKit parses ``word`` as a SMILES (its console noise silenced)."""
+    from rdkit import Chem, rdBase
+
+    with rdBase.BlockLogs():
+        return Chem.MolFromSmiles(word) is not None
+
+
+def _names_smiles_column(line: str) -> bool:
+    """A header line: one of its fields is a SMILES column name (``smiles``, ``canonical_smiles``...)."""
+    return any(w.strip().strip('"').lower() in _SMILES_HEADER_WORDS for w in re.split(r"[\t,;]|\s+", line))
+
+
 def sniff_table_kind(first: str) -> str:
-    """The kind of a table with no telling name (a pipe) from its first line: a SMILES list when
-    its first word is a SMILES RDKit parses, else TSV with a tab, CSV with a comma, else a
-    SMILES list with a header (one column: ``smiles``, or ``smiles name``)."""
+    """The kind of a table with no telling name (a pipe) from its first line: a header-less
+    SMILES list when its first word is a SMILES RDKit parses (and no field names a SMILES
+    column), else TSV with a tab, CSV with a comma or semicolon (the reader then says so), else
+    a SMILES list with a header (one column: ``smiles``, or ``smiles name``)."""
     words = first.split()
-    if words and not _csv_like(first) and not _smiles_list_header(words):
+    if words and not _names_smiles_column(first) and _parses(words[0]):
         return "smiles_list"  # no header: the first word is a molecule
-    return "tsv" if "\t" in first else "csv" if _csv_like(first) else "smiles_list"
+    if "\t" in first:
+        return "tsv"
+    return "csv" if _csv_like(first) or ";" in first else "smiles_list"
 
 
 def _sniffed_kind(kind: str, first: str, path: Path) -> str:
     """The kind a suffix suggested, checked against the first line: a comma-separated file saved
-    as ``.smi``, or ``.tsv`` without tabs, is a CSV; a name without a suffix (``/dev/stdin``,
+    as ``.smi`` (see below), or ``.tsv`` without tabs, is a CSV; a name without a suffix (``/dev/stdin``,
     ``/dev/fd/63``) is sniffed (:func:`sniff_table_kind`)."""
-    if kind == "smiles_list" and _csv_like(first):
+    words = first.split()
+    # a CSV saved as .smi: a comma or semicolon in its first word, or commas after a first word
+    # that is no SMILES ("Compound ID,SMILES"; not "CC(C)(C)C 2,2-dimethylpropane")
+    if kind == "smiles_list" and words and (("," in words[0] or ";" in words[0] or _csv_like(first))
+                                             and not _parses(words[0])):
         return "csv"
     if kind == "tsv" and "\t" not in first and _csv_like(first):
         return "csv"

@@ -134,7 +134,11 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
         id_col = next((lower.index(c) for c in _ID_COLUMNS if c in lower and lower.index(c) != t_col),
                       next((i for i, h in enumerate(header) if i != t_col and _ID_NAME.search(h)), None))
         if id_col is None:
-            id_col = next(iter(named), next((i for i in range(len(header)) if i != t_col), None))
+            def integers(i):
+                return all(len(r) > i and r[i].strip().lstrip("-").isdigit() for r in rows)
+
+            id_col = next((i for i in named if integers(i)),  # a named column of integer ids, else any
+                          next((i for i in range(len(header)) if i != t_col), None))
             if id_col is not None and len(header) > 2:
                 warnings.warn(f"{path}: node ids taken from column {header[id_col]!r} of {header} (no column is "
                               "named like an id); pass id_col= (--id-col) to choose another", stacklevel=3)
