@@ -150,8 +150,8 @@ def test_unlabelled_columns_in_the_first_rows_are_fine_without_tasks(tmp_path, m
 
 
 @pytest.mark.parametrize("text,msg", [("smiles,y\n", "no data rows"),
-                                      ("smiles;y\nCCO;1\n", "one column holding semicolons"),
-                                      ("smiles\ty\nCCO\t1\n", "one column holding tabs")])
+                                      ("smiles;y\nCCO;1\n", "separated by semicolons"),
+                                      ("smiles\ty\nCCO\t1\n", "separated by tabs: name the file .tsv")])
 def test_molecule_csv_messages(tmp_path, text, msg):
     with pytest.raises(DataFileError, match=msg):
         MoleculeCSVDataset(write(tmp_path / "m.csv", text), cache_dir=tmp_path / "c", log=False)
