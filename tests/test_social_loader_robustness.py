@@ -431,3 +431,16 @@ def test_real_world_target_exports(tmp_path):
     (tmp_path / "semi.csv").write_text("id;target\n0;1\n")
     with pytest.raises(DataFileError, match="separated by semicolons"):
         load_musae(edges, tmp_path / "semi.csv")
+
+
+def test_duplicated_target_column_names_are_refused(tmp_path):
+    from graphattn.data import load_musae
+    from graphattn.data.download import DataFileError
+
+    edges = tmp_path / "e.csv"
+    edges.write_text("id_1,id_2\n0,1\n")
+    (tmp_path / "t.csv").write_text("id,target,target\n0,1,0\n1,0,1\n")
+    with pytest.raises(DataFileError, match="appears 2 times"):
+        load_musae(edges, tmp_path / "t.csv")
+    with pytest.raises(DataFileError, match="appears 2 times"):
+        load_musae(edges, tmp_path / "t.csv", target_col="target")

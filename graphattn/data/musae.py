@@ -97,6 +97,9 @@ _TARGET_COLUMNS = ("target", "page_type", "ml_target", "mature", "label", "class
 def _column(path, header: List[str], name: str, what: str) -> int:
     """Index of column ``name`` (exact, else the one case-insensitive match)."""
     lower = [h.lower() for h in header]
+    if header.count(name) > 1:  # the same name twice (e.g. "id,target,target"): which one is meant?
+        raise DataFileError(f"{path}: column {name!r} ({what}s) appears {header.count(name)} times in the header "
+                            f"{header}; rename the columns")
     if name in header:
         return header.index(name)
     if lower.count(name.lower()) == 1:  # e.g. --target-col label for a 'Label' column
@@ -114,6 +117,9 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
         t_col = _column(path, header, target_col, "label")
     else:
         t_col = next((lower.index(c) for c in _TARGET_COLUMNS if c in lower), None)
+        if t_col is not None and lower.count(lower[t_col]) > 1:
+            raise DataFileError(f"{path}: the label column {header[t_col]!r} appears {lower.count(lower[t_col])} "
+                                f"times in the header {header}; rename the columns (or pass target_col=)")
         if t_col is None:
             hint = delimiter_hint(header[0]) if len(header) == 1 else ""
             raise DataFileError(f"{path}: cannot tell the label column among {header}"
