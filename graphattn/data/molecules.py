@@ -144,12 +144,7 @@ def _smiles_list_header(words: List[str]) -> bool:
     name, or it is a plain word (letters, digits, ``_``) RDKit cannot parse (``SMILES``, ``Name``)."""
     if words[0].lower() in _SMILES_HEADER_WORDS:
         return True
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0]):
-        return False
-    from rdkit import Chem, rdBase
-
-    with rdBase.BlockLogs():
-        return Chem.MolFromSmiles(words[0]) is None
+    return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0])) and not _parses(words[0])
 
 
 def _read_smiles_list(text, header_only: bool) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
