@@ -16,7 +16,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -185,6 +185,19 @@ def _float_tensors(obj):
         yield from _float_tensors(obj.to_dict())
 
 
+def _input_tensors(batch) -> List[Tensor]:
+    """The floating-point tensors of a batch other than its labels, which may hold NaN (missing)
+    by design: a Data's / dict's ``y``, a tuple/list batch's last tensor."""
+    if hasattr(batch, "to_dict") and not isinstance(batch, dict):
+        batch = batch.to_dict()
+    if isinstance(batch, dict):
+        return list(_float_tensors({k: v for k, v in batch.items() if k != "y"}))
+    if isinstance(batch, (list, tuple)):
+        items = batch[:-1] if batch and isinstance(batch[-1], Tensor) else batch
+        return [t for it in items for t in (_input_tensors(it) if hasattr(it, "to_dict") else _float_tensors(it))]
+    return list(_float_tensors(batch))
+
+
 def _overflow_named(forward: Forward, epoch: int) -> Forward:
     """``forward`` whose "contains NaN or inf" input errors, raised inside the model by a batch
     whose own tensors are finite, become the ``FloatingPointError`` of a diverged model: its
@@ -198,23 +211,12 @@ def _overflow_named(forward: Forward, epoch: int) -> Forward:
         except ValueError as exc:
             if " contains NaN" not in str(exc):
                 raise
-            # the tensor the error names (x, edge_attr) in the batch; else every float tensor of it
+            # the tensor the error names (x, edge_attr) in the batch; else every input tensor of it
             # (PyG batches may pad with NaN on purpose, e.g. Laplacian PE columns past a graph's size)
             name = str(exc).split(" contains NaN", 1)[0].split()[-1]
-            named = batch.get(name) if isinstance(batch, dict) else \
-                getattr(batch, name, None) if not isinstance(batch, (Tensor, list, tuple)) else None
-            # labels may be NaN (missing) by design: left out (PyG's y; a tuple batch's last tensor)
-            if isinstance(named, Tensor):
-                inputs = [named]
-            elif isinstance(batch, (list, tuple)):
-                items = list(batch[:-1]) if batch and isinstance(batch[-1], Tensor) else list(batch)
-                inputs = [t for it in items for t in _float_tensors(
-                    {k: v for k, v in it.to_dict().items() if k != "y"} if hasattr(it, "to_dict") else it)]
-            elif isinstance(batch, dict):
-                inputs = list(_float_tensors({k: v for k, v in batch.items() if k != "y"}))
-            else:
-                inputs = list(_float_tensors({k: v for k, v in batch.to_dict().items() if k != "y"}
-                                             if hasattr(batch, "to_dict") else batch))
+            named = None if isinstance(batch, (Tensor, list, tuple)) else \
+                batch.get(name) if isinstance(batch, dict) else getattr(batch, name, None)
+            inputs = [named] if isinstance(named, Tensor) else _input_tensors(batch)
             if not all(bool(torch.isfinite(t).all()) for t in inputs if t.is_floating_point()):
                 raise
             raise FloatingPointError(f"the model's activations are not finite at epoch {epoch} ({split}) although "
@@ -359,10 +361,10 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if sampler is not None:
             sampler.set_epoch(epoch)
         total, count, batches = 0.0, 0, 0
-        step = _overflow_named(forward, epoch) if epoch > 1 or resumed else forward  # weights updated yet?
+        checked = _overflow_named(forward, epoch)
         for batches, batch in enumerate(train_loader, 1):
-            if batches == 2:
-                step = _overflow_named(forward, epoch)
+            # before the first optimizer step, non-finite activations come from the batch itself
+            step = checked if epoch > 1 or resumed or batches > 1 else forward
             logits, y, *aux = step(model, batch, "train")
             loss = task_loss(kind, logits, y, pos_weight)
             if aux and aux[0] is not None:
