@@ -15,13 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ConvBaseline", "BASELINES"]
+__all__ = ["ConvBaseline", "BASELINES", "EDGE_BASELINES"]
 
 BASELINES = ("gcn", "gat", "transformer", "gin")
+EDGE_BASELINES = ("gat", "transformer", "gin")  # the ones that take edge features (edge_dim)
 
 
-def _conv(kind: str, in_channels: int, out_channels: int, heads: int, dropout: float) -> nn.Module:
-    from torch_geometric.nn import GATConv, GCNConv, GINConv, TransformerConv
+def _conv(kind: str, in_channels: int, out_channels: int, heads: int, dropout: float,
+          edge_dim: Optional[int] = None) -> nn.Module:
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, GINEConv, TransformerConv
 
     if kind == "gcn":
         return GCNConv(in_channels, out_channels)
@@ -31,13 +33,14 @@ def _conv(kind: str, in_channels: int, out_channels: int, heads: int, dropout: f
         mlp = nn.Sequential(nn.Linear(in_channels, out_channels),
                             BatchNorm(out_channels, allow_single_element=True), nn.ReLU(),
                             nn.Linear(out_channels, out_channels))
-        return GINConv(mlp, train_eps=False)
+        # with edge features GINE: Σ_j ReLU(h_j + W e_ji) (Hu et al. 2020)
+        return GINEConv(mlp, train_eps=False, edge_dim=edge_dim) if edge_dim else GINConv(mlp, train_eps=False)
     if out_channels % heads != 0:
         raise ValueError(f"hidden_channels ({out_channels}) must be divisible by heads ({heads})")
     if kind == "gat":  # heads concatenated: H x (C / H) = C outputs, as our layer
-        return GATConv(in_channels, out_channels // heads, heads=heads, dropout=dropout)
+        return GATConv(in_channels, out_channels // heads, heads=heads, dropout=dropout, edge_dim=edge_dim)
     if kind == "transformer":
-        return TransformerConv(in_channels, out_channels // heads, heads=heads, dropout=dropout)
+        return TransformerConv(in_channels, out_channels // heads, heads=heads, dropout=dropout, edge_dim=edge_dim)
     raise ValueError(f"baseline must be one of {BASELINES}, got {kind!r}")
 
 
@@ -55,21 +58,27 @@ class ConvBaseline(nn.Module):
         num_layers (int, default 2), heads (int, default 4), dropout (float, default 0.5).
         graph_level (bool, default False): pool to one vector per graph.
         readout (str, default "mean"): ``"mean"``, ``"sum"`` or ``"max"`` (graph level).
+        edge_dim (int, optional): edge feature width, for ``"gat"``, ``"transformer"`` (their
+            ``edge_dim``) and ``"gin"`` (then GINEConv); GCNConv takes none.
 
-    Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)`` -> ``(N, out)`` or ``(B, out)``.
+    Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)``, edge_attr ``(E, edge_dim)``
+    -> ``(N, out)`` or ``(B, out)``.
     """
 
     def __init__(self, kind: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, heads: int = 4, dropout: float = 0.5,
-                 graph_level: bool = False, readout: str = "mean"):
+                 graph_level: bool = False, readout: str = "mean", edge_dim: Optional[int] = None):
         super().__init__()
         if kind not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}, got {kind!r}")
+        if edge_dim is not None and kind not in EDGE_BASELINES:
+            raise ValueError(f"baseline {kind!r} takes no edge features (edge_dim); {EDGE_BASELINES} do")
         if readout not in ("mean", "sum", "max"):
             raise ValueError(f"readout must be one of ('mean', 'sum', 'max'), got {readout!r}")
         self.kind, self.dropout, self.graph_level, self.readout = kind, dropout, graph_level, readout
+        self.edge_dim = edge_dim
         dims = [in_channels] + [hidden_channels] * num_layers
-        self.convs = nn.ModuleList(_conv(kind, dims[i], dims[i + 1], heads, dropout)
+        self.convs = nn.ModuleList(_conv(kind, dims[i], dims[i + 1], heads, dropout, edge_dim)
                                    for i in range(num_layers))
         if graph_level:
             self.head = nn.Sequential(nn.Linear(hidden_channels, hidden_channels), nn.GELU(),
@@ -78,10 +87,13 @@ class ConvBaseline(nn.Module):
             self.head = nn.Linear(hidden_channels, out_channels)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None,
-                num_graphs: Optional[int] = None, **_ignored) -> Tensor:
+                num_graphs: Optional[int] = None, edge_attr: Optional[Tensor] = None, **_ignored) -> Tensor:
+        if self.edge_dim is not None and edge_attr is None:
+            raise ValueError(f"this {self.kind} baseline was built with edge_dim={self.edge_dim}: pass edge_attr")
+        extra = (edge_attr,) if self.edge_dim is not None else ()
         h = F.dropout(x, self.dropout, self.training)
         for conv in self.convs:
-            h = F.dropout(F.elu(conv(h, edge_index)), self.dropout, self.training)
+            h = F.dropout(F.elu(conv(h, edge_index, *extra)), self.dropout, self.training)
         if not self.graph_level:
             return self.head(h)
         from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool

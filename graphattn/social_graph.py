@@ -68,7 +68,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     from .data.download import data_root
 
     spec: Dict[str, Any] = {"level": "graph", "name": name, "limit": args.limit, "split_seed": int(args.seed),
-                            "folds": args.folds, **GRAPH_FEATURES, "node_attr": True}
+                            "folds": args.folds, **GRAPH_FEATURES, "node_attr": True, "edge_attr": True}
     if args.tu_text:
         from .data.download import files_sha256, input_files
 
@@ -152,6 +152,7 @@ def load_graphs(spec: Dict[str, Any]):
         sub = GraphList(graphs[i] for i in keep.sort().values.tolist())  # a random subset: files are sorted by label
         sub.name, sub.label_values, sub.folds = graphs.name, graphs.label_values, None
         sub.source = getattr(graphs, "source", None)
+        sub.num_edge_attributes, sub.edge_label_values = graphs.num_edge_attributes, graphs.edge_label_values
         graphs = sub
     add_structural_features(graphs, max_degree=spec["max_degree"], rw_steps=spec["rw_steps"],
                             ldp=bool(spec.get("ldp", False)))
@@ -164,6 +165,7 @@ def load_graphs(spec: Dict[str, Any]):
         for g in graphs:
             g.x = torch.cat([g.x, ((g.node_attr.double() - mean) / std).to(g.x.dtype)], 1)
             g.feature_source = "structural+attributes"
+    _edge_features(graphs, bool(spec.get("edge_attr")))
     if int(spec.get("pe_dim", 0) or 0) > 0:
         from .encodings import AddLaplacianPE
 
@@ -235,23 +237,54 @@ def _finished_same_fold(folder: Path, meta: Dict[str, Any]) -> bool:
     return same
 
 
-def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict[str, Any]) -> Dict[str, Any]:
+def _edge_features(graphs, use: bool) -> None:
+    """Edge features of a TU-folder set (``edge_attr``: attribute columns, then one-hot edge
+    labels) kept with their attribute columns z-scored over all edges of the set (float64, as
+    the node attributes), or dropped when ``use`` is off (specs written before they were used)."""
+    if not use or not len(graphs) or not all(getattr(g, "edge_attr", None) is not None for g in graphs):
+        for g in graphs:
+            g.edge_attr = None
+        return
+    k = int(getattr(graphs, "num_edge_attributes", 0) or 0)
+    if k:
+        cols = torch.cat([g.edge_attr[:, :k].double() for g in graphs])
+        mean, std = cols.mean(0), cols.std(0, unbiased=False).clamp(min=1e-6)
+        for g in graphs:
+            g.edge_attr = torch.cat([((g.edge_attr[:, :k].double() - mean) / std).float(), g.edge_attr[:, k:]], 1)
+
+
+def edge_dim_of(graphs) -> Optional[int]:
+    """The width of the graphs' ``edge_attr``, ``None`` when they have none."""
+    return int(graphs[0].edge_attr.size(1)) if len(graphs) and getattr(graphs[0], "edge_attr", None) is not None \
+        else None
+
+
+def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict[str, Any],
+                     edge_dim: Optional[int] = None) -> Dict[str, Any]:
+    """The model of a graph-set run; ``edge_dim``: the graphs' edge features (TU edge labels /
+    attributes), used by our model and by the GAT, TransformerConv and GIN (as GINEConv) baselines;
+    GCNConv takes no edge features."""
     if baseline and baseline != "none":
+        from .baselines import EDGE_BASELINES
+
         return {"class": "ConvBaseline", "kwargs": dict(
             kind=baseline, in_channels=in_channels, hidden_channels=hp["hidden"], out_channels=num_classes,
             num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"], graph_level=True,
-            readout=_baseline_readout(hp, baseline))}
+            readout=_baseline_readout(hp, baseline),
+            **({"edge_dim": edge_dim} if edge_dim and baseline in EDGE_BASELINES else {}))}
     return {"class": "GraphClassifier", "kwargs": dict(
         in_channels=in_channels, hidden_channels=hp["hidden"], num_tasks=num_classes, num_layers=hp["layers"],
         heads=hp["heads"], num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"], dropout=hp["dropout"],
-        readout=hp["readout"], **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
+        readout=hp["readout"], **({"edge_dim": edge_dim} if edge_dim else {}),
+        **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
 
 
 def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:
+    edge_attr = batch.edge_attr if spec["kwargs"].get("edge_dim") else None
     if spec["class"] == "ConvBaseline":
-        return model(batch.x, batch.edge_index, batch.batch, num_graphs=batch.num_graphs)
+        return model(batch.x, batch.edge_index, batch.batch, edge_attr=edge_attr, num_graphs=batch.num_graphs)
     pe = getattr(batch, "lap_pe", None) if spec["kwargs"].get("pe_dim") else None
-    return model(batch.x, batch.edge_index, batch.batch, pe=pe, num_graphs=batch.num_graphs)
+    return model(batch.x, batch.edge_index, batch.batch, edge_attr=edge_attr, pe=pe, num_graphs=batch.num_graphs)
 
 
 def graph_forward(spec: Dict[str, Any]) -> Callable:
@@ -322,7 +355,7 @@ def prepare_graph(args, name: Optional[str]):
     from .social_tasks import build_model
 
     # a model option that does not fit (e.g. --readout token without tokens) fails here, as an input error
-    build_model(graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp))
+    build_model(graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp, edge_dim_of(graphs)))
     for fold in range(args.folds) if args.folds else [None]:
         try:
             parts = graph_split(spec, graphs, fold)
@@ -346,11 +379,15 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     _threads_for(sum(g.edge_index.size(1) for g in graphs[:64]) // max(1, min(len(graphs), 64)) * args.batch_size,
                  args)
     names = [str(v) for v in graphs.label_values]
-    model_spec = graph_model_spec(args.baseline, graphs[0].num_features, len(names), hp)
+    edge_dim = edge_dim_of(graphs)
+    model_spec = graph_model_spec(args.baseline, graphs[0].num_features, len(names), hp, edge_dim)
     out = _out_dir(args, spec["display"] + (f"-{args.folds}fold" if args.folds else ""))
     n_nodes = sum(g.num_nodes for g in graphs)
     print(f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
-          f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})\nmodel: "
+          f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})"
+          + (f", {edge_dim} edge features (TU edge attributes/labels"
+             + (f"; not used by {args.baseline}" if not model_spec["kwargs"].get("edge_dim") else "") + ")"
+             if edge_dim else "") + "\nmodel: "
           f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
           f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
           + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")

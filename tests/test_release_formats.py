@@ -596,6 +596,75 @@ def test_tu_raw_layout_finds_the_fold_files_beside_raw_and_hashes_only_its_own_f
     assert "stratified folds" not in out and "2-fold CV" in out
 
 
+def _edge_feature_files(folder, name, rng, both_ways=True):
+    """Edge labels (0..2) and 2 attributes per row of ``NAME_A.txt``, the same for both directions of an edge."""
+    rows = [tuple(map(int, ln.split(","))) for ln in (folder / f"{name}_A.txt").read_text().splitlines()]
+    feats = {}
+    for i, j in rows:
+        key = (min(i, j), max(i, j))
+        if key not in feats:
+            feats[key] = (int(rng.integers(0, 3)), rng.normal(size=2).round(3))
+    (folder / f"{name}_edge_labels.txt").write_text("".join(f"{feats[min(i, j), max(i, j)][0]}\n" for i, j in rows))
+    (folder / f"{name}_edge_attributes.txt").write_text(
+        "".join(", ".join(map(str, feats[min(i, j), max(i, j)][1])) + "\n" for i, j in rows))
+
+
+def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
+    # PyG's TUDataset reads them into edge_attr (attributes, then one-hot labels); they were checked and dropped
+    from torch_geometric.datasets import TUDataset
+
+    graphs = _random_sets(3, n_graphs=15)  # no edgeless tail: PyG's reader drops such graphs
+    _write_tu(tmp_path / "T" / "raw", "T", graphs)
+    _edge_feature_files(tmp_path / "T" / "raw", "T", np.random.default_rng(0))
+    ours = load_tu_folder(tmp_path / "T")
+    pyg = TUDataset(str(tmp_path), "T", use_edge_attr=True)
+    assert len(ours) == len(pyg) and ours.num_edge_attributes == 2 and ours.edge_label_values == [0, 1, 2]
+    for a, b in zip(ours, pyg):
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert a.edge_attr.shape == (a.edge_index.size(1), 5) and torch.allclose(a.edge_attr, b.edge_attr)
+    # an edge listed one way gets its features both ways; repeated rows that disagree are warned about
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "O_A.txt").write_text("1, 2\n2, 3\n2, 3\n")
+    (folder / "O_graph_indicator.txt").write_text("1\n1\n1\n")
+    (folder / "O_graph_labels.txt").write_text("0\n")
+    (folder / "O_edge_labels.txt").write_text("7\n8\n9\n")
+    with pytest.warns(UserWarning, match="1 repeated edge rows carry other edge labels"):
+        (g,) = load_tu_folder(folder)
+    assert g.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
+    assert g.edge_attr.argmax(1).tolist() == [0, 0, 1, 1]  # labels 7, 7, 8, 8 (the first row of 2-3)
+
+
+def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
+    # the class is in the edge labels only (every graph a 5-node path with the same node labels)
+    from graphattn.social_graph import load_graphs
+
+    graphs = [(5, [(i, i + 1) for i in range(4)], k % 2, [0] * 5) for k in range(40)]
+    _write_tu(tmp_path / "P", "P", graphs)
+    rows = [tuple(map(int, ln.split(","))) for ln in (tmp_path / "P" / "P_A.txt").read_text().splitlines()]
+    (tmp_path / "P" / "P_edge_labels.txt").write_text("".join(f"{((i - 1) // 5) % 2}\n" for i, _ in rows))
+    run = tmp_path / "run"
+    args = ["train", "--tu-text", str(tmp_path / "P"), "--epochs", "40", "--lr", "0.01", "--no-progress",
+            "--threads", "1", "--seed", "0"]
+    assert main(args + ["--out", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "2 edge features (TU edge attributes/labels)" in out
+    meta = load_checkpoint(run / "best.pt")["meta"]
+    assert meta["model"]["kwargs"]["edge_dim"] == 2
+    assert json.loads((run / "metrics.json").read_text())["test"]["accuracy"] == 1.0  # chance without them
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 0
+    assert main(["predict", "--checkpoint", str(run / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
+    old = dict(meta["data"])
+    del old["edge_attr"]  # a spec written before edge features were used: the graphs come without them
+    assert all(g.edge_attr is None for g in load_graphs(old))
+    for baseline, used in (("gin", True), ("gat", True), ("gcn", False)):
+        assert main(args[:3] + ["--epochs", "1", "--no-progress", "--threads", "1", "--baseline", baseline,
+                                "--out", str(tmp_path / baseline)]) == 0
+        assert ("not used by gcn" in capsys.readouterr().out) != used
+        kwargs = load_checkpoint(tmp_path / baseline / "best.pt")["meta"]["model"]["kwargs"]
+        assert kwargs.get("edge_dim") == (2 if used else None)
+
+
 def test_unused_tu_files_are_checked_and_named_and_partial_folds_warned(tmp_path):
     graphs = _two_label_sets()
     _write_tu(tmp_path / "E", "E", graphs)
@@ -603,10 +672,11 @@ def test_unused_tu_files_are_checked_and_named_and_partial_folds_warned(tmp_path
     (tmp_path / "E" / "E_edge_labels.txt").write_text("1\n")  # one row for every edge row is needed
     with pytest.raises(DataFileError, match=rf"E_edge_labels.txt: 1 rows, expected {n_rows}"):
         load_tu_folder(tmp_path / "E")
-    (tmp_path / "E" / "E_edge_labels.txt").write_text("1\n" * n_rows)
-    with pytest.warns(UserWarning, match="E_edge_labels.txt checked but not used"):
-        load_tu_folder(tmp_path / "E")
     (tmp_path / "E" / "E_edge_labels.txt").unlink()
+    (tmp_path / "E" / "E_graph_attributes.txt").write_text("0.5\n" * len(graphs))
+    with pytest.warns(UserWarning, match="E_graph_attributes.txt checked but not used"):
+        load_tu_folder(tmp_path / "E")
+    (tmp_path / "E" / "E_graph_attributes.txt").unlink()
     folds = tmp_path / "E" / "10fold_idx"
     _fold_files(folds, len(graphs), k=4)
     for f in (3, 4):  # two of the four folds' files only: their test sets cover half the graphs

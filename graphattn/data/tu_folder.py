@@ -8,12 +8,15 @@ folder (plain or ``.gz``)::
     NAME_graph_labels.txt      per graph, its class label
     NAME_node_labels.txt       optional: per node, its label(s) (comma-separated)
     NAME_node_attributes.txt   optional: per node, continuous attributes (comma-separated)
-    NAME_edge_labels.txt, NAME_edge_attributes.txt, NAME_graph_attributes.txt: optional; their
-                               row counts are checked, their values not used (a warning says so)
+    NAME_edge_labels.txt       optional: per edge (row of NAME_A.txt), its label(s)
+    NAME_edge_attributes.txt   optional: per edge, continuous attributes (comma-separated)
+    NAME_graph_attributes.txt  optional: row count checked, values not used (a warning says so)
 
 :func:`load_tu_folder` returns the :class:`~graphattn.data.tu_text.GraphList` layout of
 :func:`~graphattn.data.tu_text.load_tu_text` (``y``, ``tag``, ``x`` = one-hot tags when
-there are several, ``node_attr``, undirected deduplicated edges, ``label_values``).
+there are several, ``node_attr``, undirected deduplicated edges, ``label_values``), plus
+``edge_attr`` when the set has edge labels or attributes: PyG's ``TUDataset`` layout
+(attributes first, then the one-hot of each distinct edge-label row).
 
 Why not PyG's ``TUDataset`` here: it needs the ``<root>/<NAME>/raw/`` layout (anything else
 starts a download), and its reader ``torch_geometric.io.read_tu_data`` cuts the edge slices
@@ -104,6 +107,57 @@ def _rows(buf: bytes, what: str, n_rows: int, floats: bool = False) -> np.ndarra
     return vals.reshape(n_rows, width)
 
 
+def _edge_features(folder: Path, prefix: str, n_edges: int) -> Tuple[Optional[np.ndarray], int, list]:
+    """``(E, D)`` float features of the rows of ``NAME_A.txt`` (edge attributes, then the
+    one-hot of each distinct edge-label row, as PyG's ``read_tu_data``), the number of attribute
+    columns, and the distinct edge-label values (``[]`` without labels); ``None`` without files."""
+    where = f"{folder}/{prefix}"
+    parts, n_attr, values = [], 0, []
+    raw = _read(folder, prefix, "edge_attributes", required=False)
+    if raw is not None:
+        attr = _rows(raw, f"{where}_edge_attributes.txt", n_edges, floats=True)
+        parts.append(attr)
+        n_attr = attr.shape[1]
+    raw = _read(folder, prefix, "edge_labels", required=False)
+    if raw is not None:
+        rows = _rows(raw, f"{where}_edge_labels.txt", n_edges)
+        uniq, code = np.unique(rows, axis=0, return_inverse=True)
+        values = (uniq[:, 0].tolist() if rows.shape[1] == 1 else [r.tolist() for r in uniq])
+        one_hot = np.zeros((n_edges, len(uniq)), dtype=np.float64)
+        one_hot[np.arange(n_edges), code.reshape(-1)] = 1.0
+        parts.append(one_hot)
+    return (np.concatenate(parts, 1) if parts else None), n_attr, values
+
+
+def _undirected_with_features(src: np.ndarray, dst: np.ndarray, feats: np.ndarray, n: int,
+                              remove_self_loops: bool, where: str) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`~graphattn.data.rawio.undirected_edge_index` (same edges, same order) carrying each
+    edge's features: an edge ``s -> d`` takes the features of the file's row ``s -> d`` when there
+    is one, else those of its row ``d -> s``; among several rows for one direction the first is
+    kept (a warning counts the ones that disagree with it)."""
+    rows = np.arange(src.size)
+    if remove_self_loops:
+        keep = src != dst
+        src, dst, rows = src[keep], dst[keep], rows[keep]
+    m = max(int(n), 1)
+    key = np.concatenate([src * m + dst, dst * m + src])
+    prio = np.concatenate([np.zeros(src.size, np.int64), np.ones(src.size, np.int64)])  # own direction first
+    row = np.concatenate([rows, rows])
+    order = np.lexsort((row, prio, key))
+    key, prio, row = key[order], prio[order], row[order]
+    first = np.ones(key.size, dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    # rows of the same direction disagreeing with the one kept (a reversed row never counts)
+    head = np.maximum.accumulate(np.where(first, np.arange(key.size), 0))
+    same_dir = ~first & (prio == prio[head])
+    clash = same_dir & (feats[row] != feats[row[head]]).any(1)
+    if clash.any():
+        warnings.warn(f"{where}_A.txt: {np.unique(row[clash]).size} repeated edge rows carry other edge labels/attributes "
+                      "than the first row of the same edge; the first row's are used", stacklevel=3)
+    key, row = key[first], row[first]
+    return np.stack([key // m, key % m]), feats[row]
+
+
 def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_loops: bool = True,
                    one_hot_tags: bool = True) -> GraphList:
     """Read a TU-format set from ``path``: its ``NAME_A.txt`` file, its folder, or a folder
@@ -112,7 +166,11 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     labels re-coded to 0..C-1 (sorted; originals in ``label_values``), node labels as ``tag``
     (several label columns: each distinct row is one tag) with ``x`` its one-hot when there
     are several, ``node_attr`` (N, D) float when the set has node attributes, edges made
-    undirected and deduplicated, self-loops removed unless ``remove_self_loops=False``.
+    undirected and deduplicated, self-loops removed unless ``remove_self_loops=False``, and
+    ``edge_attr`` (e, D) float when the set has ``edge_attributes`` / ``edge_labels`` files
+    (attribute columns first, then one-hot edge labels, as PyG's ``TUDataset``; an edge listed
+    in one direction only gives both directions its features). The list's
+    ``num_edge_attributes`` counts the attribute columns, ``edge_label_values`` the labels.
     Shapes per graph: ``y`` (1,), ``tag`` (n,), ``edge_index`` (2, e)."""
     found = find_tu_prefix(path, name)
     if found is None:
@@ -152,7 +210,13 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
         raise DataFileError(f"{where}_A.txt: row {k + 1} joins nodes of graphs {int(gi[a[k, 0]]) + 1} and "
                             f"{int(gi[a[k, 1]]) + 1} ({int(cross.sum())} such edges)")
     n_loops = int(np.count_nonzero(src == dst))
-    ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)  # sorted by source
+    feats, n_edge_attr, edge_label_values = _edge_features(folder, prefix, a.shape[0])
+    if feats is None:
+        ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)  # sorted by source
+        edge_attr = None
+    else:
+        ei, feats = _undirected_with_features(src, dst, feats, n, remove_self_loops, where)
+        edge_attr = torch.from_numpy(feats).float()
 
     tag_raw = _read(folder, prefix, "node_labels", required=False)
     if tag_raw is not None:
@@ -168,20 +232,16 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     attr = (torch.from_numpy(_rows(attr_raw, f"{where}_node_attributes.txt", n, floats=True)[order]).float()
             if attr_raw is not None else None)
 
-    unused = []  # the optional files graph classification here does not use: checked, then said so
-    for kind, rows_of in (("edge_labels", "edges"), ("edge_attributes", "edges"), ("graph_attributes", "graphs")):
-        raw = _read(folder, prefix, kind, required=False)
-        if raw is not None:  # rows counted, not parsed (they are not used)
-            want, got = a.shape[0] if rows_of == "edges" else n_graphs, sum(1 for ln in raw.split(b"\n") if ln.strip())
-            if got != want:
-                raise DataFileError(f"{where}_{kind}.txt: {got} rows, expected {want} (one per {rows_of[:-1]})")
-            unused.append(f"{prefix}_{kind}.txt")
-    if unused:
-        warnings.warn(f"{where}: {', '.join(unused)} checked but not used: the graphs carry node labels and "
-                      "attributes only, no edge_attr (PyG's TUDataset reads edge labels/attributes into "
-                      "edge_attr)", stacklevel=2)
+    raw = _read(folder, prefix, "graph_attributes", required=False)
+    if raw is not None:  # graph-level regression targets: rows counted, not parsed (not used)
+        got = sum(1 for ln in raw.split(b"\n") if ln.strip())
+        if got != n_graphs:
+            raise DataFileError(f"{where}_graph_attributes.txt: {got} rows, expected {n_graphs} (one per graph)")
+        warnings.warn(f"{where}: {prefix}_graph_attributes.txt checked but not used (graph classification "
+                      "uses the graph labels)", stacklevel=2)
     label_values, y = sorted_unique(labels, return_inverse=True)
-    out = split_graphs(ei[0], ei[1], node_off, y, torch.from_numpy(tag), len(tag_values), attr, one_hot_tags)
+    out = split_graphs(ei[0], ei[1], node_off, y, torch.from_numpy(tag), len(tag_values), attr, one_hot_tags,
+                       edge_attr=edge_attr)
     n_empty = int(np.count_nonzero(sizes == 0))
     if n_empty:
         warnings.warn(f"{where}: {n_empty} of {n_graphs} graphs have no nodes (graph ids absent from the "
@@ -190,4 +250,6 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     out.label_values = [int(v) for v in label_values]
     out.tag_values = [int(v) for v in tag_values]
     out.num_self_loops_removed = n_loops if remove_self_loops else 0
+    out.num_edge_attributes = n_edge_attr
+    out.edge_label_values = edge_label_values
     return out

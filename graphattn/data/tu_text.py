@@ -46,6 +46,8 @@ class GraphList(list):
     label_values: List[int] = []
     tag_values: List[int] = []
     num_self_loops_removed: int = 0
+    num_edge_attributes: int = 0  # TU folder sets: edge_attr's leading continuous columns
+    edge_label_values: list = []
     folds: Optional[List[Tuple[Tensor, Tensor]]] = None
 
     @property
@@ -63,13 +65,15 @@ class GraphList(list):
 
 
 def split_graphs(src: np.ndarray, dst: np.ndarray, node_off: np.ndarray, y: np.ndarray, tag: Tensor,
-                 n_tags: int, attr: Optional[Tensor], one_hot_tags: bool = True) -> GraphList:
+                 n_tags: int, attr: Optional[Tensor], one_hot_tags: bool = True,
+                 edge_attr: Optional[Tensor] = None) -> GraphList:
     """One ``Data`` per graph of a whole set's global edge list (shared by the text and the TU
     folder readers). ``src`` / ``dst`` ``(E,)`` sorted by ``src``, every edge inside one graph;
     ``node_off`` ``(G + 1,)`` node offsets; ``y`` ``(G,)`` re-coded labels; ``tag`` ``(N,)``
     re-coded node tags (``x`` = their one-hot when ``n_tags > 1`` and ``one_hot_tags``);
-    ``attr`` ``(N, D)`` or None. Each graph: ``edge_index`` ``(2, e)`` local ids, ``y`` ``(1,)``,
-    ``tag`` ``(n,)``[, ``x`` ``(n, n_tags)``, ``node_attr`` ``(n, D)``]."""
+    ``attr`` ``(N, D)`` or None; ``edge_attr`` ``(E, D')`` aligned with ``src`` or None. Each
+    graph: ``edge_index`` ``(2, e)`` local ids, ``y`` ``(1,)``, ``tag`` ``(n,)``[, ``x``
+    ``(n, n_tags)``, ``node_attr`` ``(n, D)``, ``edge_attr`` ``(e, D')``]."""
     e_off = np.searchsorted(src, node_off)
     out = GraphList()
     for g in range(len(node_off) - 1):
@@ -84,6 +88,8 @@ def split_graphs(src: np.ndarray, dst: np.ndarray, node_off: np.ndarray, y: np.n
             data.x = torch.nn.functional.one_hot(data.tag, n_tags).float()
         if attr is not None:
             data.node_attr = attr[a:b].clone()
+        if edge_attr is not None:
+            data.edge_attr = edge_attr[ea:eb].clone()
         out.append(data)
     return out
 
