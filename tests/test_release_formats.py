@@ -685,3 +685,23 @@ def test_unused_tu_files_are_checked_and_named_and_partial_folds_warned(tmp_path
     with pytest.warns(UserWarning, match="test sets cover 10 of 20 graphs"):
         assert main(["train", "--tu-text", str(tmp_path / "E"), "--folds", "2", "--epochs", "1", "--no-progress",
                      "--threads", "1", "--out", str(tmp_path / "run")]) == 0
+
+
+def test_edges_csv_read_in_chunks_equals_read_at_once_and_names_the_first_bad_row(tmp_path, monkeypatch):
+    import graphattn.data.musae as musae
+
+    rng = np.random.default_rng(0)
+    rows = [f"{a},{b}" for a, b in rng.integers(0, 10 ** 6, (300, 2))]
+    rows[100:100] = ["", "  "]  # blank lines are skipped, and counted in row numbers
+    path = tmp_path / "e.csv"
+    path.write_text("id_1,id_2\r\n" + "\r\n".join(rows) + "\r\n")
+    whole = musae._read_edges_csv(path)
+    for chunk in (1, 5, 64, 1000):  # chunk edges inside rows and on newlines
+        monkeypatch.setattr(musae, "_EDGE_CHUNK", chunk)
+        got = musae._read_edges_csv(path)
+        assert got[0] == whole[0] and np.array_equal(got[1], whole[1]) and np.array_equal(got[2], whole[2])
+        bad = rows[:250] + ["7,8,9"] + rows[250:260] + ["1,x"] + rows[260:]
+        path.write_text("id_1,id_2\n" + "\n".join(bad) + "\n")
+        with pytest.raises(DataFileError, match=r"row 252 has 3 fields"):  # the first bad row, in any chunk
+            musae._read_edges_csv(path)
+        path.write_text("id_1,id_2\r\n" + "\r\n".join(rows) + "\r\n")
