@@ -166,7 +166,8 @@ def main(argv=None):
         print(f"| {r['pattern']} | {r['edges_per_sequence']} | {r['reach']:.3f} | {r['accuracy_bound']:.3f} "
               f"| {r['test_accuracy']:.3f} | {r['seconds_per_epoch']:.2f} |")
     print(f"\n(reach: fraction of tokens that position 0 reaches in {args.layers} hops; acc. bound = "
-          f"reach + (1 - reach)/V, the best any model with this pattern can do)")
+          f"reach + (1 - reach)/V, the expected accuracy of a model that is right on every reached token and "
+          f"guesses the rest; a finite test set's chance hits scatter around it)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "chance": chance, "results": rows,

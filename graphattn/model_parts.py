@@ -47,8 +47,9 @@ class FeatureEncoder(nn.Module):
             raise ValueError(f"{self.name} must have {self.in_channels} columns, got shape {tuple(x.shape)}")
         if self.embeddings is None:
             if not x.is_floating_point():
-                raise TypeError(f"{self.name}: float features expected, got {x.dtype}: pass vocab_sizes "
-                                "for categorical input")
+                raise TypeError(f"{self.name}: float features expected, got {x.dtype}: convert numeric "
+                                "features (e.g. uint8 pixels: x.float() / 255), or pass vocab_sizes for "
+                                "categorical codes")
             check_features(x, self.in_channels, self.name)  # NaN/inf named on the user's tensor
             return self.lin(x)
         self._check_codes(x)

@@ -151,7 +151,12 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
         height, width = height // p, width // p
     _check_int("kernel_size", kernel_size, 1)  # a positive int for every pattern (unused by "full")
     if pattern == "full":
-        return sequence_graph(height * width, "full", device=device)
+        n = height * width
+        if n * n > MAX_EDGES:  # sequence_graph's own message would speak of tokens
+            raise ValueError(f"pattern 'full' on {n:,} {'patches' if patch_size else 'pixels'} ({height}x{width}) "
+                             f"needs {n * n:,} edges, more than graphattn.patterns.MAX_EDGES = {MAX_EDGES:,}: use "
+                             "pattern='grid', a larger patch_size or a smaller image")
+        return sequence_graph(n, "full", device=device)
     if kernel_size % 2 == 0:
         raise ValueError(f"kernel_size must be odd (a window centred on the pixel), got {kernel_size}")
     rad = min(kernel_size // 2, max(height, width))  # a wider window changes nothing (nor overflows)

@@ -263,3 +263,10 @@ def test_window_stride_kernel_wider_than_the_input_equal_full():
     assert torch.equal(sinusoidal_pe(5, torch.tensor(4)), sinusoidal_pe(5, 4))
     with pytest.raises(ValueError, match="base must be a finite number"):
         sinusoidal_pe(5, 4, base="10000")
+
+
+def test_full_image_pattern_too_large_speaks_of_pixels_or_patches():
+    with pytest.raises(ValueError, match=r"on 90,000 pixels \(300x300\)"):
+        image_graph(300, 300, "full")
+    with pytest.raises(ValueError, match=r"on 90,000 patches .*larger patch_size"):
+        image_graph(600, 600, "full", patch_size=2)
