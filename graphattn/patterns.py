@@ -84,7 +84,8 @@ def _one_pattern(name: str, length: int, window, stride, num_global, device):
 
 
 def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[int] = None,
-                   stride: Optional[int] = None, num_global: int = 0, *, device=None) -> Tensor:
+                   stride: Optional[int] = None, num_global: int = 0, *, causal: bool = False,
+                   device=None) -> Tensor:
     r"""Attention pattern over a sequence of ``length`` tokens as an ``edge_index``.
 
     Args:
@@ -98,11 +99,19 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
         window (int, optional): half-width, ``>= 0``; required by (and only for) "window".
         stride (int, optional): ``>= 1``; required by (and only for) "stride".
         num_global (int): ``>= 1`` for "global"; must stay 0 otherwise.
+        causal (bool): keep only the edges with :math:`j \le i` of the pattern (or union):
+            ``pattern="window", causal=True`` is a causal sliding window (each token attends
+            to itself and the ``window`` tokens before it); with "global" the global tokens
+            still attend to everything before them only.
 
     Shapes: returns ``(2, E)`` int64; row 0 = source j, row 1 = target i; sorted by (i, j).
     """
     length = _check_int("length", length, 0)
     pats = _parse_patterns(pattern, SEQUENCE_PATTERNS)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if causal and "full" in pats:  # full ∩ causal = causal; its j <= i edges directly
+        pats = ["causal"] + [p for p in pats if p not in ("full", "causal")]
     params = {}
     for name, value, minimum in (("window", window, 0), ("stride", stride, 1), ("num_global", num_global, 1)):
         needed, unused = ("global", 0) if name == "num_global" else (name, None)
@@ -121,6 +130,9 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
                 f"{length:,} tokens")  # the concatenation below holds them all at once
         key = torch.unique(torch.cat([t * length + s for t, s in parts]))
         target, source = key // length, key % length
+    if causal:
+        keep = source <= target
+        target, source = target[keep], source[keep]
     return torch.stack([source, target]).long()
 
 

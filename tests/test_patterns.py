@@ -270,3 +270,20 @@ def test_full_image_pattern_too_large_speaks_of_pixels_or_patches():
         image_graph(300, 300, "full")
     with pytest.raises(ValueError, match=r"on 90,000 patches .*larger patch_size"):
         image_graph(600, 600, "full", patch_size=2)
+
+
+@pytest.mark.parametrize("length", [0, 1, 5, 9])
+def test_causal_keeps_the_patterns_edges_with_source_not_after_target(length):
+    def mask(ei):
+        m = torch.zeros(length, length, dtype=torch.bool)
+        m[ei[1], ei[0]] = True
+        return m
+
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    causal_window = mask(sequence_graph(length, "window", window=2, causal=True))
+    assert torch.equal(causal_window, (i - j >= 0) & (i - j <= 2))  # a causal sliding window
+    assert torch.equal(sequence_graph(length, "full", causal=True), sequence_graph(length, "causal"))
+    union = mask(sequence_graph(length, ["window", "global"], window=1, num_global=2, causal=True))
+    assert torch.equal(union, mask(sequence_graph(length, ["window", "global"], window=1, num_global=2)) & (j <= i))
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        sequence_graph(length, "full", causal=1)
