@@ -226,7 +226,7 @@ def _spec_with(monkeypatch, tmp_path, **urls):
     spec = dict(SOCIAL_NODE_DATASETS["lastfm_asia"])
     for kind, url in urls.items():
         spec[kind] = (spec[kind][0], url)
-    spec["rows"] = None
+    spec["rows"], spec["blobs"] = None, {}  # stand-in files: not the pinned upstream ones
     monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
     monkeypatch.setattr(social, "_FAILED_DOWNLOADS", {})
     return spec

@@ -14,6 +14,7 @@ never leaves a file behind that later looks valid.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -25,7 +26,7 @@ from typing import Callable, Optional, Sequence, Union
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["data_root", "cache_root", "find_file", "download_url", "sha256sum", "DataFileError"]
+__all__ = ["data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
 
 
 class DataFileError(ValueError):
@@ -114,24 +115,56 @@ def warn_if_inputs_changed(spec) -> None:
                       "differs): the split and the metrics are rebuilt from the new contents", stacklevel=3)
 
 
+def git_blob_sha1(path: PathLike, chunk: int = 1 << 20) -> str:
+    """Git's blob id of a file: sha1 of ``b"blob <size>\\0"`` + its bytes. A file fetched from
+    ``raw.githubusercontent.com/<owner>/<repo>/<commit>/<path>`` has the blob id that
+    ``git ls-tree <commit> <path>`` lists, so a pinned id checks the download byte for byte."""
+    h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+_STALE_PART_SECONDS = 24 * 3600  # a .part file this old is left over from a killed download
+
+
+def _remove_stale_parts(dest: Path) -> None:
+    import time
+
+    for p in dest.parent.glob(f"{glob.escape(dest.name)}.*.part"):
+        try:
+            if time.time() - p.stat().st_mtime > _STALE_PART_SECONDS:
+                p.unlink()
+        except OSError:
+            pass
+
+
 def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
-                 check: Optional[Callable[[Path], None]] = None, progress: bool = True) -> Path:
+                 check: Optional[Callable[[Path], None]] = None, progress: bool = True,
+                 git_blob: Optional[str] = None) -> Path:
     """Download ``url`` to ``dest`` atomically, with a progress bar and an integrity check.
 
-    ``sha256`` (hex) is compared when given; ``check(path)`` is called on the temporary
-    file and should raise :class:`DataFileError` if the content is wrong. On any failure
-    the temporary file is removed and nothing is left at ``dest``.
+    The bytes received must match the server's ``Content-Length`` (a connection closed early
+    ends a read without an error); ``sha256`` (hex) and ``git_blob`` (the file's git blob id,
+    for files pinned at a GitHub commit) are compared when given; ``check(path)`` is called on
+    the temporary file and should raise :class:`DataFileError` if the content is wrong. On any
+    failure the temporary file is removed and nothing is left at ``dest``; the error names
+    ``url`` and ``dest``. Leftovers of killed downloads (``dest.*.part`` older than a day) are
+    removed.
     """
     from tqdm.auto import tqdm
 
     dest = Path(dest)
     created = [d for d in [dest.parent, *dest.parent.parents] if not d.exists()]  # removed again on failure
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_parts(dest)
     fd, tmp = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "graphattn"})
+        written = 0
         with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}",
@@ -141,14 +174,24 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
                     if not block:
                         break
                     out.write(block)
+                    written += len(block)
                     bar.update(len(block))
-        if sha256 is not None:
-            got = sha256sum(tmp)
-            if got != sha256:
-                raise DataFileError(f"{url}: sha256 mismatch (expected {sha256}, got {got}); "
-                                    "the download is corrupt or the upstream file changed")
+        rejected = f"download of {url} rejected, nothing kept at {dest}"
+        if total is not None and written != total:
+            raise DataFileError(f"{rejected}: incomplete, got {written:,} of {total:,} bytes (the connection "
+                                "closed early); try again")
+        for kind, want, digest in (("sha256", sha256, sha256sum), ("git blob", git_blob, git_blob_sha1)):
+            if want is not None:
+                got = digest(tmp)
+                if got != want:
+                    raise DataFileError(f"{rejected}: {kind} mismatch (expected {want}, got {got}); the "
+                                        "download is corrupt or the upstream file changed")
         if check is not None:
-            check(tmp)
+            try:
+                check(tmp)
+            except DataFileError as exc:  # the check names the temporary file, which is removed below
+                msg = str(exc).replace(str(tmp), dest.name).replace("; delete it to re-download", "")
+                raise DataFileError(f"{rejected}: {msg}") from None
         from ..checkpoint import _plain_mode
 
         _plain_mode(tmp)  # as a plain write would (mkstemp creates 0600; shared data roots)
@@ -166,12 +209,14 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
 
 def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
               root: Optional[PathLike] = None, sha256: Optional[str] = None,
-              check: Optional[Callable[[Path], None]] = None, download: bool = True) -> Path:
+              check: Optional[Callable[[Path], None]] = None, download: bool = True,
+              git_blob: Optional[str] = None) -> Path:
     """Return the first of ``relpaths`` (relative to the data root) that exists, else download.
 
     ``relpaths`` lists accepted local names (e.g. ``tox21/tox21.csv.gz`` and
     ``tox21/tox21.csv``); the download is written to the first one. ``check`` is run on
-    local files too, so a truncated local copy fails with a clear message.
+    local files too, so a truncated local copy fails with a clear message; ``sha256`` /
+    ``git_blob`` check downloads only (local copies may be recompressed or edited).
     """
     if isinstance(relpaths, str):
         relpaths = [relpaths]
@@ -190,7 +235,7 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
         raise DataFileError(
             f"none of {list(relpaths)} found under data root {base} (set root= or $GRAPHATTN_DATA), and {why}")
     try:
-        return download_url(url, base / relpaths[0], sha256=sha256, check=check)
+        return download_url(url, base / relpaths[0], sha256=sha256, check=check, git_blob=git_blob)
     except DataFileError:
         raise
     except OSError as exc:  # URLError is an OSError

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import zlib
 import hashlib
 import io
 import itertools
@@ -222,7 +223,7 @@ def read_csv_table(path, header_only: bool = False) -> Tuple[List[str], List[Tup
     except UnicodeDecodeError as exc:
         raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as "
                             "UTF-8 (e.g. Excel: 'CSV UTF-8'), or the file is corrupt") from exc
-    except (OSError, EOFError, csv.Error, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, csv.Error, gzip.BadGzipFile, zlib.error) as exc:
         what = {"csv": "CSV", "tsv": "TSV", "smiles_list": "a SMILES list"}[kind]
         raise DataFileError(f"{path}: cannot read as {what} ({type(exc).__name__}: {exc}); "
                             "the file is truncated or corrupt") from exc

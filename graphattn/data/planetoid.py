@@ -29,6 +29,39 @@ _PLANETOID_URL = "https://github.com/kimiyoung/planetoid/raw/master/data"
 PLANETOID_DATASETS = {"cora": ("Cora", (2708, 10556, 1433, 7)),
                       "citeseer": ("CiteSeer", (3327, 9104, 3703, 6)),
                       "pubmed": ("PubMed", (19717, 88648, 500, 3))}
+#: sha256 of the upstream files (verified on the shared data's copies): downloads must match
+_SHA256 = {"ind.cora.x": "23cfa55d91c6f624233f5eb7b6e3f141f1bd2b2ae39608a63cf5d084bb27baab",
+           "ind.cora.tx": "b9afbaa4a400df991f6f02ef677e1e44da55ffc04801fd02f9e673987829226a",
+           "ind.cora.allx": "9419ba2f26f5c35243db64aba110e0f35a04851609e0dc5433450676ca6b8543",
+           "ind.cora.y": "94465c14eb53e04ca262198dcbb2521ee8af60fb3f3d546cd6ca24a511b0e7d1",
+           "ind.cora.ty": "41f5ac76596a1699cc33f53084a2419e92961c42bb75f36fc38e616d348532ad",
+           "ind.cora.ally": "2b998f5cc7fedc86e7f97ca2498f47a1ffc1462c29e2d578b23bf3f62b6e7d71",
+           "ind.cora.graph": "58f13302f39dde8852dad6fe6d15b89b077b6d7f837626bce671ef80344b383d",
+           "ind.cora.test.index": "297ce89af2b51a6a194181c7dbe1796c6a1cf9cd9349a88383b1b1e227867875"}
+
+
+def _raw_check(path: Path) -> None:
+    """A Planetoid raw file reads as PyG reads it (pickles of numpy/scipy objects; the test
+    index one integer per line): an HTML error page or a cut download is a clear error, not
+    an ``UnpicklingError`` from inside PyG on every later run."""
+    import pickle
+    import zlib
+
+    if path.name.endswith(".test.index"):
+        try:
+            [int(v) for v in path.read_text().split()]
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DataFileError(f"{path}: not a Planetoid test index (one node id per line): {exc}; "
+                                "delete it to re-download") from None
+        return
+    try:
+        with open(path, "rb") as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # scipy's old pickled module paths
+            pickle.load(f, encoding="latin1")  # as PyG's read_planetoid_data
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError,
+            KeyError, zlib.error) as exc:
+        raise DataFileError(f"{path}: not a Planetoid pickle, or cut short ({type(exc).__name__}: {exc}); "
+                            "delete it to re-download") from None
 
 
 def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool = True) -> Data:
@@ -53,7 +86,8 @@ def load_planetoid(name: str, root: Optional[PathLike] = None, *, download: bool
     for suf in _SUFFIXES:
         fn = f"ind.{key}.{suf}"
         raw[fn] = find_file([f"{key}/{fn}", f"{pyg_name}/raw/{fn}", f"{key}/raw/{fn}", fn],
-                            url=f"{_PLANETOID_URL}/{fn}", root=root, download=download)
+                            url=f"{_PLANETOID_URL}/{fn}", root=root, download=download,
+                            sha256=_SHA256.get(fn), check=_raw_check)
     # the processed file is keyed by the raw files' folder, sizes and times: replaced files are re-read
     stamp = [str(raw[f"ind.{key}.x"].resolve().parent)] + [f"{p.stat().st_size}:{p.stat().st_mtime_ns}"
                                                           for p in raw.values()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import zlib
 import io
 import json
 import zipfile
@@ -35,7 +36,7 @@ def read_bytes(path: PathLike) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(raw)
-        except (EOFError, OSError, gzip.BadGzipFile) as exc:
+        except (EOFError, OSError, gzip.BadGzipFile, zlib.error) as exc:
             raise DataFileError(f"{path}: corrupt or truncated gzip file ({exc})") from exc
     return raw
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import warnings
+import zlib
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
@@ -54,7 +55,7 @@ _TW_FEAT = {"DE": (_TW, "DE.json"), "ENGB": ("0c64fc3b2057ed844fb43de3af65cf8af7
 
 
 def _spec(folder, stem, upstream, commit, feat_commit, counts, snap_prefix="", feat_name=None,
-          rows=None, extra_features=()):
+          rows=None, extra_features=(), blobs=None):
     """Accepted local names (the shared-data names, plain or .gz, then SNAP's, then
     ``extra_features``) and URLs."""
     def names(kind, ext, extra=()):
@@ -77,7 +78,16 @@ def _spec(folder, stem, upstream, commit, feat_commit, counts, snap_prefix="", f
                      f"{_DS}/{feat_commit}/{upstream}/{fname}"),
         "counts": counts,
         "rows": rows,  # (edge rows, target rows) verified on the shared copies, else None
+        # git blob ids of the pinned upstream files (edges, target, features; None where not verified):
+        # a download must be byte-identical (MANIFEST of the shared data; checked against its copies)
+        "blobs": dict(zip(("edges", "target", "features"), blobs or (None, None, None))),
     }
+
+
+_TW_BLOBS = {"DE": ("79e183523520870cea12b3c465ab232c51e51647", "10a0a7d06d17c0da2f21a998b0f3444c0981289e",
+                    "5f06ed4c1a54eca126437b712f608d7cd48ca682"),
+             "ENGB": ("4b2145e7964fe025bd0ab3e1fb792af862ff0ac7", "bcb996ae2841eaf3600e616ad2fa90b36203321f",
+                      "fae0b86a1cf3f08b8ea43c321f41a4bc51058c98")}
 
 
 def _twitch(lang, nodes, edges):
@@ -87,17 +97,23 @@ def _twitch(lang, nodes, edges):
     # upstream names the features <LANG>.json in some commits, for every language
     return _spec(f"twitch/{lang}", lang, f"twitch/{lang}", commit, fc, (nodes, edges, 2),
                  snap_prefix="musae_", feat_name=fname, rows=rows,
-                 extra_features=(f"{lang}.json", f"{lang}.json.gz"))
+                 extra_features=(f"{lang}.json", f"{lang}.json.gz"), blobs=_TW_BLOBS.get(lang))
 
 
 #: name -> file candidates, pinned upstream URLs and expected (nodes, undirected edges, classes)
 SOCIAL_NODE_DATASETS = {
     "facebook": _spec("facebook_page_page", "facebook", "facebook_large", _FB, _FB,
-                      (22470, 170823, 4), snap_prefix="musae_", rows=(171002, 22470)),
+                      (22470, 170823, 4), snap_prefix="musae_", rows=(171002, 22470),
+                      blobs=("942806ae8b16d8b9bc819ede309d4990e3c2294b", "2c84204dfac17ccaf16855c3c48f0357aa0efbee",
+                             "3ecc626d60130d78366ceb1f511dfbf37df58731")),
     "lastfm_asia": _spec("lastfm_asia", "lastfm_asia", "lasftm_asia", _LF, _LF,
-                         (7624, 27806, 18), rows=(27806, 7624)),
+                         (7624, 27806, 18), rows=(27806, 7624),
+                         blobs=("1e8268dea093d0e7d0ed9674de3d393681cc3b3a", "9768d6bd952fa753c2591da9e02e0623a9f8cec0",
+                                None)),
     "github": _spec("github_developers", "git", "git_web_ml", _GIT, _GIT, (37700, 289003, 2),
-                    snap_prefix="musae_", rows=(289003, 37700)),
+                    snap_prefix="musae_", rows=(289003, 37700),
+                    blobs=("49bb6e5bc769ac966988259ec7e45f44ec0c14ef", "e9d6561dfb0bffcd08fb39b87c8cc46ee27049e0",
+                           None)),
     "deezer_europe": _spec("deezer_europe", "deezer_europe", "deezer_europe", _DZ, _DZ,
                            (28281, 92752, 2)),
     **{f"twitch-{k.lower()}": _twitch(k, *v) for k, v in {
@@ -110,11 +126,12 @@ _ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "lastfm-a
             "twitch-pt": "twitch-ptbr"}
 
 
-def _structural_check(kind: str, rows: Optional[int] = None):
+def _structural_check(kind: str, rows: Optional[int] = None, whole: bool = False):
     """Header sanity (catches HTML pages and git-LFS pointers); with ``rows``, also the
-    number of data rows (used on downloads)."""
+    number of data rows; with ``whole``, a features file must parse as JSON (both used on
+    downloads: a cut file would otherwise be kept and fail every later run)."""
     def check(path: Path) -> None:
-        if rows is not None:
+        if rows is not None or whole:
             head = read_bytes(path)
         else:
             with open(path, "rb") as f:
@@ -123,11 +140,13 @@ def _structural_check(kind: str, rows: Optional[int] = None):
                 try:
                     with gzip.open(path, "rb") as f:
                         head = f.read(4096)
-                except (EOFError, OSError) as exc:
+                except (EOFError, OSError, zlib.error) as exc:
                     raise DataFileError(f"{path}: corrupt gzip file ({exc})") from exc
         if kind == "features":
             if not head.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):  # UTF-8 BOM
                 raise DataFileError(f"{path}: not a JSON object (an HTML page or LFS pointer?)")
+            if whole:
+                _rawio.parse_json(head.decode("utf-8-sig", "replace"), str(path))
             return
         if b"," not in head.split(b"\n", 1)[0] or head.startswith(b"version https://git-lfs"):
             raise DataFileError(f"{path}: not a CSV with a header row (an LFS pointer?)")
@@ -165,8 +184,8 @@ def _get(spec: dict, kind: str, root, download: bool) -> Path:
     if spec.get("rows") and kind != "features":
         rows = spec["rows"][0 if kind == "edges" else 1]
     try:
-        return find_file(rels, url=url, root=root, check=_structural_check(kind, rows),
-                         download=True)
+        return find_file(rels, url=url, root=root, check=_structural_check(kind, rows, whole=True),
+                         download=True, git_blob=spec.get("blobs", {}).get(kind))
     except DataFileError as exc:
         if kind == "features":
             _FAILED_DOWNLOADS[url] = str(exc)
@@ -249,9 +268,10 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
                           max_feature_bytes=max_feature_bytes)
         n_exp, e_exp, c_exp = spec["counts"]
         got = (data.num_nodes, data.edge_index.size(1) // 2, len(data.class_names))
-        if got[0] != n_exp or got[2] != c_exp:
-            warnings.warn(f"{key}: {got[0]} nodes / {got[2]} classes, expected {n_exp} / {c_exp} "
-                          "(a different release of the files?)", stacklevel=2)
+        if got != (n_exp, e_exp, c_exp):
+            warnings.warn(f"{key}: {got[0]:,} nodes / {got[1]:,} undirected edges / {got[2]} classes, expected "
+                          f"{n_exp:,} / {e_exp:,} / {c_exp} (a different release of the files, or a cut "
+                          "copy?)", stacklevel=2)
         add = structural_features is True or (structural_features == "auto" and data.x is None)
         if add:
             s = structural_node_features(data.edge_index, data.num_nodes, rw_steps)

@@ -147,18 +147,21 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
         z = find_file([f"{folder}/deezer_egos.zip"],
                       url=f"{_DS}/datasets/b2243d00403effca7d588715e5daa5b3aca35a0e/"
                           "graph_classification/deezer_egos.zip",
-                      root=root, download=download,
-                      check=zip_check(["deezer_egos/deezer_target.csv"]))
+                      root=root, download=download, check=zip_check(["deezer_egos/deezer_target.csv"]),
+                      sha256="79ea3c91bcd635a523d402623a4a671493a8dbed6d7a9c68a49995ab3cdaafcc")
         out = load_ego_json(z, "deezer_egos/deezer_target.csv", remove_self_loops=remove_self_loops)
         out.folds = stratified_folds(out.y)
     elif key == "reddit-threads":
         kc = (f"{_DS}/karateclub/6f6fe5e3ca68ebd08cb3ebcad5276603b32a787d/"
               "dataset/graph_level/reddit10k")
-        g = find_file([f"{folder}/reddit10k_graphs.json.gz", f"{folder}/reddit10k_graphs.json",
+        # downloads pinned by their git blob ids (checked on the shared data's copies): a cut or
+        # wrong file is refused before it is kept
+        g = find_file([f"{folder}/reddit10k_graphs.json", f"{folder}/reddit10k_graphs.json.gz",
                        f"{folder}/graphs.json"], url=f"{kc}/graphs.json", root=root,
-                      download=download)
+                      download=download, git_blob="825fc1de08ac8701e43c0516e1426516e3db8a54")
         t = find_file([f"{folder}/reddit10k_target.csv", f"{folder}/target.csv"],
-                      url=f"{kc}/target.csv", root=root, download=download)
+                      url=f"{kc}/target.csv", root=root, download=download,
+                      git_blob="a8b8f4f52e483fb7f58c59b747255168aa9c98de")
         out = load_ego_json(g, t, remove_self_loops=remove_self_loops)
         out.folds = stratified_folds(out.y)
     else:

@@ -1,0 +1,111 @@
+"""Downloads are checked before they are kept: byte count, pinned hashes, whole-file checks."""
+import gzip
+import io
+import os
+import time
+import urllib.request
+
+import pytest
+
+from graphattn.data import download
+from graphattn.data.download import DataFileError, download_url, git_blob_sha1
+
+
+class _CutResponse(io.BytesIO):
+    """A response that announces more bytes than it sends (a connection closed early)."""
+
+    def __init__(self, body: bytes, length: int):
+        super().__init__(body)
+        self.headers = {"Content-Length": str(length)}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_download_cut_short_is_refused_and_nothing_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, timeout=None: _CutResponse(b"1\n" * 1250, 5000))
+    dest = tmp_path / "cora" / "ind.cora.test.index"
+    with pytest.raises(DataFileError, match=r"incomplete, got 2,500 of 5,000 bytes"):
+        download_url("https://example.org/ind.cora.test.index", dest, progress=False)
+    assert not (tmp_path / "cora").exists()  # no file, no .part, no folder
+
+
+def test_git_blob_pin_and_rejection_messages_name_the_url_and_destination(tmp_path):
+    src = tmp_path / "hello.txt"
+    src.write_bytes(b"hello\n")
+    assert git_blob_sha1(src) == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object hello.txt`
+    dest = tmp_path / "root" / "a.txt"
+    download_url(src.as_uri(), dest, git_blob="ce013625030ba8dba906f756967f9e9ca394464a", progress=False)
+    assert dest.read_bytes() == b"hello\n"
+    src.write_bytes(b"<html>rate limited</html>")
+    other = tmp_path / "root" / "b.txt"
+    with pytest.raises(DataFileError, match=r"rejected, nothing kept at .*b\.txt: git blob mismatch"):
+        download_url(src.as_uri(), other, git_blob="ce013625030ba8dba906f756967f9e9ca394464a", progress=False)
+
+    def check(path):
+        raise DataFileError(f"{path}: 3 data rows, expected 7; delete it to re-download")
+
+    with pytest.raises(DataFileError) as err:
+        download_url(src.as_uri(), other, check=check, progress=False)
+    msg = str(err.value)
+    assert src.as_uri() in msg and ".part" not in msg and "delete it" not in msg and "b.txt: 3 data rows" in msg
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["a.txt"]
+
+
+def test_stale_part_files_of_killed_downloads_are_removed(tmp_path):
+    src = tmp_path / "s.txt"
+    src.write_text("x")
+    root = tmp_path / "root"
+    root.mkdir()
+    old, fresh = root / "d.txt.abc123.part", root / "d.txt.def456.part"
+    old.write_text("half"), fresh.write_text("in progress elsewhere")
+    os.utime(old, (time.time() - 2 * 86400,) * 2)
+    download_url(src.as_uri(), root / "d.txt", progress=False)
+    assert not old.exists() and fresh.exists()
+
+
+def test_planetoid_files_are_checked_local_and_downloaded(tmp_path, monkeypatch):
+    from graphattn.data import planetoid
+
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "root"
+    (root / "cora").mkdir(parents=True)
+    (root / "cora" / "ind.cora.x").write_text("<html>404</html>")  # saved by hand from a browser
+    with pytest.raises(DataFileError, match=r"ind.cora.x: not a Planetoid pickle"):
+        planetoid.load_planetoid("cora", root=root, download=False)
+    (root / "cora" / "ind.cora.x").unlink()
+    page = tmp_path / "page.html"
+    page.write_text("<html>404</html>")
+    monkeypatch.setattr(planetoid, "_PLANETOID_URL", tmp_path.as_uri())
+    (tmp_path / "ind.cora.x").write_text("<html>404</html>")
+    with pytest.raises(DataFileError, match="sha256 mismatch"):  # pinned: an error page is never kept
+        planetoid.load_planetoid("cora", root=root)
+    assert not (root / "cora" / "ind.cora.x").exists()
+
+
+def test_a_corrupt_gzip_is_a_data_file_error_naming_the_file(tmp_path):
+    from graphattn.data.molecules import read_csv_table
+    from graphattn.data.rawio import read_bytes
+
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(gzip.compress(b"smiles,y\nCCO,1\n")[:10] + b"\xff" * 40)  # a gzip header, then garbage
+    with pytest.raises(DataFileError, match="bad.csv.gz: corrupt or truncated gzip"):
+        read_bytes(bad)
+    with pytest.raises(DataFileError, match="bad.csv.gz: cannot read as CSV"):
+        read_csv_table(bad)
+
+
+def test_a_cut_features_download_is_refused(tmp_path, monkeypatch):
+    from graphattn.data import social
+
+    feats = tmp_path / "feats.json"
+    feats.write_text('{"0": [1, 2], "1": [3')  # cut mid-way: starts like JSON
+    spec = dict(social.SOCIAL_NODE_DATASETS["lastfm_asia"])
+    spec["features"] = (spec["features"][0], feats.as_uri())
+    monkeypatch.setattr(social, "_FAILED_DOWNLOADS", {})
+    with pytest.raises(DataFileError, match="rejected"):
+        social._get(spec, "features", tmp_path / "root", True)
+    assert not (tmp_path / "root").exists()
