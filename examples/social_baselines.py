@@ -31,6 +31,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -103,9 +104,13 @@ def run_node(name, args, log):
 
 
 def run_graph(name, args, log):
-    spec = {"level": "graph", "name": name, "display": name, "limit": None, "split_seed": 0,
-            "folds": args.folds, **sg.GRAPH_FEATURES}
+    # the data spec of `graphattn train <name>` (node attributes and TU edge features included)
+    spec = sg.data_spec(SimpleNamespace(limit=None, seed=0, folds=args.folds, tu_text=None), name)
     graphs = sg.load_graphs(spec)
+    edge_dim = sg.edge_dim_of(graphs)
+    if edge_dim:
+        log(f"{name}: {edge_dim} edge features (TU edge attributes/labels), used by ours, gat, transformer "
+            "and gin (GINEConv); not by gcn")
     hp = hparams(args, sg.graph_defaults(name))
     results, gin = {m: [] for m in args.models}, {}
     histories = {m: [] for m in args.models}
@@ -114,7 +119,7 @@ def run_graph(name, args, log):
         split = sg.graph_split(spec, graphs, fold)
         for m in args.models:
             mspec = sg.graph_model_spec("none" if m == "ours" else m, graphs[0].num_features,
-                                        graphs.num_classes, hp)
+                                        graphs.num_classes, hp, edge_dim)
             t = time.perf_counter()
             res = sg.fit_fold(graphs, split, mspec, hp, seed=args.seeds[0], batch_size=args.batch_size,
                               progress=False, log=lambda s: None, device=args.device)

@@ -58,27 +58,32 @@ def _parse_patterns(pattern: PatternArg, valid: Sequence[str]) -> List[str]:
     return list(dict.fromkeys(pats))
 
 
-def _one_pattern(name: str, length: int, window, stride, num_global, device):
-    """(target, source) of one pattern, sorted by (target, source)."""
+def _one_pattern(name: str, length: int, window, stride, num_global, device, causal: bool = False):
+    """(target, source) of one pattern, sorted by (target, source); ``causal``: only j <= i,
+    built directly (the size limit applies to the causal pattern, not to the two-sided one)."""
     i = torch.arange(length, device=device)
-    what = f"pattern {name!r} on {length:,} tokens"
-    if name == "full":
+    what = f"pattern {name!r}{' (causal)' if causal and name != 'causal' else ''} on {length:,} tokens"
+    if name == "full" and not causal:
         return _ragged(torch.full((length,), length, device=device), what)  # source = rank
-    if name == "causal":  # j <= i
+    if name in ("causal", "full"):  # j <= i
         return _ragged(i + 1, what)
     if name == "window":  # |i - j| <= window
         window = min(window, length)  # wider changes nothing (and would overflow int64 below)
         start = (i - window).clamp(min=0)
-        counts = (i + window).clamp(max=length - 1) - start + 1
+        counts = (i if causal else (i + window).clamp(max=length - 1)) - start + 1
         target, off = _ragged(counts, what)
         return target, start[target] + off
     if name == "stride":  # j = i mod stride + stride * t
         stride = min(stride, max(length, 1))
         r = i % stride
-        target, off = _ragged((length - r + stride - 1) // stride, what)
+        last = i if causal else torch.full_like(i, length - 1)  # the largest j
+        target, off = _ragged((last - r) // stride + 1, what)
         return target, r[target] + stride * off
     # "global": the first g tokens see everyone; the others see the g tokens and themselves.
     g = min(num_global, length)
+    if causal:  # the first g tokens see those before them; the others the g tokens and themselves
+        target, off = _ragged(torch.where(i < g, i + 1, g + 1), what)
+        return target, torch.where((target >= g) & (off == g), target, off)
     target, off = _ragged(torch.where(i < g, length, g + 1), what)
     return target, torch.where((target >= g) & (off == g), target, off)
 
@@ -110,8 +115,6 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
     pats = _parse_patterns(pattern, SEQUENCE_PATTERNS)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
-    if causal and "full" in pats:  # full ∩ causal = causal; its j <= i edges directly
-        pats = ["causal"] + [p for p in pats if p not in ("full", "causal")]
     params = {}
     for name, value, minimum in (("window", window, 0), ("stride", stride, 1), ("num_global", num_global, 1)):
         needed, unused = ("global", 0) if name == "num_global" else (name, None)
@@ -122,7 +125,7 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
         elif value is not None and value != unused:
             raise ValueError(f"{name}={value!r} is only used by pattern {needed!r}, got pattern {pattern!r}")
     parts = [_one_pattern(p, length, params.get("window"), params.get("stride"), params.get("num_global"),
-                          device) for p in pats]
+                          device, causal) for p in pats]
     if len(parts) == 1:
         target, source = parts[0]
     else:  # union: dedupe on the key target * L + source, which also sorts by (target, source)
@@ -130,9 +133,6 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
                 f"{length:,} tokens")  # the concatenation below holds them all at once
         key = torch.unique(torch.cat([t * length + s for t, s in parts]))
         target, source = key // length, key % length
-    if causal:
-        keep = source <= target
-        target, source = target[keep], source[keep]
     return torch.stack([source, target]).long()
 
 

@@ -166,6 +166,14 @@ def load_graphs(spec: Dict[str, Any]):
             g.x = torch.cat([g.x, ((g.node_attr.double() - mean) / std).to(g.x.dtype)], 1)
             g.feature_source = "structural+attributes"
     _edge_features(graphs, bool(spec.get("edge_attr")))
+    if "edge_dim" in spec and (edge_dim_of(graphs) or 0) != spec["edge_dim"]:
+        from .data.download import DataFileError
+
+        got, where = edge_dim_of(graphs) or 0, spec.get("tu_text") or spec.get("display")
+        why = ("the edge files are not there" if not got else "other label values or attribute columns"
+               if spec["edge_dim"] else "edge files added since")
+        raise DataFileError(f"{where}: this model was trained on {spec['edge_dim']} edge features (the set's "
+                            f"NAME_edge_attributes.txt / NAME_edge_labels.txt), the files give {got} now ({why})")
     if int(spec.get("pe_dim", 0) or 0) > 0:
         from .encodings import AddLaplacianPE
 
@@ -336,6 +344,7 @@ def prepare_graph(args, name: Optional[str]):
     else:
         hp["pe_dim"] = 0
     graphs = load_graphs(spec)
+    spec["edge_dim"] = edge_dim_of(graphs) or 0  # evaluate/predict/--resume need the same edge features
     if spec.get("name") and getattr(graphs, "source", None) in ("gin", "tu"):
         spec["graph_source"] = graphs.source  # evaluate/predict re-read the same files (and folds)
     if args.folds and spec.get("tu_text"):  # evaluate/predict/--resume use the same folds, or refuse

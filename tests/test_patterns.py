@@ -287,3 +287,13 @@ def test_causal_keeps_the_patterns_edges_with_source_not_after_target(length):
     assert torch.equal(union, mask(sequence_graph(length, ["window", "global"], window=1, num_global=2)) & (j <= i))
     with pytest.raises(TypeError, match="causal must be True or False"):
         sequence_graph(length, "full", causal=1)
+
+
+def test_causal_patterns_are_built_causal_so_the_size_limit_counts_their_own_edges(monkeypatch):
+    import graphattn.patterns as P
+
+    monkeypatch.setattr(P, "MAX_EDGES", 50)
+    assert sequence_graph(10, "window", window=4, causal=True).size(1) == 40  # the two-sided window has 70
+    assert sequence_graph(10, "stride", stride=2, causal=True).size(1) == 30  # (two-sided: 50)
+    with pytest.raises(ValueError, match=r"pattern 'window' \(causal\) on 20 tokens needs"):
+        sequence_graph(20, "window", window=4, causal=True)

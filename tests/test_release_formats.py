@@ -618,10 +618,19 @@ def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
     _edge_feature_files(tmp_path / "T" / "raw", "T", np.random.default_rng(0))
     ours = load_tu_folder(tmp_path / "T")
     pyg = TUDataset(str(tmp_path), "T", use_edge_attr=True)
-    assert len(ours) == len(pyg) and ours.num_edge_attributes == 2 and ours.edge_label_values == [0, 1, 2]
+    assert len(ours) == len(pyg) and ours.num_edge_attributes == 2 and ours.edge_label_values == [(0, 2)]
     for a, b in zip(ours, pyg):
         assert torch.equal(a.edge_index, b.edge_index)
         assert a.edge_attr.shape == (a.edge_index.size(1), 5) and torch.allclose(a.edge_attr, b.edge_attr)
+    # several label columns with gaps (1 and 5 only): one-hot of label - min per column, unused values too
+    raw = tmp_path / "M" / "M" / "raw"
+    _write_tu(raw, "M", graphs)
+    labels = [int(v) for v in (tmp_path / "T" / "raw" / "T_edge_labels.txt").read_text().split()]
+    (raw / "M_edge_labels.txt").write_text("".join(f"{1 + 4 * (v == 2)}, {v % 2}\n" for v in labels))
+    ours, pyg = load_tu_folder(raw), TUDataset(str(tmp_path / "M"), "M", use_edge_attr=True)
+    assert ours.edge_label_values == [(1, 5), (0, 1)]
+    for a, b in zip(ours, pyg):
+        assert a.edge_attr.size(1) == 7 and torch.equal(a.edge_attr, b.edge_attr)
     # an edge listed one way gets its features both ways; repeated rows that disagree are warned about
     folder = tmp_path / "one"
     folder.mkdir()
@@ -655,8 +664,13 @@ def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 0
     assert main(["predict", "--checkpoint", str(run / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
     old = dict(meta["data"])
-    del old["edge_attr"]  # a spec written before edge features were used: the graphs come without them
+    del old["edge_attr"], old["edge_dim"]  # a spec written before edge features were used: none
     assert all(g.edge_attr is None for g in load_graphs(old))
+    (tmp_path / "P" / "P_edge_labels.txt").rename(tmp_path / "labels.txt")  # moved away: named, not a raw error
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 2
+    assert "trained on 2 edge features" in capsys.readouterr().err
+    (tmp_path / "labels.txt").rename(tmp_path / "P" / "P_edge_labels.txt")
     for baseline, used in (("gin", True), ("gat", True), ("gcn", False)):
         assert main(args[:3] + ["--epochs", "1", "--no-progress", "--threads", "1", "--baseline", baseline,
                                 "--out", str(tmp_path / baseline)]) == 0

@@ -16,7 +16,7 @@ folder (plain or ``.gz``)::
 :func:`~graphattn.data.tu_text.load_tu_text` (``y``, ``tag``, ``x`` = one-hot tags when
 there are several, ``node_attr``, undirected deduplicated edges, ``label_values``), plus
 ``edge_attr`` when the set has edge labels or attributes: PyG's ``TUDataset`` layout
-(attributes first, then the one-hot of each distinct edge-label row).
+(attributes first, then per label column the one-hot of ``label - min``).
 
 Why not PyG's ``TUDataset`` here: it needs the ``<root>/<NAME>/raw/`` layout (anything else
 starts a download), and its reader ``torch_geometric.io.read_tu_data`` cuts the edge slices
@@ -108,9 +108,10 @@ def _rows(buf: bytes, what: str, n_rows: int, floats: bool = False) -> np.ndarra
 
 
 def _edge_features(folder: Path, prefix: str, n_edges: int) -> Tuple[Optional[np.ndarray], int, list]:
-    """``(E, D)`` float features of the rows of ``NAME_A.txt`` (edge attributes, then the
-    one-hot of each distinct edge-label row, as PyG's ``read_tu_data``), the number of attribute
-    columns, and the distinct edge-label values (``[]`` without labels); ``None`` without files."""
+    """``(E, D)`` float features of the rows of ``NAME_A.txt`` as PyG's ``read_tu_data`` builds
+    them: edge attributes, then per edge-label column the one-hot of ``label - min`` (``max - min
+    + 1`` columns, unused values included); the number of attribute columns; per label column
+    its ``(min, max)`` (``[]`` without labels). ``None`` without files."""
     where = f"{folder}/{prefix}"
     parts, n_attr, values = [], 0, []
     raw = _read(folder, prefix, "edge_attributes", required=False)
@@ -121,11 +122,15 @@ def _edge_features(folder: Path, prefix: str, n_edges: int) -> Tuple[Optional[np
     raw = _read(folder, prefix, "edge_labels", required=False)
     if raw is not None:
         rows = _rows(raw, f"{where}_edge_labels.txt", n_edges)
-        uniq, code = np.unique(rows, axis=0, return_inverse=True)
-        values = (uniq[:, 0].tolist() if rows.shape[1] == 1 else [r.tolist() for r in uniq])
-        one_hot = np.zeros((n_edges, len(uniq)), dtype=np.float64)
-        one_hot[np.arange(n_edges), code.reshape(-1)] = 1.0
-        parts.append(one_hot)
+        for col in rows.T if n_edges else ():
+            lo, hi = int(col.min()), int(col.max())
+            if hi - lo >= 1 << 16:
+                raise DataFileError(f"{where}_edge_labels.txt: labels span {lo}..{hi}: one-hot columns for "
+                                    "every value in between (PyG's layout) would be too many")
+            one_hot = np.zeros((n_edges, hi - lo + 1), dtype=np.float64)
+            one_hot[np.arange(n_edges), col - lo] = 1.0
+            parts.append(one_hot)
+            values.append((lo, hi))
     return (np.concatenate(parts, 1) if parts else None), n_attr, values
 
 
@@ -168,9 +173,10 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     are several, ``node_attr`` (N, D) float when the set has node attributes, edges made
     undirected and deduplicated, self-loops removed unless ``remove_self_loops=False``, and
     ``edge_attr`` (e, D) float when the set has ``edge_attributes`` / ``edge_labels`` files
-    (attribute columns first, then one-hot edge labels, as PyG's ``TUDataset``; an edge listed
-    in one direction only gives both directions its features). The list's
-    ``num_edge_attributes`` counts the attribute columns, ``edge_label_values`` the labels.
+    (attribute columns first, then per label column the one-hot of ``label - min``, as PyG's
+    ``TUDataset``; an edge listed in one direction only gives both directions its features).
+    The list's ``num_edge_attributes`` counts the attribute columns, ``edge_label_values`` is
+    each label column's ``(min, max)``.
     Shapes per graph: ``y`` (1,), ``tag`` (n,), ``edge_index`` (2, e)."""
     found = find_tu_prefix(path, name)
     if found is None:

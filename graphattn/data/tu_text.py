@@ -47,7 +47,7 @@ class GraphList(list):
     tag_values: List[int] = []
     num_self_loops_removed: int = 0
     num_edge_attributes: int = 0  # TU folder sets: edge_attr's leading continuous columns
-    edge_label_values: list = []
+    edge_label_values: list = []  # per edge-label column: (min, max)
     folds: Optional[List[Tuple[Tensor, Tensor]]] = None
 
     @property
