@@ -1,6 +1,7 @@
 """GraphSelfAttention: multi-head self-attention restricted to a graph's edges (PyG conv API)."""
 from __future__ import annotations
 
+import warnings
 from functools import partial
 from typing import List, Optional, Tuple, Union
 
@@ -12,7 +13,7 @@ from torch_geometric.nn import MessagePassing
 from .csr import as_edge_index, to_csr
 from .functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
 from .normalization import NORMALIZATIONS, normalized_edge_attention
-from .validation import (check_dtype, check_edge_index, check_features, check_row_index, check_tensor_shape,
+from .validation import (check_bias_dtype, check_dtype, check_edge_index, check_features, check_row_index, check_tensor_shape,
                          refuse_tracing)
 
 __all__ = ["GraphSelfAttention"]
@@ -179,6 +180,13 @@ class GraphSelfAttention(MessagePassing):
         # ``lin_query/key/value`` (``lin_r/lin_l`` additive) for -1 or (F_src, F_dst) widths: either
         # layout of a state dict (ours of the other form, or TransformerConv's) loads into both.
         roles = ("lin_query", "lin_key", "lin_value") if self.score == "dot" else ("lin_r", "lin_l")
+        skip = [k for k in (f"{prefix}lin_skip.weight", f"{prefix}lin_skip.bias") if k in state_dict]
+        if self.lin_skip is None and skip and all(f"{prefix}{r}.weight" in state_dict for r in roles):
+            # PyG's TransformerConv builds lin_skip even with root_weight=False (and never uses it)
+            warnings.warn(f"{prefix or 'state dict'}: lin_skip.* ignored: this layer has root_weight=False "
+                          "(PyG's TransformerConv keeps an unused lin_skip then)", stacklevel=2)
+            for k in skip:
+                state_dict.pop(k)
         for p in ("weight", "bias"):
             fused, parts = f"{prefix}lin_qkv.{p}", [f"{prefix}{r}.{p}" for r in roles]
             if self.lin_qkv is not None and fused not in state_dict and all(k in state_dict for k in parts):
@@ -257,6 +265,7 @@ class GraphSelfAttention(MessagePassing):
         E = edge_index.size(1)
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
+            check_bias_dtype(attn_bias)
         edge_kv = None
         if self.lin_edge is not None:
             if edge_attr is None:

@@ -30,7 +30,7 @@ from .chunked import (CHUNK_BYTES, _ChunkedEdgeAttention, _chunk_edges, _leaky_g
 from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes, prefer_dense, sdpa_attention
 from .padding import check_batch
-from .validation import check_edge_index, check_tensor_shape
+from .validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
@@ -213,6 +213,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     E = csr.num_edges
     if bias is not None:
         check_tensor_shape(bias, (E, H), "bias")
+        check_bias_dtype(bias, "bias")
     for name, t in (("edge_key", edge_key), ("edge_value", edge_value)):
         if t is not None:
             check_tensor_shape(t, (E, H, C if name == "edge_key" else v.size(-1)), name)

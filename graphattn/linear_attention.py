@@ -77,7 +77,7 @@ def _favor(x: Tensor, omega: Tensor, layout: GraphLayout, is_query: bool) -> Ten
 
 def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = None,
                      feature_map: str = "elu", omega: Optional[Tensor] = None,
-                     num_graphs: Optional[int] = None, eps: float = 1e-6) -> Tensor:
+                     num_graphs: Optional[int] = None, eps: Optional[float] = None) -> Tensor:
     r"""Kernel attention of every node to every node of its own graph (module docstring).
 
     Args:
@@ -86,7 +86,10 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
         feature_map: ``"elu"`` or ``"favor"`` (needs ``omega``).
         omega: ``(H, M, C)`` random features for ``"favor"`` (:func:`orthogonal_features`).
         num_graphs: B (default ``batch.max() + 1``).
-        eps: floor of the denominator.
+        eps: floor of the denominator (default: the dtype's smallest normal number, which only
+            keeps empty slots at 0/0 -> 0). The FAVOR+ features are shifted by per-query and
+            per-graph maxima that cancel in the ratio, so the denominator's scale is arbitrary:
+            an absolute floor such as 1e-6 would cut real denominators and shrink the output.
 
     Cost: ``O(N·H·M·C)`` time, ``O(N·H·(M + C) + B·H·M·C)`` memory. The per-graph sums run
     on a padded ``(B, L)`` layout (``L`` the largest graph; ``B·L = N`` for equal sizes or one
@@ -128,7 +131,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
 
 
 def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayout, feature_map: str,
-                             omega: Optional[Tensor], eps: float) -> Tensor:
+                             omega: Optional[Tensor], eps: Optional[float]) -> Tensor:
     """:func:`linear_attention` on the padded ``(B, L, H, ·)`` layout of ``layout``."""
     Q, K, V = layout.pad(q), layout.pad(k), layout.pad(v)  # (B, L, H, C)
     if feature_map == "elu":
@@ -141,7 +144,8 @@ def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayou
     z = fk.sum(dim=1)  # (B, H, M)
     num = torch.einsum("blhm,bhmc->blhc", fq, kv)  # (B, L, H, C')
     den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H)
-    return layout.unpad(num / den.clamp_min(eps)[..., None])
+    floor = torch.finfo(den.dtype).tiny if eps is None else eps
+    return layout.unpad(num / den.clamp_min(floor)[..., None])
 
 
 class LinearGlobalAttention(nn.Module):

@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .validation import check_features, mark_index_checked
+from .validation import check_dtype, check_features, mark_index_checked
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "gcn_normalized_graph", "graph_feature_input"]
 
@@ -50,6 +50,7 @@ class FeatureEncoder(nn.Module):
                 raise TypeError(f"{self.name}: float features expected, got {x.dtype}: convert numeric "
                                 "features (e.g. uint8 pixels: x.float() / 255), or pass vocab_sizes for "
                                 "categorical codes")
+            check_dtype(x, self.lin.weight.dtype, self.name, "the model")
             check_features(x, self.in_channels, self.name)  # NaN/inf named on the user's tensor
             return self.lin(x)
         self._check_codes(x)

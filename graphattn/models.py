@@ -14,7 +14,7 @@ from .global_tokens import GlobalTokens
 from .model_parts import (FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe,
                           graph_feature_input)
 from .padding import check_batch
-from .validation import check_edge_index, check_int, check_model_input
+from .validation import check_dtype, check_edge_index, check_int, check_model_input
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
            "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
@@ -126,6 +126,7 @@ class GraphTransformer(nn.Module):
                 raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
             if pe.shape != (x.size(0), self.pe_dim):
                 raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
+            check_dtype(pe, next(self.pe_encoder.parameters()).dtype, "pe", "the model")
             if self.pe_kind == "laplacian":
                 hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs,
                                      check_range=check_range)

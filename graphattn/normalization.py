@@ -36,7 +36,7 @@ from .csr import EdgeCSR, to_csr
 from .dense import complete_graph_sizes
 from .functional import SCORES
 from .padding import GraphLayout, check_batch
-from .validation import check_edge_index, check_tensor_shape
+from .validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
 __all__ = ["NORMALIZATIONS", "edge_normalize", "normalized_edge_attention"]
 
@@ -210,6 +210,7 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
     E = csr.num_edges
     if bias is not None:
         check_tensor_shape(bias, (E, H), "bias")
+        check_bias_dtype(bias, "bias")
     for name, t, last in (("edge_key", edge_key, C), ("edge_value", edge_value, v.size(-1))):
         if t is not None:
             check_tensor_shape(t, (E, H, last), name)
@@ -239,7 +240,7 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
     scores = _EdgeScores.apply(q.contiguous(), k.contiguous(), edge_key, att, csr, score,
                                1.0 / math.sqrt(C), negative_slope, chunk)  # (E, H) CSR order
     if bias is not None:
-        scores = scores + bias[perm]
+        scores = scores + bias[perm].to(scores.dtype)  # a float64 bias must not promote the scores
     alpha = edge_normalize(scores, csr.row, N, normalization)  # (E, H)
     used = F.dropout(alpha, dropout, training) if dropout > 0.0 else alpha
     out = _EdgeAggregate.apply(used, v.contiguous(), edge_value, csr, chunk).to(dtype)  # (N, H, C')

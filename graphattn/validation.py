@@ -168,6 +168,17 @@ def _autocast_on(device_type: str) -> bool:
         return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
 
 
+def check_bias_dtype(bias: Optional[Tensor], name: str = "attn_bias") -> None:
+    """TypeError unless ``bias`` (if given) is floating point: it is added to the scores, so a
+    boolean keep-mask (SDPA's ``attn_mask`` convention) or integer codes would silently become
+    additive 0/1 biases."""
+    if bias is not None and not bias.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point additive score bias (-inf hides an edge), got "
+                        f"{bias.dtype}" + (": for a keep-mask pass torch.zeros(mask.shape).masked_fill(~mask, "
+                                           "float('-inf')), or drop the masked edges from edge_index"
+                                           if bias.dtype == torch.bool else ""))
+
+
 def check_dtype(t: Optional[Tensor], want: torch.dtype, name: str, owner: str = "the layer") -> None:
     """TypeError unless ``t`` (if given) has the floating dtype ``want`` of ``owner``'s weights
     (instead of matmul's "mat1 and mat2 must have the same dtype")."""
