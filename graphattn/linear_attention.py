@@ -20,8 +20,14 @@ Feature maps (``M`` features per head):
 * ``"favor"``: positive orthogonal random features (Performer FAVOR+),
   ``φ(x) = exp(ωᵀx̃ - |x̃|²/2) / √M`` with ``x̃ = x / C^{1/4}`` and ``ω`` orthogonal Gaussian
   rows: ``E[φ(q)·φ(k)] = exp(q·k/√C)``, an unbiased estimate of softmax attention whose
-  error shrinks as ``1/√M``. Per-query and per-graph-and-head maxima are subtracted inside
-  the exponent (they cancel in the ratio), so large scores do not overflow.
+  error shrinks as ``1/√M``.
+
+Both are rescaled so nothing overflows or underflows to a wrong ratio (large scores, or
+queries whose features barely meet the keys'): each key feature ``m`` is divided by its largest
+value over the graph's keys, the query's feature ``m`` multiplied by it, and each query's
+features divided by their largest (FAVOR+ in log space: the same shifts subtracted in the
+exponent). Every factor cancels in the ratio, and the denominator is at least 1 for a
+non-empty graph.
 """
 from __future__ import annotations
 
@@ -58,21 +64,17 @@ def orthogonal_features(heads: int, num_features: int, channels: int,
     return torch.stack(blocks)  # (H, M, C)
 
 
-def _favor(x: Tensor, omega: Tensor, layout: GraphLayout, is_query: bool) -> Tensor:
-    """Padded ``(B, L, H, C)`` -> ``(B, L, H, M)`` random features (zeros at empty slots)."""
-    B, L, H, C = x.shape
-    if L == 0:  # no nodes at all: nothing to normalise (amax over an empty dim would fail)
-        return x.new_zeros(B, 0, H, omega.size(1))  # (B, 0, H, M)
-    x = x * C ** -0.25
-    logits = torch.einsum("blhc,hmc->blhm", x, omega) - 0.5 * (x * x).sum(-1, keepdim=True)
-    mask = layout.mask[:, :, None, None]  # (B, L, 1, 1)
-    with torch.no_grad():  # stabilisers; both cancel in the ratio
-        if is_query:
-            m = logits.amax(dim=-1, keepdim=True)  # per query and head
-        else:
-            m = logits.masked_fill(~mask, float("-inf")).amax(dim=(1, 3), keepdim=True)  # per graph, head
-            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    return torch.exp(logits - m).masked_fill(~mask, 0.0) / math.sqrt(omega.size(1))
+def _elu1(x: Tensor) -> Tensor:
+    """``elu(x) + 1`` without its cancellation: ``exp(x) - 1 + 1`` is 0 in float32 below x = -17,
+    which made every feature of a very negative query 0 (a 0/0 attention)."""
+    return torch.where(x < 0, torch.exp(x.clamp_max(0)), x + 1.0)
+
+
+def _log_features(x: Tensor, omega: Tensor) -> Tensor:
+    """``(B, L, H, C)`` -> ``(B, L, H, M)``: FAVOR+'s ``log φ(x)`` up to a constant (its
+    ``1/√M`` cancels in the ratio)."""
+    x = x * x.size(-1) ** -0.25
+    return torch.einsum("blhc,hmc->blhm", x, omega) - 0.5 * (x * x).sum(-1, keepdim=True)
 
 
 def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = None,
@@ -86,10 +88,10 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
         feature_map: ``"elu"`` or ``"favor"`` (needs ``omega``).
         omega: ``(H, M, C)`` random features for ``"favor"`` (:func:`orthogonal_features`).
         num_graphs: B (default ``batch.max() + 1``).
-        eps: floor of the denominator (default: the dtype's smallest normal number, which only
-            keeps empty slots at 0/0 -> 0). The FAVOR+ features are shifted by per-query and
-            per-graph maxima that cancel in the ratio, so the denominator's scale is arbitrary:
-            an absolute floor such as 1e-6 would cut real denominators and shrink the output.
+        eps: floor of the denominator, which is at least 1 for a non-empty graph (the shifts
+            of the module docstring); only empty slots reach it (default: the dtype's
+            smallest normal number: 0/0 -> 0). An earlier absolute floor of 1e-6 on the unshifted
+            scale cut real denominators and shrank outputs.
 
     Cost: ``O(N·H·M·C)`` time, ``O(N·H·(M + C) + B·H·M·C)`` memory. The per-graph sums run
     on a padded ``(B, L)`` layout (``L`` the largest graph; ``B·L = N`` for equal sizes or one
@@ -134,16 +136,31 @@ def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayou
                              omega: Optional[Tensor], eps: Optional[float]) -> Tensor:
     """:func:`linear_attention` on the padded ``(B, L, H, ·)`` layout of ``layout``."""
     Q, K, V = layout.pad(q), layout.pad(k), layout.pad(v)  # (B, L, H, C)
-    if feature_map == "elu":
-        mask = layout.mask[:, :, None, None]
-        fq = F.elu(Q) + 1.0
-        fk = (F.elu(K) + 1.0).masked_fill(~mask, 0.0)  # empty slots add nothing to the sums
+    mask = layout.mask[:, :, None, None]  # (B, L, 1, 1)
+    tiny = torch.finfo(Q.dtype).tiny
+    if feature_map == "elu":  # positive features: the same shifts as scales, without exp/log
+        fk = _elu1(K).masked_fill(~mask, 0.0)  # empty slots add nothing
+        with torch.no_grad():
+            scale = fk.amax(dim=1).clamp_min(tiny) if fk.size(1) else fk.new_ones(fk.shape[0], *fk.shape[2:])
+        fk = fk / scale[:, None]  # (B, L, H, M), each feature's largest key = 1
+        fq = _elu1(Q) * scale[:, None]
+        with torch.no_grad():
+            top = fq.amax(dim=-1, keepdim=True).clamp_min(tiny)
+        fq = fq / top  # largest = 1 per query
     else:
-        fq, fk = _favor(Q, omega, layout, True), _favor(K, omega, layout, False)
+        lq, lk = _log_features(Q, omega), _log_features(K, omega).masked_fill(~mask, float("-inf"))
+        with torch.no_grad():  # shifts that cancel in the ratio (constants for autograd)
+            beta = lk.amax(dim=1) if lk.size(1) else lk.new_zeros(lk.shape[0], *lk.shape[2:])  # (B, H, M)
+            beta = torch.where(torch.isfinite(beta), beta, torch.zeros_like(beta))  # empty graphs
+        fk = torch.exp(lk - beta[:, None])  # (B, L, H, M), each feature's largest key = 1
+        g = lq + beta[:, None]
+        with torch.no_grad():
+            shift = g.amax(dim=-1, keepdim=True)
+        fq = torch.exp(g - shift)  # (B, L, H, M), largest = 1 per query
     kv = torch.einsum("blhm,blhc->bhmc", fk, V)  # (B, H, M, C') per-graph sums
-    z = fk.sum(dim=1)  # (B, H, M)
+    z = fk.sum(dim=1)  # (B, H, M), >= 1 in a non-empty graph
     num = torch.einsum("blhm,bhmc->blhc", fq, kv)  # (B, L, H, C')
-    den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H)
+    den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H), >= 1 unless the graph is empty
     floor = torch.finfo(den.dtype).tiny if eps is None else eps
     return layout.unpad(num / den.clamp_min(floor)[..., None])
 

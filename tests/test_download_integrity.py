@@ -109,3 +109,30 @@ def test_a_cut_features_download_is_refused(tmp_path, monkeypatch):
     with pytest.raises(DataFileError, match="rejected"):
         social._get(spec, "features", tmp_path / "root", True)
     assert not (tmp_path / "root").exists()
+
+
+def test_pinned_hashes_match_the_shared_copies_of_the_upstream_files(tmp_path):
+    # a wrong pin would refuse every real download: each one is checked against the shared data's
+    # copy of the same upstream file (gunzipped: the copies are recompressed, the downloads are not)
+    from graphattn.data import planetoid, social
+    from graphattn.data.rawio import read_bytes
+    from graphattn.testing import shared_data_dir
+
+    root = shared_data_dir()
+    if root is None:
+        pytest.skip("shared data not available (set GRAPHATTN_DATA)")
+    checked = 0
+    for name, spec in social.SOCIAL_NODE_DATASETS.items():
+        for kind, blob in spec["blobs"].items():
+            local = next((root / r for r in spec[kind][0] if (root / r).is_file()), None)
+            if blob is None or local is None:
+                continue
+            plain = tmp_path / f"{name}-{kind}"
+            plain.write_bytes(read_bytes(local))
+            assert git_blob_sha1(plain) == blob, (name, kind)
+            checked += 1
+    for fn, sha in planetoid._SHA256.items():
+        if (root / "cora" / fn).is_file():
+            assert download.sha256sum(root / "cora" / fn) == sha, fn
+            checked += 1
+    assert checked >= 10 or not (root / "cora").is_dir()

@@ -62,3 +62,21 @@ def test_transformerconv_state_dict_without_root_weight_loads():
     assert torch.allclose(ours(x, ei), ref(x, ei), atol=1e-6)
     with pytest.raises(RuntimeError, match="lin_skip"):  # our own dict of a root_weight layer still mismatches
         ours.load_state_dict(GraphSelfAttention(6, 4, heads=2).state_dict())
+
+
+def test_elu_linear_attention_of_very_negative_queries_still_sums_to_one():
+    # elu(x) + 1 cancelled to 0 in float32 below x = -17, and an absolute floor cut the rest
+    q = torch.full((5, 1, 4), -30.0, requires_grad=True)
+    out = linear_attention(q, q, torch.ones(5, 1, 1))
+    out.sum().backward()
+    assert torch.allclose(out, torch.ones_like(out)) and torch.isfinite(q.grad).all()
+
+
+def test_favor_gradients_stay_finite_for_huge_scores():
+    from graphattn.linear_attention import LinearGlobalAttention
+
+    m = LinearGlobalAttention(16, heads=4, feature_map="favor")
+    x = torch.randn(20, 16) * 200
+    out = m(x, torch.tensor([0] * 8 + [1] * 12))
+    out.sum().backward()
+    assert torch.isfinite(out).all() and all(torch.isfinite(p.grad).all() for p in m.parameters())

@@ -269,9 +269,9 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
         n_exp, e_exp, c_exp = spec["counts"]
         got = (data.num_nodes, data.edge_index.size(1) // 2, len(data.class_names))
         if got != (n_exp, e_exp, c_exp):
-            warnings.warn(f"{key}: {got[0]:,} nodes / {got[1]:,} undirected edges / {got[2]} classes, expected "
-                          f"{n_exp:,} / {e_exp:,} / {c_exp} (a different release of the files, or a cut "
-                          "copy?)", stacklevel=2)
+            warnings.warn(f"{key}: {got[0]} nodes / {got[1]} undirected edges / {got[2]} classes, expected "
+                          f"{n_exp} / {e_exp} / {c_exp} (a different release of the files, or a cut copy?)",
+                          stacklevel=2)
         add = structural_features is True or (structural_features == "auto" and data.x is None)
         if add:
             s = structural_node_features(data.edge_index, data.num_nodes, rw_steps)

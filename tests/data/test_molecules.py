@@ -321,7 +321,7 @@ def test_missing_file_without_download_names_the_root(tmp_path):
 def test_download_goes_to_canonical_url_and_is_checked(tmp_path, monkeypatch):
     seen = []
 
-    def fake_download(url, dest, sha256=None, check=None, progress=True):
+    def fake_download(url, dest, sha256=None, check=None, progress=True, git_blob=None):
         seen.append((url, Path(dest)))
         write_fake(Path(dest), "sider", 1427, deepchem=False)
         check(Path(dest))

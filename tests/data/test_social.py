@@ -106,7 +106,7 @@ def test_named_dataset_downloads_into_root(tmp_path, monkeypatch):
     spec["edges"] = (spec["edges"][0], (FIX / "tiny_edges.csv").as_uri())
     spec["target"] = (spec["target"][0], (FIX / "tiny_target.csv").as_uri())
     spec["features"] = (spec["features"][0], (FIX / "tiny_features.json").as_uri())
-    spec["rows"] = None
+    spec["rows"], spec["blobs"] = None, {}  # stand-in files, not the pinned upstream ones
     monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
     with pytest.warns(UserWarning, match="expected 7624"):
         d = load_social_node_dataset("lastfm", root=tmp_path)
