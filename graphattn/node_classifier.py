@@ -157,7 +157,9 @@ class NodeClassifier(nn.Module):
             w = w * mask.to(w.dtype)
         if edge_dropout > 0 and self.training:
             w = nn.functional.dropout(w, edge_dropout, True)  # (E' + N,), kept ones scaled by 1/(1-p)
-        return torch.zeros_like(z).index_add_(0, ei[1], z[ei[0]] * w[:, None])
+        # index_select, not z[ei[0]]: advanced indexing backpropagates with index_put_(accumulate=True),
+        # which is not deterministic on CPU with several threads (same seed, other weights)
+        return torch.zeros_like(z).index_add_(0, ei[1], z.index_select(0, ei[0]) * w[:, None])
 
     def _explainer_mask(self, ei: Tensor, N: int) -> Optional[Tensor]:
         """The edge mask a PyG ``Explainer`` set on the attention layers, mapped onto ``ei``

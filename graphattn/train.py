@@ -267,6 +267,34 @@ def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     return f"{split} {name} " + ("n/a" if v is None or v != v else f"{v:.4f}")  # NaN: undefined (one class)
 
 
+def _resumed_best_state(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -> Optional[Dict[str, Tensor]]:
+    """The best weights of a resumed run: ``best.pt`` when it is this run's (same meta as
+    ``last.pt``) from its recorded best epoch. Missing, or another run's / epoch's, it is a
+    :class:`CheckpointError`: the run would report and save other weights under the best
+    epoch's name. One case is expected: a run killed between writing ``best.pt`` and
+    ``last.pt`` of the same epoch, which the resumed run repeats (and saves again)."""
+    path = out_dir / "best.pt"
+    if not ck.get("best_epoch"):
+        return None
+    if not path.exists():
+        raise CheckpointError(f"--resume: {path} is missing (last.pt records the best weights at epoch "
+                              f"{ck['best_epoch']}); copy best.pt along with last.pt, or train without --resume")
+    bk = load_checkpoint(path)
+    try:
+        _check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
+    except CheckpointError:
+        raise CheckpointError(f"--resume: {path} belongs to another run than {out_dir / 'last.pt'} (their "
+                              "settings differ); choose another output folder or train without --resume") from None
+    if bk.get("epoch") == ck["best_epoch"]:
+        return bk["model"]
+    if bk.get("epoch") == ck["epoch"] + 1:  # killed between the two saves: that epoch runs again
+        log(f"Warning: {path} is from epoch {bk['epoch']}, which last.pt had not recorded; it is trained again")
+        return None
+    raise CheckpointError(f"--resume: {path} holds {'epoch ' + str(bk['epoch']) if bk.get('epoch') else 'no epoch'} but last.pt records the best epoch "
+                          f"{ck['best_epoch']} (files of two runs in one folder?); choose another output folder "
+                          "or train without --resume")
+
+
 def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kind: str,
         epochs: int = 100, lr: float = 1e-3, weight_decay: float = 0.0, patience: Optional[int] = None,
         pos_weight: Optional[Tensor] = None, grad_clip: Optional[float] = 5.0, seed: int = 0,
@@ -341,8 +369,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
                                   "output folder or train without --resume") from exc
         start, history, resumed = ck["epoch"] + 1, ck["history"], True
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
-        if (out_dir / "best.pt").exists():
-            best["state"] = load_checkpoint(out_dir / "best.pt")["model"]
+        best["state"] = _resumed_best_state(out_dir, ck, log)
         _set_rng_state(ck["rng"])
         log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
         changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))

@@ -160,3 +160,37 @@ def test_fit_names_shape_mismatches_and_non_scalar_aux_losses():
         fit(nn.Linear(4, 1), loaders, vector_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
     number_aux = lambda model, batch, split: (model(batch[0]), batch[1], 0.0)  # noqa: E731
     fit(nn.Linear(4, 1), loaders, number_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
+
+
+def test_resume_uses_best_pt_only_when_it_is_this_runs_best_epoch(tmp_path):
+    # the best weights came from whatever best.pt was in the folder (or from the last epoch when
+    # it was missing), reported and kept under the recorded best epoch's name
+    import shutil
+
+    from graphattn.train import save_checkpoint
+
+    loaders, fwd = _binary_data()
+    run = dict(kind="binary", lr=1e-2, meta={"data": "a"}, **QUIET)
+    fit(_model(), loaders, fwd, epochs=4, out_dir=tmp_path / "a", **run)
+    ck = load_checkpoint(tmp_path / "a" / "last.pt")
+    assert ck["best_epoch"] >= 1
+    (tmp_path / "b").mkdir()
+    shutil.copy(tmp_path / "a" / "last.pt", tmp_path / "b")  # last.pt alone
+    with pytest.raises(CheckpointError, match="best.pt is missing"):
+        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+    other = load_checkpoint(tmp_path / "a" / "best.pt")
+    save_checkpoint(tmp_path / "b" / "best.pt", {**other, "meta": {"data": "another run"}})
+    with pytest.raises(CheckpointError, match="belongs to another run"):
+        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+    save_checkpoint(tmp_path / "b" / "best.pt", {**other, "epoch": ck["best_epoch"] + 7})
+    with pytest.raises(CheckpointError, match="records the best epoch"):
+        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+    # killed between writing best.pt and last.pt of epoch 5: that epoch runs again
+    save_checkpoint(tmp_path / "b" / "best.pt", {**other, "epoch": ck["epoch"] + 1})
+    seen = []
+    fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, kind="binary", lr=1e-2,
+        meta={"data": "a"}, progress=False, log=seen.append)
+    assert any("trained again" in m for m in seen)
+    for f in ("best.pt", "last.pt"):  # the real pair resumes as before
+        shutil.copy(tmp_path / "a" / f, tmp_path / "b" / f)
+    fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
