@@ -20,6 +20,7 @@ import copy
 import math
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -45,6 +46,9 @@ def sample_neighbors(rowptr: Tensor, col: Tensor, nodes: Tensor, num: int, repla
     """
     starts = rowptr[nodes]
     deg = rowptr[nodes + 1] - starts  # (M,)
+    if num == 0:  # PyG: a fanout of 0 samples nothing at that hop
+        empty = torch.zeros(0, dtype=torch.long, device=nodes.device)
+        return empty, empty
     if replace and num >= 0:
         has = deg > 0
         owner = torch.arange(nodes.numel(), device=nodes.device)[has].repeat_interleave(num)
@@ -139,6 +143,10 @@ class NeighborLoader:
                              f"got {num_neighbors!r}")
         self.num_neighbors = [check_int("num_neighbors[k]", k, -1) for k in num_neighbors]
         self.batch_size = check_int("batch_size", batch_size, 1)
+        if not isinstance(data, Data):  # HeteroData (per-type fanouts) is not sampled here
+            raise TypeError(f"NeighborLoader takes a homogeneous torch_geometric.data.Data, got "
+                            f"{type(data).__name__}" + (": convert with data.to_homogeneous()"
+                                                        if hasattr(data, "to_homogeneous") else ""))
         N = data.num_nodes
         check_edge_index(data.edge_index, N)
         if data.edge_index.device.type != "cpu":
@@ -240,6 +248,10 @@ class NeighborLoader:
                 out[key] = value[n_id]
             elif isinstance(value, Tensor) and data.is_edge_attr(key):
                 out[key] = value[e_id]
+            elif isinstance(value, np.ndarray) and value.ndim and data.is_node_attr(key):  # as PyG slices them
+                out[key] = value[n_id.numpy()]
+            elif isinstance(value, np.ndarray) and value.ndim and data.is_edge_attr(key):
+                out[key] = value[e_id.numpy()]
             else:
                 out[key] = value
         out.n_id, out.e_id, out.batch_size = n_id, e_id, seeds.numel()

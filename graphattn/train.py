@@ -157,7 +157,10 @@ def release_free_heap() -> None:
     Mini-batches of varying sizes (neighbour sampling) fragment glibc's heap, which then keeps
     every freed block: resident memory grew ~300 MB per epoch on a 50k-node graph (0.5 -> 4.6 GB
     in 12 epochs) and stays at ~0.5 GB between epochs when :func:`fit` trims after each (epoch
-    time unchanged; the peak within an epoch, ~2-2.6 GB there, is the epoch's own)."""
+    time unchanged). Within an epoch the heap still grows batch by batch (QA, 200k nodes / 2M
+    edges, neighbour sampling: peak 2.3-2.5 GB, of which ~1.4 GB freed-but-kept heap); trimming
+    after every batch cut the peak to 0.96 GB for ~35 % more time, so it is not done by default:
+    call this from a batch loop, or run with ``MALLOC_TRIM_THRESHOLD_`` set, when memory binds."""
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
         try:
@@ -376,6 +379,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         if changed:  # allowed (e.g. more epochs, a new lr), but the record shows only the new values: say so
             log("--resume with changed settings (from this epoch on; metrics.json records the new ones): "
                 + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
+        if start > epochs:
+            log(f"--resume: the run has {start - 1} epochs already (--epochs {epochs}): nothing to train; the "
+                "best model is evaluated again")
     elif resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
         log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
 

@@ -196,3 +196,19 @@ def test_hub_sampling_draws_distinct_uniform_edges(deg, num):
         assert not bool((owner == 2).any())  # node 0 has no edges
         counts[hub] += 1
     assert counts.min() > 0.75 * 300 and counts.max() < 1.25 * 300  # 300 expected per edge
+
+
+def test_fanout_zero_numpy_node_attributes_and_hetero_data_are_handled_as_pyg_users_expect():
+    import numpy as np
+    from torch_geometric.data import Data, HeteroData
+
+    from graphattn.neighbor_loader import NeighborLoader
+
+    data = Data(x=torch.randn(4, 2), edge_index=torch.tensor([[1, 2, 3, 0], [0, 0, 2, 3]]))
+    b = next(iter(NeighborLoader(data, [0], batch_size=1)))  # was an IndexError; PyG samples nothing
+    assert b.edge_index.size(1) == 0 and b.n_id.tolist() == [0]
+    data.names = np.array(["a", "b", "c", "d"])  # numpy node attributes are cut to the sample, as in PyG
+    b = next(iter(NeighborLoader(data, [-1], batch_size=1, input_nodes=torch.tensor([2]))))
+    assert b.names.tolist() == [data.names[i] for i in b.n_id.tolist()] and b.names[0] == "c"
+    with pytest.raises(TypeError, match="homogeneous .*to_homogeneous"):
+        NeighborLoader(HeteroData(), [-1], batch_size=1)
