@@ -131,7 +131,12 @@ class NeighborLoader:
     first: the loss goes on the first ``batch_size`` rows), ``edge_index`` of the sampled edges
     in local ids (row 0 the neighbour j, row 1 the node i that sampled it), edge attributes cut to
     them (``e_id``), ``input_id`` (positions in ``input_nodes``), ``num_sampled_nodes`` /
-    ``num_sampled_edges`` per hop, and graph-level attributes unchanged.
+    ``num_sampled_edges`` per hop, and graph-level attributes unchanged (numpy node / edge
+    attributes are cut too, as in PyG; a fanout of 0 samples nothing at that hop).
+
+    With every neighbour (``-1``) for as many hops as the model has layers, the seeds' outputs
+    equal full-graph inference (eval mode). Global tokens are the exception by design: a batch
+    is its own graph, so the tokens summarise the sampled subgraph, not the whole graph.
     """
 
     def __init__(self, data: Data, num_neighbors: Sequence[int], batch_size: int = 1,
