@@ -22,12 +22,12 @@ Feature maps (``M`` features per head):
   rows: ``E[φ(q)·φ(k)] = exp(q·k/√C)``, an unbiased estimate of softmax attention whose
   error shrinks as ``1/√M``.
 
-Both are rescaled so nothing overflows or underflows to a wrong ratio (large scores, or
-queries whose features barely meet the keys'): each key feature ``m`` is divided by its largest
-value over the graph's keys, the query's feature ``m`` multiplied by it, and each query's
-features divided by their largest (FAVOR+ in log space: the same shifts subtracted in the
-exponent). Every factor cancels in the ratio, and the denominator is at least 1 for a
-non-empty graph.
+FAVOR+ runs in log space so nothing overflows or underflows to a wrong ratio (large scores, or
+queries whose features barely meet the keys'): each key feature ``m`` is shifted by its largest
+value over the graph's keys, the query's feature ``m`` by minus that, and each query's features
+by their largest; every shift cancels in the ratio and the denominator is at least 1 for a
+non-empty graph. The ELU features need no shifts; the denominator is only kept from 0/0 (a
+query whose every channel is below about -17 has features that round to 0 in float32, and gets 0).
 """
 from __future__ import annotations
 
@@ -64,12 +64,6 @@ def orthogonal_features(heads: int, num_features: int, channels: int,
     return torch.stack(blocks)  # (H, M, C)
 
 
-def _elu1(x: Tensor) -> Tensor:
-    """``elu(x) + 1`` without its cancellation: ``exp(x) - 1 + 1`` is 0 in float32 below x = -17,
-    which made every feature of a very negative query 0 (a 0/0 attention)."""
-    return torch.where(x < 0, torch.exp(x.clamp_max(0)), x + 1.0)
-
-
 def _log_features(x: Tensor, omega: Tensor) -> Tensor:
     """``(B, L, H, C)`` -> ``(B, L, H, M)``: FAVOR+'s ``log φ(x)`` up to a constant (its
     ``1/√M`` cancels in the ratio)."""
@@ -88,10 +82,9 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
         feature_map: ``"elu"`` or ``"favor"`` (needs ``omega``).
         omega: ``(H, M, C)`` random features for ``"favor"`` (:func:`orthogonal_features`).
         num_graphs: B (default ``batch.max() + 1``).
-        eps: floor of the denominator, which is at least 1 for a non-empty graph (the shifts
-            of the module docstring); only empty slots reach it (default: the dtype's
-            smallest normal number: 0/0 -> 0). An earlier absolute floor of 1e-6 on the unshifted
-            scale cut real denominators and shrank outputs.
+        eps: floor of the denominator (default: the dtype's smallest normal number: empty slots
+            0/0 -> 0). An earlier absolute floor of 1e-6 cut real denominators (FAVOR+'s scale is
+            arbitrary, the ELU one can be tiny) and shrank outputs.
 
     Cost: ``O(N·H·M·C)`` time, ``O(N·H·(M + C) + B·H·M·C)`` memory. The per-graph sums run
     on a padded ``(B, L)`` layout (``L`` the largest graph; ``B·L = N`` for equal sizes or one
@@ -137,16 +130,9 @@ def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayou
     """:func:`linear_attention` on the padded ``(B, L, H, ·)`` layout of ``layout``."""
     Q, K, V = layout.pad(q), layout.pad(k), layout.pad(v)  # (B, L, H, C)
     mask = layout.mask[:, :, None, None]  # (B, L, 1, 1)
-    tiny = torch.finfo(Q.dtype).tiny
-    if feature_map == "elu":  # positive features: the same shifts as scales, without exp/log
-        fk = _elu1(K).masked_fill(~mask, 0.0)  # empty slots add nothing
-        with torch.no_grad():
-            scale = fk.amax(dim=1).clamp_min(tiny) if fk.size(1) else fk.new_ones(fk.shape[0], *fk.shape[2:])
-        fk = fk / scale[:, None]  # (B, L, H, M), each feature's largest key = 1
-        fq = _elu1(Q) * scale[:, None]
-        with torch.no_grad():
-            top = fq.amax(dim=-1, keepdim=True).clamp_min(tiny)
-        fq = fq / top  # largest = 1 per query
+    if feature_map == "elu":  # positive features of moderate size: plain sums (F.elu is one fused op)
+        fq = F.elu(Q) + 1.0
+        fk = (F.elu(K) + 1.0).masked_fill(~mask, 0.0)  # empty slots add nothing
     else:
         lq, lk = _log_features(Q, omega), _log_features(K, omega).masked_fill(~mask, float("-inf"))
         with torch.no_grad():  # shifts that cancel in the ratio (constants for autograd)
@@ -158,9 +144,9 @@ def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayou
             shift = g.amax(dim=-1, keepdim=True)
         fq = torch.exp(g - shift)  # (B, L, H, M), largest = 1 per query
     kv = torch.einsum("blhm,blhc->bhmc", fk, V)  # (B, H, M, C') per-graph sums
-    z = fk.sum(dim=1)  # (B, H, M), >= 1 in a non-empty graph
+    z = fk.sum(dim=1)  # (B, H, M); FAVOR+: >= 1 in a non-empty graph
     num = torch.einsum("blhm,bhmc->blhc", fq, kv)  # (B, L, H, C')
-    den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H), >= 1 unless the graph is empty
+    den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H); FAVOR+: >= 1 unless the graph is empty
     floor = torch.finfo(den.dtype).tiny if eps is None else eps
     return layout.unpad(num / den.clamp_min(floor)[..., None])
 

@@ -166,7 +166,10 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
         req = urllib.request.Request(url, headers={"User-Agent": "graphattn"})
         written = 0
         with urllib.request.urlopen(req, timeout=60) as resp, open(tmp, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
+            # http.client's length: Content-Length, or None for a chunked body (which ignores it)
+            total = getattr(resp, "length", None)
+            if total is None and not getattr(resp, "chunked", False):
+                total = int(resp.headers.get("Content-Length") or 0) or None
             with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}",
                       disable=not progress) as bar:
                 while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -47,7 +48,8 @@ def _raw_check(path: Path) -> None:
     import pickle
     import zlib
 
-    if path.name.endswith(".test.index"):
+    name = re.sub(r"\.[^.]+\.part$", "", path.name)  # a download is checked as NAME.<random>.part
+    if name.endswith(".test.index"):
         try:
             [int(v) for v in path.read_text().split()]
         except (ValueError, UnicodeDecodeError) as exc:
