@@ -147,8 +147,12 @@ def _padded_linear_attention(q: Tensor, k: Tensor, v: Tensor, layout: GraphLayou
     z = fk.sum(dim=1)  # (B, H, M); FAVOR+: >= 1 in a non-empty graph
     num = torch.einsum("blhm,bhmc->blhc", fq, kv)  # (B, L, H, C')
     den = torch.einsum("blhm,bhm->blh", fq, z)  # (B, L, H); FAVOR+: >= 1 unless the graph is empty
-    floor = torch.finfo(den.dtype).tiny if eps is None else eps
-    return layout.unpad(num / den.clamp_min(floor)[..., None])
+    if eps is not None:
+        return layout.unpad(num / den.clamp_min(eps)[..., None])
+    # 0/0 (empty slots; ELU features that round to 0) -> 0, with a zero gradient: a clamped
+    # denominator would send num / tiny^2 = inf back, and inf * elu' = NaN
+    safe = torch.where(den >= torch.finfo(den.dtype).tiny, den, torch.ones_like(den))
+    return layout.unpad(num / safe[..., None])
 
 
 class LinearGlobalAttention(nn.Module):

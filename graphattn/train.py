@@ -270,12 +270,30 @@ def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     return f"{split} {name} " + ("n/a" if v is None or v != v else f"{v:.4f}")  # NaN: undefined (one class)
 
 
+def _newer_best(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -> Dict[str, Any]:
+    """``best.pt`` instead of ``last.pt`` when the run was killed between writing the two for one
+    epoch: ``best.pt`` of an improving epoch is a complete state (weights, optimizer, RNG, history)
+    one epoch ahead, and the older ``last.pt``'s best weights were overwritten by it."""
+    path = out_dir / "best.pt"
+    if not path.exists():
+        return ck
+    bk = load_checkpoint(path)
+    if bk.get("epoch") != ck.get("epoch", -1) + 1 or not all(k in bk for k in ("optimizer", "rng", "history")):
+        return ck
+    try:
+        _check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
+    except CheckpointError:
+        return ck  # another run's: _resumed_best_state refuses it
+    log(f"{path} is one epoch ahead of last.pt (stopped between the two saves): resuming from it")
+    return bk
+
+
 def _resumed_best_state(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -> Optional[Dict[str, Tensor]]:
     """The best weights of a resumed run: ``best.pt`` when it is this run's (same meta as
     ``last.pt``) from its recorded best epoch. Missing, or another run's / epoch's, it is a
     :class:`CheckpointError`: the run would report and save other weights under the best
-    epoch's name. One case is expected: a run killed between writing ``best.pt`` and
-    ``last.pt`` of the same epoch, which the resumed run repeats (and saves again)."""
+    epoch's name (a run killed between writing ``best.pt`` and ``last.pt`` of one epoch resumes
+    from that ``best.pt``: :func:`_newer_best`)."""
     path = out_dir / "best.pt"
     if not ck.get("best_epoch"):
         return None
@@ -290,9 +308,6 @@ def _resumed_best_state(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], 
                               "settings differ); choose another output folder or train without --resume") from None
     if bk.get("epoch") == ck["best_epoch"]:
         return bk["model"]
-    if bk.get("epoch") == ck["epoch"] + 1:  # killed between the two saves: that epoch runs again
-        log(f"Warning: {path} is from epoch {bk['epoch']}, which last.pt had not recorded; it is trained again")
-        return None
     raise CheckpointError(f"--resume: {path} holds {'epoch ' + str(bk['epoch']) if bk.get('epoch') else 'no epoch'} but last.pt records the best epoch "
                           f"{ck['best_epoch']} (files of two runs in one folder?); choose another output folder "
                           "or train without --resume")
@@ -358,6 +373,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
         _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
+        ck = _newer_best(out_dir, ck, log)
         if ck.get("kind", kind) != kind:
             raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was trained as kind={ck['kind']!r}, this "
                                   f"run is kind={kind!r}; choose another output folder")

@@ -100,3 +100,12 @@ def test_propagation_gradients_are_deterministic_with_several_threads():
         assert all(torch.equal(ref, grads()) for _ in range(5))
     finally:
         torch.set_num_threads(threads)
+
+
+def test_elu_queries_whose_features_round_to_zero_get_zero_and_finite_gradients():
+    q = torch.randn(6, 1, 4)
+    q[0] = -20.0  # elu(x) + 1 is exactly 0 in float32: a 0/0 row
+    q.requires_grad_()
+    out = linear_attention(q, torch.randn(6, 1, 4), torch.randn(6, 1, 3))
+    out.sum().backward()
+    assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isfinite(q.grad).all()

@@ -185,12 +185,15 @@ def test_resume_uses_best_pt_only_when_it_is_this_runs_best_epoch(tmp_path):
     save_checkpoint(tmp_path / "b" / "best.pt", {**other, "epoch": ck["best_epoch"] + 7})
     with pytest.raises(CheckpointError, match="records the best epoch"):
         fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
-    # killed between writing best.pt and last.pt of epoch 5: that epoch runs again
-    save_checkpoint(tmp_path / "b" / "best.pt", {**other, "epoch": ck["epoch"] + 1})
+    # killed between writing best.pt and last.pt of epoch 5 (an improving one): best.pt is the newer state
+    model = _model()
+    fit(model, loaders, fwd, epochs=5, out_dir=tmp_path / "k", **run)  # the uninterrupted 5 epochs
+    five = load_checkpoint(tmp_path / "k" / "last.pt")
+    save_checkpoint(tmp_path / "b" / "best.pt", {**five, "best_epoch": 5, "best_score": 1.0})
     seen = []
-    fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, kind="binary", lr=1e-2,
-        meta={"data": "a"}, progress=False, log=seen.append)
-    assert any("trained again" in m for m in seen)
+    res = fit(_model(), loaders, fwd, epochs=5, out_dir=tmp_path / "b", resume=True, kind="binary", lr=1e-2,
+              meta={"data": "a"}, progress=False, log=seen.append)
+    assert any("one epoch ahead of last.pt" in m for m in seen) and res["best_epoch"] == 5
     for f in ("best.pt", "last.pt"):  # the real pair resumes as before
         shutil.copy(tmp_path / "a" / f, tmp_path / "b" / f)
     fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
