@@ -80,11 +80,9 @@ def _one_pattern(name: str, length: int, window, stride, num_global, device, cau
         target, off = _ragged((last - r) // stride + 1, what)
         return target, r[target] + stride * off
     # "global": the first g tokens see everyone; the others see the g tokens and themselves.
+    # causal: the first g tokens see only those before them
     g = min(num_global, length)
-    if causal:  # the first g tokens see those before them; the others the g tokens and themselves
-        target, off = _ragged(torch.where(i < g, i + 1, g + 1), what)
-        return target, torch.where((target >= g) & (off == g), target, off)
-    target, off = _ragged(torch.where(i < g, length, g + 1), what)
+    target, off = _ragged(torch.where(i < g, i + 1 if causal else length, g + 1), what)
     return target, torch.where((target >= g) & (off == g), target, off)
 
 

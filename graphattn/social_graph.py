@@ -160,8 +160,7 @@ def load_graphs(spec: Dict[str, Any]):
         # continuous node attributes of the file (text format: columns after the neighbours),
         # z-scored over all nodes of the set; specs written before this existed skip them
         # (in float64: squares of attributes near float32's limit would overflow)
-        attr = torch.cat([g.node_attr.double() for g in graphs])
-        mean, std = attr.mean(0), attr.std(0, unbiased=False).clamp(min=1e-6)
+        mean, std = _column_stats(g.node_attr for g in graphs)
         for g in graphs:
             g.x = torch.cat([g.x, ((g.node_attr.double() - mean) / std).to(g.x.dtype)], 1)
             g.feature_source = "structural+attributes"
@@ -245,6 +244,13 @@ def _finished_same_fold(folder: Path, meta: Dict[str, Any]) -> bool:
     return same
 
 
+def _column_stats(parts) -> Tuple[Tensor, Tensor]:
+    """Mean and std (floored at 1e-6) per column over all rows of ``parts`` ((n_i, D) each), in
+    float64: squares of attributes near float32's limit would overflow."""
+    cols = torch.cat([p.double() for p in parts])
+    return cols.mean(0), cols.std(0, unbiased=False).clamp(min=1e-6)
+
+
 def _edge_features(graphs, use: bool) -> None:
     """Edge features of a TU-folder set (``edge_attr``: attribute columns, then one-hot edge
     labels) kept with their attribute columns z-scored over all edges of the set (float64, as
@@ -255,8 +261,7 @@ def _edge_features(graphs, use: bool) -> None:
         return
     k = int(getattr(graphs, "num_edge_attributes", 0) or 0)
     if k:
-        cols = torch.cat([g.edge_attr[:, :k].double() for g in graphs])
-        mean, std = cols.mean(0), cols.std(0, unbiased=False).clamp(min=1e-6)
+        mean, std = _column_stats(g.edge_attr[:, :k] for g in graphs)
         for g in graphs:
             g.edge_attr = torch.cat([((g.edge_attr[:, :k].double() - mean) / std).float(), g.edge_attr[:, k:]], 1)
 

@@ -288,7 +288,7 @@ def _newer_best(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -
     return bk
 
 
-def _resumed_best_state(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -> Optional[Dict[str, Tensor]]:
+def _resumed_best_state(out_dir: Path, ck: Dict[str, Any]) -> Optional[Dict[str, Tensor]]:
     """The best weights of a resumed run: ``best.pt`` when it is this run's (same meta as
     ``last.pt``) from its recorded best epoch. Missing, or another run's / epoch's, it is a
     :class:`CheckpointError`: the run would report and save other weights under the best
@@ -388,7 +388,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
                                   "output folder or train without --resume") from exc
         start, history, resumed = ck["epoch"] + 1, ck["history"], True
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
-        best["state"] = _resumed_best_state(out_dir, ck, log)
+        best["state"] = _resumed_best_state(out_dir, ck)
         _set_rng_state(ck["rng"])
         log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
         changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))
