@@ -373,7 +373,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     if resume and out_dir is not None and (out_dir / "last.pt").exists():
         ck = load_checkpoint(out_dir / "last.pt")
         _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
-        ck = _newer_best(out_dir, ck, log)
+        newer = _newer_best(out_dir, ck, log)
+        source, ck = (out_dir / ("last.pt" if newer is ck else "best.pt")), newer
         if ck.get("kind", kind) != kind:
             raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was trained as kind={ck['kind']!r}, this "
                                   f"run is kind={kind!r}; choose another output folder")
@@ -390,7 +391,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
         best["state"] = _resumed_best_state(out_dir, ck)
         _set_rng_state(ck["rng"])
-        log(f"Resumed from {out_dir / 'last.pt'} at epoch {ck['epoch']}")
+        log(f"Resumed from {source} at epoch {ck['epoch']}")
         changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))
         if changed:  # allowed (e.g. more epochs, a new lr), but the record shows only the new values: say so
             log("--resume with changed settings (from this epoch on; metrics.json records the new ones): "

@@ -194,6 +194,7 @@ def test_resume_uses_best_pt_only_when_it_is_this_runs_best_epoch(tmp_path):
     res = fit(_model(), loaders, fwd, epochs=5, out_dir=tmp_path / "b", resume=True, kind="binary", lr=1e-2,
               meta={"data": "a"}, progress=False, log=seen.append)
     assert any("one epoch ahead of last.pt" in m for m in seen) and res["best_epoch"] == 5
+    assert any(m.startswith("Resumed from") and m.split()[2].endswith("best.pt") for m in seen)
     for f in ("best.pt", "last.pt"):  # the real pair resumes as before
         shutil.copy(tmp_path / "a" / f, tmp_path / "b" / f)
     fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
