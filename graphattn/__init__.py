@@ -16,6 +16,12 @@ from .csr import EdgeCSR, to_csr
 from .neighbor_loader import NeighborLoader
 from .functional import dense_attention, edge_attention
 from .pretrain import MoleculePretrainer  # the pipeline (pool, run_pretraining, --init) stays in graphattn.pretrain
+from .validation import refuse_scripting as _refuse_scripting
+
+# torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
+_refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
+                  NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
+                  LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)
 
 __all__ = [
     "__version__",

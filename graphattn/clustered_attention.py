@@ -12,7 +12,8 @@ no node is left without keys), and :class:`ClusteredAttention` runs the ordinary
 :func:`~graphattn.functional.edge_attention` on it. Queries and keys share the hash
 (``"lsh"``: argmax of ``[x̂R, -x̂R]`` for ``x̂ = x/|x|`` and a fixed Gaussian ``R``) or the
 centroids (``"kmeans"``: spherical k-means per graph on the normalized queries and keys,
-``iters`` Lloyd steps from centroids spread over node order). Clusters come from all heads'
+``iters`` Lloyd steps from keys spread over the order of their projections on the graph's mean
+key direction — independent of node order). Clusters come from all heads'
 channels together (one edge set for all heads) and carry no gradient.
 
 Shared queries and keys (Reformer's shared-QK attention, the default of
@@ -59,8 +60,13 @@ def _lsh(x: Tensor, rotations: Tensor, k: int) -> Tensor:
 def _kmeans(q: Tensor, k: Tensor, layout: GraphLayout, num_clusters: int, iters: int):
     B, K = layout.B, num_clusters
     Qp, Kp = layout.pad(F.normalize(q, dim=-1)), layout.pad(F.normalize(k, dim=-1))  # (B, L, D)
-    first = (torch.arange(K, device=q.device)[None, :] * layout.sizes[:, None]) // K  # (B, K)
-    first = first.clamp(max=max(layout.L - 1, 0))
+    # initial centroids: keys spread over the order of their projections on the graph's mean key
+    # direction, not over node order, so that relabelling the nodes permutes the clusters only
+    mean = (Kp * layout.mask[..., None]).sum(1)  # (B, D)
+    proj = torch.einsum("bld,bd->bl", Kp, mean).masked_fill(~layout.mask, float("inf"))  # padding last
+    order = proj.argsort(dim=1, stable=True)  # (B, L)
+    first = (torch.arange(K, device=q.device)[None, :] * layout.sizes[:, None]) // K  # (B, K) ranks
+    first = order.gather(1, first.clamp(max=max(layout.L - 1, 0))) if layout.L else first
     cent = Kp[torch.arange(B, device=q.device)[:, None], first] if layout.L else q.new_zeros(B, K, q.size(1))
     pts = torch.cat([Qp, Kp], dim=1)  # (B, 2L, D)
     valid = torch.cat([layout.mask, layout.mask], dim=1)  # (B, 2L)

@@ -7,9 +7,12 @@
 * :class:`LapPEEncoder` -- maps the PE to features; flips eigenvector signs at random in every
   training forward pass (as GraphGPS does), or is sign invariant (SignNet-style phi(v)+phi(-v)).
 * :func:`sinusoidal_pe` / :func:`sinusoidal_pe_2d` -- Transformer encodings for sequences/images.
-* :class:`AddRandomWalkPE` -- PyG's random-walk structural encoding, re-exported. It runs
-  without torch-sparse on this stack (torch 2.13, PyG 2.8.1): a dense ``(N, N)`` matrix for
-  N <= 2000 and torch's own CSR tensors above (both paths tested).
+* :class:`AddRandomWalkPE` -- random-walk return probabilities (RWSE), PyG's transform of the
+  same name and signature rewritten: PyG's (2.8) replaces every edge weight by the clamped
+  inverse degree, so weighted graphs get wrong values, and its dense path (N <= 2000) counts a
+  duplicated edge once where its sparse path counts it twice; it also squares sparse
+  matrices, which fills in on large social graphs (see
+  :func:`graphattn.data.structural.random_walk_pe`, which this calls).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
-from torch_geometric.transforms import AddRandomWalkPE, BaseTransform
+from torch_geometric.transforms import BaseTransform
 
 from .padding import check_batch
 from .spectral import _component_eigs, _fix_sign
@@ -154,6 +157,53 @@ class AddLaplacianPE(BaseTransform):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(k={self.k})"
+
+
+class AddRandomWalkPE(BaseTransform):
+    r"""Random-walk structural encoding (Dwivedi et al. 2022): the return probabilities
+    :math:`[P^k]_{ii}`, k = 1..``walk_length``, with :math:`P = D^{-1} A`.
+
+    PyG's ``AddRandomWalkPE`` with the same arguments and output, computed by
+    :func:`graphattn.data.structural.random_walk_pe` instead (see the module doc for what is
+    wrong with PyG's): ``data.edge_weight`` ``(E,)``, if present, weights ``A`` (finite, >= 0;
+    ``D`` = weighted out-degree); a duplicated edge counts with its multiplicity, a directed edge
+    j -> i (``edge_index[:, e] = (j, i)``) only in row j; isolated nodes get zeros. Exact for
+    graphs of up to ``exact_max_nodes`` nodes; above, k = 1, 2 (and 3 within a budget) exact,
+    the rest a seeded Monte-Carlo estimate with ``num_probes`` probes.
+
+    Args:
+        walk_length (int): number of steps K.
+        attr_name (str, optional): attribute for the ``(N, K)`` float32 encoding; ``None``
+            concatenates it to ``data.x``. (default: ``"random_walk_pe"``)
+    """
+
+    def __init__(self, walk_length: int, attr_name: Optional[str] = "random_walk_pe", *,
+                 exact_max_nodes: int = 4000, num_probes: int = 64, seed: int = 0) -> None:
+        self.walk_length = _check_int("walk_length", walk_length, 1)
+        self.attr_name = attr_name
+        self.exact_max_nodes = _check_int("exact_max_nodes", exact_max_nodes, 0)
+        self.num_probes = _check_int("num_probes", num_probes, 1)
+        self.seed = int(seed)
+
+    def forward(self, data: Data) -> Data:
+        from torch_geometric.transforms.add_positional_encoding import add_node_attr
+
+        from .data.structural import random_walk_pe
+
+        n, edge_index = data.num_nodes, data.edge_index
+        if n is None:
+            raise ValueError("AddRandomWalkPE needs data.num_nodes (or data.x) to be known")
+        if edge_index is None:
+            edge_index = torch.zeros(2, 0, dtype=torch.long)
+        check_edge_index(edge_index, n, name="data.edge_index")
+        weight = getattr(data, "edge_weight", None)
+        pe = random_walk_pe(edge_index.cpu(), n, self.walk_length, exact_max_nodes=self.exact_max_nodes,
+                            num_probes=self.num_probes, seed=self.seed,
+                            edge_weight=None if weight is None else weight.cpu())
+        return add_node_attr(data, pe.to(edge_index.device), attr_name=self.attr_name)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.walk_length})"
 
 
 class LapPEEncoder(nn.Module):

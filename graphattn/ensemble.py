@@ -15,7 +15,8 @@ class ProbabilityEnsemble(nn.Module):
     in their initialisation and batch order, not in their data).
 
     ``forward`` takes whatever the members take and returns the **logit of the mean
-    probability**, ``logit(mean_m σ(f_m(x)))`` (clamped to ``[-27.6, 27.6]``, computed in float64), so every caller
+    probability**, ``logit(mean_m σ(f_m(x)))`` (clamped to ``[-27.6, 27.6]``, computed in float64, returned in
+    the members' dtype), so every caller
     of a single model (``sigmoid`` for probabilities, ROC-AUC on the logits, the training
     loop's evaluation) works unchanged. Averaging probabilities rather than logits is the
     usual choice: one over-confident member cannot dominate.
@@ -38,12 +39,17 @@ class ProbabilityEnsemble(nn.Module):
         self.members = nn.ModuleList(members)
         self.num_tasks = tasks.pop()
 
+    @staticmethod
+    def _probabilities(logits: Sequence[Tensor]) -> Tensor:
+        return torch.stack([torch.sigmoid(z.double()) for z in logits])  # float64: no ties near 1
+
     def member_probabilities(self, *args, **kwargs) -> Tensor:
         """``(M, B, T)`` float64: each member's probabilities."""
-        return torch.stack([torch.sigmoid(m(*args, **kwargs).double()) for m in self.members])  # float64: no ties near 1
+        return self._probabilities([m(*args, **kwargs) for m in self.members])
 
     def forward(self, *args, **kwargs) -> Tensor:
-        return torch.logit(self.member_probabilities(*args, **kwargs).mean(0), eps=1e-12).float()
+        logits = [m(*args, **kwargs) for m in self.members]
+        return torch.logit(self._probabilities(logits).mean(0), eps=1e-12).to(logits[0].dtype)  # the members' dtype
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({len(self.members)} x {type(self.members[0]).__name__})"

@@ -35,10 +35,7 @@ def _read_smiles_csv(path, smiles_col: str, with_lines: bool = False):
     from .data.molecules import find_column, read_csv_table
 
     header, rows = read_csv_table(path)
-    try:
-        j = find_column(header, smiles_col, path)
-    except ValueError as exc:
-        raise ValueError(f"{exc}; pass --smiles-col") from None
+    j = find_column(header, smiles_col, path, flag="--smiles-col")
     smiles = [fields[j] for _, fields in rows]
     return (smiles, [line for line, _ in rows]) if with_lines else smiles
 
@@ -95,7 +92,7 @@ def evaluate(args) -> int:
 
             csv_path = _spooled(args.csv)
             header, _ = read_csv_table(csv_path, header_only=True)
-            find_column(header, args.smiles_col, args.csv)
+            find_column(header, args.smiles_col, args.csv, flag="--smiles-col")
             folded = {}
             for h in header:
                 folded.setdefault(h.lower(), []).append(h)
@@ -234,7 +231,7 @@ def explain(args) -> int:
     --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
     molecules ``<stem>_<i>.png``). An invalid SMILES is reported on stderr and skipped; the
     exit status is 2 only when no molecule could be drawn."""
-    from .viz import draw_molecule_attention, molecule_attention
+    from .viz import MIN_COLOUR_SPAN, draw_molecule_attention, molecule_attention
 
     try:
         model, meta = load_model(args.checkpoint)
@@ -264,7 +261,10 @@ def explain(args) -> int:
         path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix or '.png'}")
         prob, scores = molecule_attention(model, g)
         lines = [f"{t} {p:.2f}" for t, p in zip(meta["task_names"], prob.tolist())]
-        legend = "\n".join(["colour: attention rollout (red = most attended)"]
+        spread = float((scores.max() - scores.min()) / scores.max().clamp_min(1e-12))
+        key = "colour: attention rollout (red = most attended)" + (
+            f"; nearly uniform (spread {spread:.1%})" if spread < MIN_COLOUR_SPAN else "")
+        legend = "\n".join([key]
                            + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
         try:
             draw_molecule_attention(s, scores, path, legend=legend)

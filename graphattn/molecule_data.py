@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import torch
 from torch import Tensor
 
 __all__ = ["SPLITS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
@@ -196,7 +197,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         cols = None
         if tasks is not None:
             header, _ = read_csv_table(csv_path, header_only=True)
-            smiles_idx = find_column(header, smiles_col, csv_path)
+            smiles_idx = find_column(header, smiles_col, csv_path, flag="smiles_col=, CLI --smiles-col")
             cols = resolve_tasks(tasks, [h for i, h in enumerate(header) if i != smiles_idx], str(csv_path))
         ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=cols, pre_transform=pre,
                                 cache_dir=cache_dir(), log=log, limit=limit, binary=binary)
@@ -210,7 +211,28 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
             names = chosen
     ds.task_names = names
     ds.descriptor_names = None if descriptors is None else list(descriptors)
+    if binary:
+        _warn_one_class_tasks(ds, names, name or Path(csv_path).name)
     return ds
+
+
+def _warn_one_class_tasks(ds, names: Sequence[str], source: str) -> None:
+    """A task whose labels are all one class has no ROC-AUC in any split: say so before training
+    (the per-split "undefined" messages come only after the first epoch)."""
+    y = ds._data.y if getattr(ds, "_data", None) is not None else None
+    if y is None or y.numel() == 0:
+        return
+    if isinstance(ds.transform, _SelectTasks):
+        y = y[:, ds.transform.cols]
+    one = []
+    for t, col in zip(names, y.T):
+        seen = col[~torch.isnan(col)].unique().tolist()
+        if len(seen) == 1:
+            one.append(f"{t!r} (all {int(seen[0])}, {int((~torch.isnan(col)).sum())} labels)")
+    if one:
+        warnings.warn(f"{source}: task(s) {', '.join(one)} hold one class only: their ROC-AUC / PR-AUC is "
+                      "undefined in every split and they are left out of the mean (they still add to the loss)",
+                      stacklevel=3)
 
 
 def check_split(split_idx, split: str = "scaffold") -> None:

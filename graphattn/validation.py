@@ -138,14 +138,29 @@ def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> Non
 _is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
 
 
+_NOT_RECORDABLE = ("graphattn's layers and models cannot be recorded by torch.jit.trace or torch.export "
+                   "(nor torch.jit.script): they build and cache a CSR view of edge_index per graph; compile "
+                   "them with torch.compile instead")
+
+
 def refuse_tracing() -> None:
     """``NotImplementedError`` under ``torch.jit.trace`` / ``torch.export``: the layers build and
     cache a CSR view of ``edge_index`` per tensor (data-dependent, keyed on its storage), which
     neither can record; they failed deep inside (``unordered_map::at``, a FakeTensor data pointer)."""
     if torch.jit.is_tracing() or _is_exporting():
-        raise NotImplementedError("graphattn's layers and models cannot be recorded by torch.jit.trace or "
-                                  "torch.export (nor torch.jit.script): they build and cache a CSR view of "
-                                  "edge_index per graph; compile them with torch.compile instead")
+        raise NotImplementedError(_NOT_RECORDABLE)
+
+
+def refuse_scripting(*classes: type) -> None:
+    """Give ``classes`` a ``__prepare_scriptable__`` that raises the same ``NotImplementedError``:
+    ``torch.jit.script`` calls it on a module and on every submodule (a user's model holding one
+    of ours too) before it compiles anything, so the user reads this instead of TorchScript's
+    parser errors (keyword-only arguments, ``Optional`` unions, ...)."""
+    def __prepare_scriptable__(self):
+        raise NotImplementedError(_NOT_RECORDABLE)
+
+    for cls in classes:
+        cls.__prepare_scriptable__ = __prepare_scriptable__
 
 
 def check_model_input(x) -> None:

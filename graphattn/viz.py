@@ -124,6 +124,19 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     return torch.sigmoid(logits[0]).float().cpu(), scores.cpu()
 
 
+#: smallest score range (a fraction of the highest score) drawn as the full white-red scale
+MIN_COLOUR_SPAN = 0.25
+
+
+def colour_levels(scores: Sequence[float]) -> List[float]:
+    """Colour level in [0, 1] (white .. red) of every score: the highest is 1, the lowest 0 when
+    the scores spread over at least :data:`MIN_COLOUR_SPAN` of the highest; closer scores keep
+    their differences at that scale (near-equal scores: near-equal colours)."""
+    lo, hi = min(scores), max(scores)
+    span = max(hi - lo, MIN_COLOUR_SPAN * hi)
+    return [1.0 - (hi - s) / span if span > 0 else 1.0 for s in scores]
+
+
 def _colour(v: float) -> Tuple[float, float, float]:
     """White (0) -> orange -> red (1)."""
     v = min(max(float(v), 0.0), 1.0)
@@ -139,6 +152,9 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     """PNG (or SVG, by ``path``'s suffix) of ``smiles`` with atom ``i`` highlighted by
     ``atom_scores[i]``, rescaled so the molecule's lowest score is white and its highest red,
     and each bond by the mean of its two atoms; ``legend`` (may have several lines) below.
+    Scores closer together than :data:`MIN_COLOUR_SPAN` of the highest are not stretched to
+    the full white-red range (benzene's six rollout scores differ by 0.2 %: all red, not a
+    pattern); on Tox21 molecules the spread is 30-76 % of the highest (5-95 % quantiles).
 
     Atom ``i`` is RDKit atom ``i`` of :func:`graphattn.data.featurize.parse_smiles`, the node
     order of :func:`graphattn.data.molecules.smiles_to_data`; a SMILES it rejects raises its
@@ -152,8 +168,7 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     scores = [float(s) for s in atom_scores]
     if len(scores) != mol.GetNumAtoms():
         raise ValueError(f"atom_scores has {len(scores)} entries but {smiles!r} has {mol.GetNumAtoms()} atoms")
-    lo, hi = min(scores), max(scores)
-    scores = [(s - lo) / (hi - lo) if hi > lo else 1.0 for s in scores]  # colours span min..max
+    scores = colour_levels(scores)
     atoms = list(range(mol.GetNumAtoms()))
     atom_cols = {i: _colour(scores[i]) for i in atoms}
     bonds = [b.GetIdx() for b in mol.GetBonds()]

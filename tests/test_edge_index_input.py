@@ -204,3 +204,25 @@ def test_trace_and_export_are_a_clear_error(make):
     x, ei = torch.randn(5, 4), torch.tensor([[0, 1, 2], [1, 2, 3]])
     with pytest.raises(NotImplementedError, match="torch.jit.trace or torch.export.*torch.compile"):
         make(x, ei)
+
+
+def test_script_is_the_same_clear_error_for_every_public_module_and_a_users_model_holding_one():
+    import graphattn
+
+    modules = {n: getattr(graphattn, n) for n in graphattn.__all__}
+    classes = [c for c in modules.values() if isinstance(c, type) and issubclass(c, torch.nn.Module)]
+    assert len(classes) >= 15
+    for cls in classes:
+        assert "__prepare_scriptable__" in vars(cls), f"{cls.__name__}: torch.jit.script would fail unclearly"
+
+    class Mine(torch.nn.Module):  # a user's model with one of our layers inside
+        def __init__(self):
+            super().__init__()
+            self.lin, self.attn = torch.nn.Linear(4, 4), GraphSelfAttention(4, 4)
+
+        def forward(self, x, edge_index):
+            return self.attn(self.lin(x), edge_index)
+
+    for module in (GraphSelfAttention(4, 3), NodeClassifier(4, 8, 3), Mine()):
+        with pytest.raises(NotImplementedError, match="nor torch.jit.script.*torch.compile"):
+            torch.jit.script(module)

@@ -156,11 +156,47 @@ def test_batching_with_pyg():
 
 
 @pytest.mark.filterwarnings("ignore:Sparse")
-def test_random_walk_pe_reexport_dense_and_sparse_paths():
+def test_random_walk_pe_matches_pyg_where_pyg_is_right_and_fixes_weights_and_duplicates():
+    from torch_geometric.transforms import AddRandomWalkPE as PygRandomWalkPE
+
     small = AddRandomWalkPE(4)(cycle(11)).random_walk_pe
-    large = AddRandomWalkPE(4)(cycle(2001)).random_walk_pe  # N > 2000: torch CSR path
+    large = AddRandomWalkPE(4)(cycle(2001)).random_walk_pe  # PyG's sparse path above 2000 nodes
     expected = torch.tensor([0.0, 0.5, 0.0, 0.375])  # return probabilities on a long cycle
     assert torch.allclose(small, expected.expand(11, 4)) and torch.allclose(large, expected.expand(2001, 4))
+    g = torch.Generator().manual_seed(0)
+    for n in (30, 2500):  # unweighted, no duplicates: PyG's values, dense and sparse
+        ei = to_undirected(torch.randint(0, n, (2, 4 * n), generator=g), num_nodes=n)
+        ours = AddRandomWalkPE(5)(Data(edge_index=ei, num_nodes=n)).random_walk_pe
+        assert torch.allclose(ours, PygRandomWalkPE(5)(Data(edge_index=ei, num_nodes=n)).random_walk_pe, atol=1e-6)
+    # a weighted path 0 - 1 - 2 (weights 1 and 3): P = [[0, 1, 0], [1/4, 0, 3/4], [0, 1, 0]]
+    d = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), edge_weight=torch.tensor([1.0, 1, 3, 3]),
+             num_nodes=3)
+    assert torch.allclose(AddRandomWalkPE(2)(d).random_walk_pe[:, 1], torch.tensor([0.25, 1.0, 0.75]))
+    x = AddRandomWalkPE(3, attr_name=None)(Data(x=torch.ones(3, 2), edge_index=d.edge_index)).x
+    assert x.shape == (3, 5)  # concatenated to x, as PyG's
+    assert AddRandomWalkPE(3)(Data(num_nodes=4)).random_walk_pe.eq(0).all()  # no edges: zeros
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        AddRandomWalkPE(2)(Data(edge_index=d.edge_index, edge_weight=-d.edge_weight, num_nodes=3))
+
+
+@pytest.mark.parametrize("kind", ["directed", "duplicates", "weighted"])
+def test_random_walk_pe_above_the_exact_size_is_right_for_directed_duplicated_and_weighted_edges(kind):
+    from graphattn.data.structural import random_walk_pe
+
+    n = 4001  # above exact_max_nodes: closed forms for k = 1, 2, 3, estimates beyond
+    g = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, n, (2, 3 * n), generator=g)
+    weight = None
+    if kind != "directed":
+        ei = to_undirected(ei, num_nodes=n)
+    if kind == "duplicates":
+        ei = torch.cat([ei, ei[:, : ei.size(1) // 3]], 1)
+    if kind == "weighted":
+        weight = ((ei.min(0).values * 7 + ei.max(0).values * 13) % 5 + 1).float()  # symmetric
+    exact = random_walk_pe(ei, n, 6, exact_max_nodes=10 ** 6, edge_weight=weight)
+    fast = random_walk_pe(ei, n, 6, edge_weight=weight)
+    assert (fast[:, :3] - exact[:, :3]).abs().max() < 1e-5  # was off by up to 1.0 (directed)
+    assert (fast[:, 3:] - exact[:, 3:]).abs().mean() < 0.02  # the estimates are unbiased
 
 
 def encoder_inputs(n=6, k=3, seed=0):

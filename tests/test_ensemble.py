@@ -33,6 +33,9 @@ def test_probability_ensemble_averages_probabilities_not_logits():
     torch.testing.assert_close(one(x), a.expand(5, -1), atol=1e-4, rtol=1e-4)
     extreme = ProbabilityEnsemble([_Fixed(torch.tensor([[80.0, -80.0]]))])
     assert torch.isfinite(extreme(x)).all()  # logit of a saturated probability stays finite
+    wide = ProbabilityEnsemble([_Fixed(a.double()), _Fixed(b.double())])
+    assert wide(x).dtype == torch.float64 and out.dtype == torch.float32  # the members' dtype (was always float32)
+    torch.testing.assert_close(wide(x).float(), out)
 
 
 def test_probability_ensemble_errors():

@@ -23,6 +23,7 @@ from graphattn.data import molecules  # noqa: E402
 from graphattn.data.molecules import (SIDER_TASKS, TOXICITY_DATASETS,  # noqa: E402
                                       InvalidSmilesError, MoleculeCSVDataset, TaskColumnWarning,
                                       ToxicityDataset, smiles_to_data)
+from graphattn.data.download import DataFileError  # noqa: E402
 from graphattn.testing import shared_data_dir  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
 
@@ -169,6 +170,47 @@ def test_outer_whitespace_and_cxsmiles_extensions_are_fine(tmp_path, capsys, run
     assert ds.smiles == ["CCO", "CCN"] and {s[2] for s in ds.skipped} == {"whitespace inside the SMILES"}
     assert cli.main(["predict", "--checkpoint", str(run[0] / "best.pt"), "--smiles", "CC O"]) == 0
     assert "whitespace inside the SMILES" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("smiles", ["CCO\u200b", "CCO\u00ae", "C\u00e9C", "CC\x00O"])
+def test_characters_rdkit_would_drop_make_a_smiles_invalid(smiles):
+    with pytest.raises(InvalidSmilesError, match="printable ASCII"):  # RDKit reads "CCO\u200b" as ethanol
+        smiles_to_data(smiles)
+
+
+def test_chirality_feature_is_the_same_for_every_spelling_of_a_molecule():
+    from rdkit import Chem
+
+    col = molecules.ATOM_FEATURE_NAMES.index("chirality")
+
+    def canonical_chirality(smiles):  # the chirality column in canonical atom order
+        mol = Chem.MolFromSmiles(smiles)
+        ranks = list(Chem.CanonicalRankAtoms(mol, breakTies=True))
+        x = smiles_to_data(smiles).x[:, col].tolist()
+        return [x[i] for i in sorted(range(len(x)), key=ranks.__getitem__)]
+
+    l_ala, d_ala = "C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O"
+    assert canonical_chirality(l_ala) == canonical_chirality("N[C@@H](C)C(=O)O")  # L-alanine twice
+    assert canonical_chirality(l_ala) != canonical_chirality(d_ala)  # the chiral tag gave L one of D's values
+    for smiles in ["C[C@H](N)C(=O)O", "O=C(O)[C@@H]1CCCN1C(=O)[C@H](C)CS", "C[C@@H]1CC[C@H](C(C)C)[C@@H](O)C1",
+                   "F[C@H]1C[C@@H](F)C1"]:
+        mol = Chem.MolFromSmiles(smiles)
+        ref = canonical_chirality(smiles)
+        assert any(v != 0 for v in ref)
+        for spelling in Chem.MolToRandomSmilesVect(mol, 6, randomSeed=0):
+            assert canonical_chirality(spelling) == ref
+
+
+def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_warn(tmp_path, capsys):
+    rows = [(s, 1, _labels(s)[0]) for s in SMILES]
+    src = write_csv(tmp_path / "o.csv", ["canonical_smiles", "all_one", "toxic"], rows)
+    with pytest.raises(DataFileError, match="did you mean 'canonical_smiles'.*--smiles-col"):
+        MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
+    args = ["train", "--csv", str(src), "--split", "random", "--out", str(tmp_path / "r"), *TINY]
+    assert cli.main(args) == 2
+    assert "did you mean 'canonical_smiles'" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match=r"'all_one' \(all 1, 40 labels\) hold one class only"):
+        assert cli.main([*args, "--smiles-col", "canonical_smiles"]) == 0
 
 
 # ----------------------------------------------------------------------------- 4. cache dir
@@ -339,9 +381,12 @@ def test_ipc_is_skipped_on_huge_molecules_and_numpy_stays_quiet(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing leaks (numpy overflow warnings are silenced)
         cut = dmod.mol_descriptors(mol)
-    for name in ("Ipc", "AvgIpc"):
-        j = names.index(name)
-        assert full[0, j] != 0 and cut[0, j] == 0
+    ipc, avg = names.index("Ipc"), names.index("AvgIpc")
+    assert 0 < full[0, ipc] < cut[0, ipc] == pytest.approx(dmod.SATURATED)  # huge: grows with size, not 0
+    assert full[0, avg] != 0 and cut[0, avg] == 0  # levels off with size: unknown
+    monkeypatch.setattr(dmod, "_functions", lambda: {"Up": lambda m: float("inf"), "Down": lambda m: -float("inf"),
+                                                     "Bad": lambda m: float("nan")})
+    assert dmod.mol_descriptors(mol).tolist() == [[pytest.approx(dmod.SATURATED), pytest.approx(-dmod.SATURATED), 0.0]]
     others = [j for j, n in enumerate(names) if n not in ("Ipc", "AvgIpc")]
     assert torch.equal(full[:, others], cut[:, others])
 

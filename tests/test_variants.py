@@ -269,6 +269,15 @@ def test_kmeans_separates_two_directions():
 
 
 @pytest.mark.parametrize("method", ["kmeans", "lsh"])
+def test_clustered_attention_is_permutation_equivariant(method):
+    torch.manual_seed(0)
+    m = ClusteredAttention(16, heads=2, num_clusters=4, method=method).double().eval()
+    x, batch = torch.randn(200, 16, dtype=torch.float64), _batch([120, 80])
+    perm = torch.cat([torch.randperm(120), 120 + torch.randperm(80)])  # relabel nodes within each graph
+    assert torch.allclose(m(x[perm], batch), m(x, batch)[perm], atol=1e-10)  # k-means was off by 0.43
+
+
+@pytest.mark.parametrize("method", ["kmeans", "lsh"])
 def test_clustered_attention_exact_with_one_cluster_and_isolated(method):
     m = ClusteredAttention(16, heads=2, num_clusters=1, method=method, shared_qk=False).double()
     x, batch = torch.randn(12, 16, dtype=torch.float64), _batch([5, 7])

@@ -68,3 +68,14 @@ def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_argum
         draw_ego_attention(data, 3, e, alpha[:-1], logits, names, tmp_path / "y.png")
     with pytest.raises(ValueError, match="0 transformer layers"):
         last_layer_attention(NodeClassifier(5, 16, 2, num_layers=0), data, {"x": data.x, "edge_index": ei})
+
+
+def test_molecule_colours_stretch_real_differences_not_near_equal_scores(tmp_path):
+    from graphattn.viz import colour_levels, draw_molecule_attention
+
+    benzene = [1.0, 0.9990, 0.9985, 0.9981, 0.9990, 1.0]  # rollout of six equivalent atoms (QA)
+    assert min(colour_levels(benzene)) > 0.99  # all red: was drawn white .. red like a strong pattern
+    assert colour_levels([1.0, 0.4, 0.7]) == pytest.approx([1.0, 0.0, 0.5])  # a real spread: full range
+    assert colour_levels([1.0, 0.9]) == pytest.approx([1.0, 0.6])  # 10 % apart: 40 % of the scale
+    assert colour_levels([0.0, 0.0]) == [1.0, 1.0]
+    assert draw_molecule_attention("c1ccccc1", benzene, tmp_path / "b.svg").is_file()

@@ -11,7 +11,7 @@ stored per molecule as ``data.mol_desc`` ``(1, D)`` so that a PyG batch stacks t
 ``(B, D)``. Values are compressed with ``sign(v) * log1p(|v|)`` (some, e.g. ``Ipc``, reach
 1e15); a descriptor RDKit cannot compute for a molecule (an exception or a non-finite value,
 e.g. the partial-charge and BCUT descriptors of molecules with exotic elements) is 0 and
-counted. The model standardises the columns with statistics of its training set
+counted; an overflow (``inf``) is the largest compressed float instead. The model standardises the columns with statistics of its training set
 (:class:`graphattn.models.GraphFeatureNorm`), so the raw scale does not matter.
 
 Which descriptors exist depends on the RDKit version; a checkpoint stores the names it was
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -30,10 +31,17 @@ __all__ = ["descriptor_names", "mol_descriptors", "AddMolDescriptors"]
 
 #: descriptors whose cost explodes with molecule size (RDKit's Ipc expands the characteristic
 #: polynomial: 0.07 s at 200 atoms, 21 s at 800, minutes above 1,000); above SLOW_MAX_ATOMS
-#: atoms they are 0, as a descriptor RDKit cannot compute. MoleculeNet's largest molecules
-#: (Tox21/ToxCast/ClinTox <= 136 atoms, HIV 222) are below it.
+#: atoms they are not computed. MoleculeNet's largest molecules (Tox21/ToxCast/ClinTox <= 136
+#: atoms, HIV 222) are below it. ``log1p(Ipc)`` grows about linearly with size (18 at 37 atoms,
+#: 233 at 287), so a bigger molecule's Ipc is :data:`SATURATED` (far above any training mean:
+#: standardised, the top of the clamp — as its true value would be), not 0, which looked like a
+#: small molecule's; ``AvgIpc`` levels off (log1p 0.63 from ~100 atoms on) and is 0, as a
+#: descriptor RDKit cannot compute.
 _SLOW = frozenset({"Ipc", "AvgIpc"})
 SLOW_MAX_ATOMS = 300
+#: compressed value of an infinite descriptor (an overflow, e.g. Ipc of a huge molecule) and of
+#: Ipc above :data:`SLOW_MAX_ATOMS` atoms: ``log1p`` of the largest float64, sign kept
+SATURATED = math.log1p(sys.float_info.max)
 
 
 def _functions() -> Dict[str, object]:
@@ -55,8 +63,9 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
     """Descriptors ``names`` (default: all of :func:`descriptor_names`) of an RDKit molecule.
 
     Returns a float32 tensor ``(1, D)`` of ``sign(v) log1p(|v|)`` values; a descriptor that
-    fails or is not finite for this molecule is 0 (so are ``Ipc``/``AvgIpc`` of molecules with
-    more than :data:`SLOW_MAX_ATOMS` atoms, whose cost explodes with size). Raises ``ValueError`` naming the
+    fails or is NaN for this molecule is 0, an infinite one ``±``:data:`SATURATED` (so is ``Ipc``
+    of molecules with more than :data:`SLOW_MAX_ATOMS` atoms, whose cost explodes with size;
+    their ``AvgIpc`` is 0). Raises ``ValueError`` naming the
     descriptors the installed RDKit does not have.
     """
     from rdkit import rdBase
@@ -85,13 +94,13 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
         warnings.simplefilter("ignore", RuntimeWarning)
         for n in names:
             if big and n in _SLOW:
-                out.append(0.0)  # unknown, as a failed descriptor
+                out.append(SATURATED if n == "Ipc" else 0.0)  # AvgIpc: unknown, as a failed descriptor
                 continue
             try:
                 v = float(fns[n](mol))
             except Exception:  # noqa: BLE001 (RDKit raises many kinds; the value is then unknown)
                 v = math.nan
-            out.append(_compress(v) if math.isfinite(v) else 0.0)
+            out.append(_compress(v) if math.isfinite(v) else math.copysign(SATURATED, v) if math.isinf(v) else 0.0)
     return torch.tensor(out, dtype=torch.float32).view(1, -1)
 
 

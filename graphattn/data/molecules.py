@@ -268,10 +268,11 @@ def _parse_value(text: str, path: Path, row: int, column: str, binary: bool = Tr
     return value
 
 
-def find_column(header: List[str], name: str, path) -> int:
+def find_column(header: List[str], name: str, path, flag: str = "") -> int:
     """Index of column ``name`` in ``header``: the exact name, else the one column equal to it
     case-insensitively (both stripped of whitespace). :class:`DataFileError` when there is
-    none, or when several columns match (the same name twice, or names differing in case)."""
+    none (naming the columns that contain ``name`` and ``flag``, the option that chooses the
+    column), or when several columns match (the same name twice, or names differing in case)."""
     name = str(name).strip()
     exact = [i for i, h in enumerate(header) if h == name]
     match = exact or [i for i, h in enumerate(header) if h.lower() == name.lower()]
@@ -281,6 +282,11 @@ def find_column(header: List[str], name: str, path) -> int:
         raise DataFileError(f"{path}: column {name!r} is ambiguous: columns "
                             f"{', '.join(str(i + 1) for i in match)} ({[header[i] for i in match]}) match it")
     hint = delimiter_hint(header[0]) if len(header) == 1 else ""
+    near = [h for h in header if name.lower() in h.lower()]
+    if near and not hint:
+        hint = f"; did you mean {' or '.join(map(repr, near[:3]))}{f' ({flag})' if flag else ''}?"
+    elif flag and not hint:
+        hint = f" (choose one with {flag})"
     raise DataFileError(f"{path}: no column {name!r}; columns are {header}{hint}")
 
 
@@ -473,7 +479,7 @@ class _SmilesCSVDataset(InMemoryDataset):
 
     def _select_tasks(self, header: List[str], rows) -> Tuple[int, List[int], List[Tuple[str, str]]]:
         """SMILES column, task columns and ``(name, reason)`` of the columns not used."""
-        smiles_idx = find_column(header, self._smiles_col, self.raw_path)
+        smiles_idx = find_column(header, self._smiles_col, self.raw_path, flag="smiles_col=, CLI --smiles-col")
         if self._task_cols is None:
             return (smiles_idx, *_infer_tasks(header, rows, smiles_idx, self.binary))
         idx = [find_column(header, t, self.raw_path) for t in self._task_cols]

@@ -8,10 +8,10 @@ Scaffold splits group molecules by their Bemis–Murcko scaffold (RDKit
 no scaffold ever appears in two splits. Acyclic molecules share the empty scaffold (one
 group); a SMILES RDKit cannot parse forms a group of its own. Two conventions exist and
 give different val/test sets (on Tox21 their test sets share no molecule: the order of the
-many equal-size groups decides who is tested): chemprop's (``chemprop.data.scaffold``, also
-DGL-LifeSci's; ties of equal size in order of first occurrence) is :func:`scaffold_split`'s
-default; DeepChem's ``ScaffoldSplitter`` (ties broken by the *last* first occurrence) is
-``order="deepchem"``. Hu et al. 2020's pretrain-gnns (and OGB's MoleculeNet splits) use
+many equal-size groups decides who is tested): chemprop's (``chemprop.data.scaffold``; ties of
+equal size in order of first occurrence) is :func:`scaffold_split`'s default; DeepChem's
+``ScaffoldSplitter`` (ties broken by the *last* first occurrence; DGL-LifeSci's
+``ScaffoldSplitter`` sorts the same way) is ``order="deepchem"``. Hu et al. 2020's pretrain-gnns (and OGB's MoleculeNet splits) use
 DeepChem's order on scaffolds *with* chirality, which moves a few molecules (Tox21: 43 of
 783 test molecules differ from ``order="deepchem"``).
 RDKit is imported lazily.
@@ -112,11 +112,12 @@ def scaffold_split(smiles: Sequence[str], frac=(0.8, 0.1, 0.1), order: str = "ch
     ``frac[0] * n``, else to val if it fits, else to test. Train thus holds the common
     scaffolds, val/test the rarer ones — the harder, out-of-distribution evaluation.
 
-    ``order``: ``"chemprop"`` (default; chemprop and DGL-LifeSci): ties of equal size in
+    ``order``: ``"chemprop"`` (default; chemprop's ``scaffold_split``): ties of equal size in
     order of first occurrence, val filled up to ``frac[1] * n``. ``"deepchem"``: DeepChem's
     ``ScaffoldSplitter``: groups sorted by ``(size, first index)`` descending — among equal
     sizes the group seen *last* comes first — and val filled while train + val fit in
-    ``(frac[0] + frac[1]) * n`` (Hu et al. 2020 / OGB: the same on chiral scaffolds).
+    ``(frac[0] + frac[1]) * n`` (DGL-LifeSci's ``ScaffoldSplitter`` too; Hu et al. 2020 / OGB:
+    the same on chiral scaffolds).
     Published scaffold-split numbers are only comparable under the same convention.
     """
     f = _check_frac(frac)

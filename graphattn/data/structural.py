@@ -3,8 +3,7 @@
 :func:`random_walk_pe` (random-walk return probabilities, fast on large sparse graphs),
 :func:`structural_node_features` (``[log(1 + deg), RWPE]`` of one graph) and
 :func:`add_structural_features` (degree one-hot / log-degree / RWPE on every graph of a
-graph-classification set). scipy is imported only for the exact 3-step return
-probabilities of large graphs.
+graph-classification set). scipy is imported only for large graphs.
 """
 from __future__ import annotations
 
@@ -24,10 +23,12 @@ def _degree(edge_index: Tensor, num_nodes: int) -> Tensor:
 
 def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
                    exact_max_nodes: int = 4000, num_probes: int = 64, seed: int = 0,
-                   triangle_budget: float = 5e7) -> Tensor:
+                   triangle_budget: float = 5e7, edge_weight: Optional[Tensor] = None) -> Tensor:
     """Random-walk return probabilities ``[P^k]_ii`` for k = 1..steps, shape (N, steps).
 
-    ``P = D^-1 A`` (isolated nodes stay at 0). This is the RWPE of Dwivedi et al. that PyG's
+    ``P = D^-1 A`` (isolated nodes stay at 0; a duplicated edge counts with its multiplicity, a
+    directed edge j -> i only from its source, ``edge_index[0]``); ``edge_weight`` ``(E,)``
+    (finite, >= 0) weights ``A``, ``D`` the weighted out-degrees. This is the RWPE of Dwivedi et al. that PyG's
     ``AddRandomWalkPE`` computes, but PyG squares sparse matrices (fill-in: 57 s on LastFM,
     >20 GB on GitHub here), so:
 
@@ -38,27 +39,40 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
       the other k >= 3 an unbiased Monte-Carlo estimate
       with ``num_probes`` Rademacher probes Z on ``S = D^-1/2 A D^-1/2`` (same diagonal as
       ``P^k``): ``diag(S^2m) ~ mean((S^m Z)^2)`` (relative std ~ sqrt(2/num_probes)),
-      ``diag(S^2m+1) ~ mean(S^m Z * S^m+1 Z)``; cost ``steps/2 * nnz * num_probes``.
+      ``diag(S^2m+1) ~ mean(S^m Z * S^m+1 Z)``; cost ``steps/2 * nnz * num_probes``. A
+      directed graph (A not symmetric) uses Hutchinson's ``diag(P^k) ~ mean(Z * P^k Z)``
+      instead (unbiased, absolute std up to ~1/sqrt(num_probes)); cost ``steps * nnz * num_probes``.
     """
     n = int(num_nodes)
     if steps <= 0 or n == 0:
         return torch.zeros(n, max(steps, 0))
     row, col = edge_index[0].long(), edge_index[1].long()
-    deg = _degree(edge_index, n)
-    inv = torch.where(deg > 0, 1.0 / deg.clamp(min=1), torch.zeros_like(deg))
+    if edge_weight is None:
+        wt, deg = None, _degree(edge_index, n)
+    else:
+        wt = edge_weight.detach().reshape(-1).to(torch.float64)
+        if wt.numel() != row.numel():
+            raise ValueError(f"edge_weight must have one value per edge ({row.numel()}), got shape "
+                             f"{tuple(edge_weight.shape)}")
+        if not bool(torch.isfinite(wt).all()) or bool((wt < 0).any()):
+            raise ValueError("edge_weight must be finite and non-negative for random-walk probabilities")
+        deg = torch.zeros(n, dtype=torch.float64).index_add_(0, row, wt).float()
+        wt = wt.float()
+    inv = torch.where(deg > 0, 1.0 / deg.clamp(min=torch.finfo(deg.dtype).tiny), torch.zeros_like(deg))
+    vals = inv[row] if wt is None else wt * inv[row]  # P's entries, one per edge
     if n <= exact_max_nodes:
         out = torch.empty(n, steps)
         diag = torch.arange(n)
         if n <= 64 or 16 * row.numel() >= n * n:  # dense matmul wins on dense graphs
             p = torch.zeros(n, n)
-            p.index_put_((row, col), inv[row], accumulate=True)
+            p.index_put_((row, col), vals, accumulate=True)
             cur = p
             for k in range(steps):
                 if k:
                     cur = cur @ p
                 out[:, k] = cur[diag, diag]
         else:
-            p = torch.sparse_coo_tensor(torch.stack([row, col]), inv[row], (n, n),
+            p = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n),
                                         check_invariants=False).coalesce()
             cur = p.to_dense()
             for k in range(steps):
@@ -66,38 +80,46 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
                     cur = torch.sparse.mm(p, cur)
                 out[:, k] = cur[diag, diag]
         return out
+    import scipy.sparse as sp
+
+    # A with duplicate edges summed (as the exact branch's accumulate does); P = D^-1 A
+    w_np = np.ones(row.numel()) if wt is None else wt.double().numpy()
+    a = sp.csr_matrix((w_np, (row.numpy(), col.numpy())), shape=(n, n))
+    a.sum_duplicates()
+    edges_per_node = np.bincount(row.numpy(), minlength=n).astype(np.float64)  # the triangle count's cost
+    inv_np = inv.numpy().astype(np.float64)
+    p = sp.diags(inv_np) @ a
+    symmetric = abs(a - a.T).max() <= 1e-12 * max(1.0, abs(a).max()) if a.nnz else True
     out = torch.empty(n, steps)
-    loops = row == col
-    out[:, 0] = torch.zeros(n).index_add_(0, row[loops], inv[row[loops]])
-    isq = inv.sqrt()
-    s = torch.sparse_coo_tensor(torch.stack([row, col]), isq[row] * isq[col], (n, n),
-                                check_invariants=False).coalesce()
-    if steps > 1:  # sum_j P_ij P_ji = sum_j A_ij A_ji / (d_i d_j)
-        out[:, 1] = torch.zeros(n).index_add_(0, row, inv[row] * inv[col])
+    out[:, 0] = torch.from_numpy(p.diagonal()).float()
+    if steps > 1:  # [P^2]_ii = sum_j P_ij P_ji
+        out[:, 1] = torch.from_numpy(np.asarray(p.multiply(p.T).sum(1)).ravel()).float()
     if steps > 2:
         gen = torch.Generator().manual_seed(int(seed))
         z = torch.randint(0, 2, (n, num_probes), generator=gen).float() * 2 - 1
-        ys = [z]
-        for _ in range(steps // 2 + 1):
-            ys.append(torch.sparse.mm(s, ys[-1]))
-        for k in range(3, steps + 1):
-            m = k // 2
-            est = (ys[m] * ys[m]).mean(1) if k % 2 == 0 else (ys[m] * ys[m + 1]).mean(1)
-            out[:, k - 1] = est.clamp(0.0, 1.0)
-        deg_np = deg.numpy().astype(np.float64)
-        if float((deg_np ** 2).sum()) <= triangle_budget:
-            out[:, 2] = _return_prob_3(row.numpy(), col.numpy(), deg_np, n)
+        coo = a.tocoo()
+        r, c = torch.from_numpy(coo.row).long(), torch.from_numpy(coo.col).long()
+        w = torch.from_numpy(coo.data).float()
+        if symmetric:  # S = D^-1/2 A D^-1/2 has P^k's diagonal: diag(S^2m) = E[(S^m z)^2]
+            isq = inv.sqrt()
+            s = torch.sparse_coo_tensor(torch.stack([r, c]), w * isq[r] * isq[c], (n, n), check_invariants=False)
+            ys = [z]
+            for _ in range(steps // 2 + 1):
+                ys.append(torch.sparse.mm(s, ys[-1]))
+            for k in range(3, steps + 1):
+                m = k // 2
+                est = (ys[m] * ys[m]).mean(1) if k % 2 == 0 else (ys[m] * ys[m + 1]).mean(1)
+                out[:, k - 1] = est.clamp(0.0, 1.0)
+        else:  # directed: Hutchinson's diag(M) = E[z * M z] (unbiased, noisier)
+            pt = torch.sparse_coo_tensor(torch.stack([r, c]), w * inv[r], (n, n), check_invariants=False)
+            y = z
+            for k in range(1, steps + 1):
+                y = torch.sparse.mm(pt, y)
+                if k >= 3:
+                    out[:, k - 1] = (z * y).mean(1).clamp(0.0, 1.0)
+        if float((edges_per_node ** 2).sum()) <= triangle_budget:  # [P^3]_ii = sum_jl P_ij P_jl P_li, exact
+            out[:, 2] = torch.from_numpy(np.asarray((p @ p).multiply(p.T).sum(1)).ravel()).float()
     return out
-
-
-def _return_prob_3(row: np.ndarray, col: np.ndarray, deg: np.ndarray, n: int) -> Tensor:
-    """Exact ``[P^3]_ii = 1/d_i sum_j A_ij/d_j (A D^-1 A)_ji`` (weighted triangles), scipy."""
-    import scipy.sparse as sp
-
-    inv = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0)
-    a = sp.csr_matrix((np.ones(row.size), (row, col)), shape=(n, n))
-    c = (a.multiply(inv[None, :]).tocsr() @ a).multiply(a).tocsr()  # only at edges
-    return torch.from_numpy(inv * (c @ inv)).float()
 
 
 def local_degree_profile(edge_index: Tensor, num_nodes: int) -> Tensor:
