@@ -113,9 +113,9 @@ def recorded_root_first(load: Callable, root: Optional[str]):
     """``load(root=..., download=...)`` from the data root a run recorded while that root still
     holds the dataset, else from today's data root (``$GRAPHATTN_DATA``, ...; downloading when
     absent): a moved or deleted copy falls back instead of failing with advice it ignores."""
-    from .data.download import DataFileError
+    from .data.download import DataFileError, data_root
 
-    if root and Path(root).is_dir():
+    if root and Path(root).is_dir() and Path(root).resolve() != data_root().resolve():  # else: today's root
         try:
             return load(root=root, download=False)
         except (DataFileError, FileNotFoundError) as exc:

@@ -2,6 +2,7 @@
 moved data roots — one-line errors and intact files, never tracebacks or replaced devices."""
 import errno
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,22 @@ def test_recorded_root_is_used_only_while_it_holds_the_data(tmp_path):
     calls.clear()
     assert recorded_root_first(load, str(tmp_path / "moved")) == "from today's root"
     assert calls == [(None, True)]  # the recorded folder no longer exists: not tried
+
+
+def test_a_missing_dataset_on_train_gives_only_the_real_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "empty"))  # today's root = the root train records
+    (tmp_path / "empty").mkdir()
+    import urllib.error
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("offline (test)")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was: "the data root this model was trained with ... does not hold"
+        code = main(["train", "mutag", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r")])
+    assert code == 2 and "mutag" in capsys.readouterr().err.lower()
 
 
 def test_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, capsys):
