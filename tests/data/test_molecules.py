@@ -88,8 +88,11 @@ def test_charges_ions_and_salts():
 
 
 def test_stereo_and_chirality():
-    assert smiles_to_data("C[C@H](N)O").x[1, ATOM["chirality"]] == 2  # CCW
-    assert smiles_to_data("C[C@@H](N)O").x[1, ATOM["chirality"]] == 1  # CW
+    # the chirality column is the CIP label (featurizer version 2): 0 none, 1 R, 2 S, 3 other
+    assert smiles_to_data("C[C@H](N)O").x[1, ATOM["chirality"]] == 1  # (R)-1-aminoethanol
+    assert smiles_to_data("C[C@@H](N)O").x[1, ATOM["chirality"]] == 2  # (S)
+    assert smiles_to_data("N[C@@H](C)O").x[1, ATOM["chirality"]] == 1  # (R) spelled another way
+    assert smiles_to_data("CC(N)O").x[1, ATOM["chirality"]] == 0  # unspecified
     e = smiles_to_data("C/C=C/C")
     double = e.edge_attr[:, BOND["bond_type"]] == 1
     assert (e.edge_attr[double, BOND["stereo"]] == 2).all()  # STEREOE
