@@ -211,14 +211,14 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
             names = chosen
     ds.task_names = names
     ds.descriptor_names = None if descriptors is None else list(descriptors)
-    if binary:
-        _warn_one_class_tasks(ds, names, name or Path(csv_path).name)
     return ds
 
 
-def _warn_one_class_tasks(ds, names: Sequence[str], source: str) -> None:
+def warn_one_class_tasks(ds, source: str) -> None:
     """A task whose labels are all one class has no ROC-AUC in any split: say so before training
-    (the per-split "undefined" messages come only after the first epoch)."""
+    (the per-split "undefined" messages come only after the first epoch). Training only:
+    evaluating a checkpoint on a small labelled file is not told about the loss."""
+    names = ds.task_names
     y = ds._data.y if getattr(ds, "_data", None) is not None else None
     if y is None or y.numel() == 0:
         return

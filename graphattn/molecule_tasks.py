@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .molecule_data import unlabelled_tasks
+from .molecule_data import unlabelled_tasks, warn_one_class_tasks
 from .molecule_pipeline import (BASELINES, DEFAULTS, SPLITS, build_model, descriptor_set, load_dataset, model_spec, run_ensemble,
                                 split_indices)
 
@@ -147,6 +147,7 @@ def train(args) -> int:
                           args.limit, log=not args.no_progress, descriptors=descriptors)
         if not ds.task_names:
             raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
+        warn_one_class_tasks(ds, name)
         empty = unlabelled_tasks(ds) if args.tasks else []  # named by the user: nothing to learn
         if empty:
             raise ValueError(f"{name}: task column(s) {empty} hold no label for any of the {len(ds)} "

@@ -201,6 +201,45 @@ def test_chirality_feature_is_the_same_for_every_spelling_of_a_molecule():
             assert canonical_chirality(spelling) == ref
 
 
+def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits():
+    """CIP labels (featurizer version 3): pseudo-asymmetric ring centres (r / s) tell cis/trans
+    ring isomers apart, RDKit's process-wide legacy/new stereo switch changes nothing, and a
+    molecule edited after parsing is labelled as it is now, on a copy."""
+    from rdkit import Chem
+
+    chi = molecules.ATOM_FEATURE_NAMES.index("chirality")
+    stereo = molecules.BOND_FEATURE_NAMES.index("stereo")
+    smiles = ["NC[C@H]1CC[C@@H](C(=O)O)CC1", "NC[C@H]1CC[C@H](C(=O)O)CC1",  # cis / trans tranexamic acid
+              "C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", "C/C=C/C", "C/C=C\\C", "F/C=C/[C@H](Cl)Br"]
+
+    def features():
+        return [(smiles_to_data(s).x[:, chi].tolist(), smiles_to_data(s).edge_attr[:, stereo].tolist())
+                for s in smiles]
+
+    legacy = Chem.GetUseLegacyStereoPerception()
+    try:
+        Chem.SetUseLegacyStereoPerception(True)
+        old = features()
+        Chem.SetUseLegacyStereoPerception(False)
+        new = features()
+    finally:
+        Chem.SetUseLegacyStereoPerception(legacy)
+    assert old == new
+    (cis, _), (trans, _), (l_ala, _), (d_ala, _), (_, e), (_, z), (mixed, mixed_b) = old
+    assert sorted(set(cis) - {0}) == [4] and sorted(set(trans) - {0}) == [3]  # s, s vs r, r
+    assert l_ala[1] == 2 and d_ala[1] == 1  # S, R
+    assert set(e) == {0, 2} and set(z) == {0, 1}  # STEREOE, STEREOZ buckets as before
+    assert mixed[3] == 1 and 2 in mixed_b
+
+    mol = Chem.MolFromSmiles("C[C@H](N)C(=O)O")  # L-alanine, then edited into D-alanine
+    mol.GetAtomWithIdx(1).InvertChirality()
+    assert molecules.mol_to_data(mol).x[1, chi] == 1  # R: as it is now, not the stale S
+    assert mol.GetAtomWithIdx(1).GetProp("_CIPCode") == "S"  # the caller's molecule untouched
+    hand = Chem.RWMol(Chem.MolFromSmiles("CC(N)C(=O)O"))  # built by hand, no perception
+    hand.GetAtomWithIdx(1).SetChiralTag(Chem.ChiralType.CHI_TETRAHEDRAL_CCW)
+    assert molecules.mol_to_data(hand).x[1, chi] == smiles_to_data("C[C@H](N)C(=O)O").x[1, chi]
+
+
 def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_warn(tmp_path, capsys):
     rows = [(s, 1, _labels(s)[0]) for s in SMILES]
     src = write_csv(tmp_path / "o.csv", ["canonical_smiles", "all_one", "toxic"], rows)
@@ -211,6 +250,12 @@ def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_war
     assert "did you mean 'canonical_smiles'" in capsys.readouterr().err
     with pytest.warns(UserWarning, match=r"'all_one' \(all 1, 40 labels\) hold one class only"):
         assert cli.main([*args, "--smiles-col", "canonical_smiles"]) == 0
+    # evaluating on a file where a task is one class: no training advice about the loss
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "r" / "best.pt"), "--csv", str(src),
+                         "--smiles-col", "canonical_smiles", "--no-progress"]) == 0
+    assert not [w for w in caught if "hold one class only" in str(w.message)]
 
 
 # ----------------------------------------------------------------------------- 4. cache dir

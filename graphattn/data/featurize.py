@@ -29,16 +29,23 @@ __all__ = [
 ]
 
 #: Bump whenever the features below (or their order / vocabularies) change: processed
-#: caches and checkpoints are keyed by it. Version 2: the chirality column is the atom's CIP
-#: label (R / S) instead of RDKit's chiral tag (CW / CCW), which is relative to the order the
+#: caches and checkpoints are keyed by it. Version 3: stereo columns are CIP labels from RDKit's
+#: CIP labeller (``rdCIPLabeler``, on a copy of the molecule): atoms R / S / r / s, stereo double
+#: bonds E / Z. Version 1 used RDKit's chiral tag (CW / CCW), which is relative to the order the
 #: SMILES lists the neighbours in: ``C[C@H](N)C(=O)O`` and ``N[C@@H](C)C(=O)O`` (both
-#: L-alanine) got different features, and one of them D-alanine's.
-FEATURIZER_VERSION = "2"
+#: L-alanine) got different features, and one of them D-alanine's. The labeller does not depend
+#: on RDKit's process-wide legacy/new stereo perception switch (``_CIPCode`` and bond
+#: ``STEREOE``/``STEREOTRANS`` do), and it labels pseudo-asymmetric ring centres (cis/trans
+#: 1,4-disubstituted cyclohexanes: r / s) that legacy perception leaves unlabelled.
+FEATURIZER_VERSION = "3"
 
-#: chirality column: no stereocentre, R, S; the "other" bucket is a centre with a chiral tag but
-#: no R/S label (pseudo-asymmetric ring centres such as cis/trans-1,3-disubstituted rings,
-#: non-tetrahedral tags). OGB and PyG's ``from_smiles`` use the chiral tag (spelling-dependent).
-_CHIRALITY = {k: i for i, k in enumerate(["", "R", "S"])}
+#: chirality column: no stereocentre, R, S, r, s (pseudo-asymmetric); the "other" bucket is a
+#: centre with a chiral tag but no CIP label (non-tetrahedral tags, or a molecule too symmetric
+#: for the labeller's iteration limit). OGB and PyG's ``from_smiles`` use the chiral tag
+#: (spelling-dependent).
+_CHIRALITY = {k: i for i, k in enumerate(["", "R", "S", "r", "s"])}
+#: the labeller's work limit per molecule (RDKit: 1,250,000 recursive comparisons ~ 1 s)
+_CIP_MAX_ITERATIONS = 1_250_000
 _HYBRIDIZATION = {k: i for i, k in enumerate(
     ["S", "SP", "SP2", "SP3", "SP3D", "SP3D2", "UNSPECIFIED"])}
 _BOND_TYPE = {k: i for i, k in enumerate(["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"])}
@@ -79,13 +86,41 @@ def _bucket(value: int, lo: int, hi: int) -> int:
 
 
 def _chirality(atom) -> int:
-    """CIP label of a stereocentre (RDKit's ``_CIPCode``, set by ``MolFromSmiles``'s stereo
-    perception): the same for every spelling of a molecule (checked on Tox21's 1,321 chiral
-    molecules, 5 random SMILES each), unlike the chiral tag."""
+    """The atom's CIP label (set by :func:`_cip_labelled`): the same for every spelling of a
+    molecule (checked on Tox21's 1,321 chiral molecules, 5 random SMILES each), unlike the
+    chiral tag."""
     if str(atom.GetChiralTag()) == "CHI_UNSPECIFIED":
         return _CHIRALITY[""]
-    code = atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else None
+    code = atom.GetProp("_CIPCode") if atom.HasProp("_CIPCode") else ""
     return _CHIRALITY.get(code, len(_CHIRALITY)) if code else len(_CHIRALITY)
+
+
+def _cip_labelled(mol):
+    """A copy of ``mol`` with CIP labels from RDKit's CIP labeller on its stereo atoms and bonds
+    (``_CIPCode``: R/S/r/s, E/Z). The caller's molecule is left as it was; a molecule without
+    stereo perception (built by hand, read from a file) gets it first, on the copy. A molecule
+    the labeller gives up on (its iteration limit) keeps no labels: its centres fall in the
+    "other" bucket, its double bonds keep RDKit's stereo flag."""
+    from rdkit import Chem
+    from rdkit.Chem import rdCIPLabeler
+
+    mol = Chem.Mol(mol)
+    if not mol.HasProp("_StereochemDone"):
+        Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+    for obj in (*mol.GetAtoms(), *mol.GetBonds()):  # legacy perception's labels, if any: not ours
+        if obj.HasProp("_CIPCode"):
+            obj.ClearProp("_CIPCode")
+    atoms = [a.GetIdx() for a in mol.GetAtoms() if str(a.GetChiralTag()) != "CHI_UNSPECIFIED"]
+    bonds = [b.GetIdx() for b in mol.GetBonds() if str(b.GetStereo()) != "STEREONONE"]
+    if atoms or bonds:
+        try:
+            rdCIPLabeler.AssignCIPLabels(mol, atomsToLabel=atoms, bondsToLabel=bonds,
+                                         maxRecursiveIterations=_CIP_MAX_ITERATIONS)
+        except Exception:  # MaxIterationsExceeded (a RuntimeError): no labels, see above
+            for obj in (*mol.GetAtoms(), *mol.GetBonds()):
+                if obj.HasProp("_CIPCode"):
+                    obj.ClearProp("_CIPCode")
+    return mol
 
 
 def _atom_features(atom) -> List[int]:
@@ -107,8 +142,17 @@ def _bond_features(bond) -> List[int]:
         _BOND_TYPE.get(str(bond.GetBondType()), len(_BOND_TYPE)),
         int(bond.GetIsConjugated()),
         int(bond.IsInRing()),
-        _BOND_STEREO.get(str(bond.GetStereo()), len(_BOND_STEREO)),
+        _bond_stereo(bond),
     ]
+
+
+def _bond_stereo(bond) -> int:
+    """E / Z from the bond's CIP label (:func:`_cip_labelled`); without one, RDKit's stereo flag
+    (``STEREOANY``, or ``STEREOCIS``/``STEREOTRANS`` the labeller could not turn into E/Z)."""
+    code = bond.GetProp("_CIPCode") if bond.HasProp("_CIPCode") else ""
+    if code in ("E", "Z"):
+        return _BOND_STEREO["STEREO" + code]
+    return _BOND_STEREO.get(str(bond.GetStereo()), len(_BOND_STEREO))
 
 
 def parse_smiles(smiles):
@@ -159,11 +203,7 @@ def mol_to_data(mol) -> Data:
     Each bond gives two directed edges with the same features; edges are sorted by
     (source, target). Molecules without bonds get ``edge_index`` of shape ``(2, 0)``.
     """
-    from rdkit import Chem
-
-    if not mol.HasProp("_StereochemDone"):  # e.g. read from a file without stereo perception
-        mol = Chem.Mol(mol)  # a copy: the caller's molecule is left as it was
-        Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+    mol = _cip_labelled(mol)  # a copy with CIP labels; the caller's molecule is left as it was
     x = torch.tensor([_atom_features(a) for a in mol.GetAtoms()],
                      dtype=torch.long).view(-1, len(ATOM_FEATURE_DIMS))  # (N, 9)
     src, dst, attr = [], [], []

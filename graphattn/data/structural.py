@@ -35,13 +35,14 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
     * N <= ``exact_max_nodes``: exact, by K dense (small or dense graphs) or sparse x dense
       products;
     * larger graphs: k = 1, 2 exact (closed forms), k = 3 exact by weighted triangle counts
-      when ``sum(deg^2) <= triangle_budget`` (LastFM, Facebook, Twitch; not GitHub: 2.5e8),
-      the other k >= 3 an unbiased Monte-Carlo estimate
+      when ``sum_j in_deg(j) * out_deg(j) <= triangle_budget`` (``sum(deg^2)`` when undirected:
+      LastFM, Facebook, Twitch; not GitHub: 2.5e8), the other k >= 3 a Monte-Carlo estimate
+      (unbiased before it is clamped to [0, 1])
       with ``num_probes`` Rademacher probes Z on ``S = D^-1/2 A D^-1/2`` (same diagonal as
       ``P^k``): ``diag(S^2m) ~ mean((S^m Z)^2)`` (relative std ~ sqrt(2/num_probes)),
       ``diag(S^2m+1) ~ mean(S^m Z * S^m+1 Z)``; cost ``steps/2 * nnz * num_probes``. A
       directed graph (A not symmetric) uses Hutchinson's ``diag(P^k) ~ mean(Z * P^k Z)``
-      instead (unbiased, absolute std up to ~1/sqrt(num_probes)); cost ``steps * nnz * num_probes``.
+      instead (noisier: absolute std up to ~1/sqrt(num_probes)); cost ``steps * nnz * num_probes``.
     """
     n = int(num_nodes)
     if steps <= 0 or n == 0:
@@ -86,7 +87,10 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
     w_np = np.ones(row.numel()) if wt is None else wt.double().numpy()
     a = sp.csr_matrix((w_np, (row.numpy(), col.numpy())), shape=(n, n))
     a.sum_duplicates()
-    edges_per_node = np.bincount(row.numpy(), minlength=n).astype(np.float64)  # the triangle count's cost
+    # the exact [P^3] builds P @ P, whose entries number up to sum_j in_deg(j) * out_deg(j)
+    # (= sum deg^2 on an undirected graph; a hub fed by many nodes costs far more when directed)
+    p2_cost = float((np.bincount(row.numpy(), minlength=n).astype(np.float64)
+                     * np.bincount(col.numpy(), minlength=n).astype(np.float64)).sum())
     inv_np = inv.numpy().astype(np.float64)
     p = sp.diags(inv_np) @ a
     symmetric = abs(a - a.T).max() <= 1e-12 * max(1.0, abs(a).max()) if a.nnz else True
@@ -117,7 +121,7 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
                 y = torch.sparse.mm(pt, y)
                 if k >= 3:
                     out[:, k - 1] = (z * y).mean(1).clamp(0.0, 1.0)
-        if float((edges_per_node ** 2).sum()) <= triangle_budget:  # [P^3]_ii = sum_jl P_ij P_jl P_li, exact
+        if p2_cost <= triangle_budget:  # [P^3]_ii = sum_jl P_ij P_jl P_li, exact
             out[:, 2] = torch.from_numpy(np.asarray((p @ p).multiply(p.T).sum(1)).ravel()).float()
     return out
 
