@@ -240,6 +240,16 @@ def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits
     assert molecules.mol_to_data(hand).x[1, chi] == smiles_to_data("C[C@H](N)C(=O)O").x[1, chi]
 
 
+def test_a_molecule_the_cip_labeller_gives_up_on_keeps_its_tags_as_other(monkeypatch):
+    from graphattn.data import featurize
+
+    monkeypatch.setattr(featurize, "_CIP_MAX_ITERATIONS", 1)  # as a pathologically symmetric molecule
+    d = smiles_to_data("F/C=C/[C@H](Cl)Br")
+    chi = molecules.ATOM_FEATURE_NAMES.index("chirality")
+    assert d.x[3, chi] == molecules.ATOM_FEATURE_DIMS[chi] - 1  # a stereocentre without a label: "other"
+    assert (d.edge_attr[:, molecules.BOND_FEATURE_NAMES.index("stereo")] == 2).sum() == 2  # RDKit's STEREOE
+
+
 def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_warn(tmp_path, capsys):
     rows = [(s, 1, _labels(s)[0]) for s in SMILES]
     src = write_csv(tmp_path / "o.csv", ["canonical_smiles", "all_one", "toxic"], rows)

@@ -104,12 +104,15 @@ def _cip_labelled(mol):
     from rdkit import Chem
     from rdkit.Chem import rdCIPLabeler
 
+    def clear_labels():
+        for obj in (*mol.GetAtoms(), *mol.GetBonds()):
+            if obj.HasProp("_CIPCode"):
+                obj.ClearProp("_CIPCode")
+
     mol = Chem.Mol(mol)
     if not mol.HasProp("_StereochemDone"):
         Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
-    for obj in (*mol.GetAtoms(), *mol.GetBonds()):  # legacy perception's labels, if any: not ours
-        if obj.HasProp("_CIPCode"):
-            obj.ClearProp("_CIPCode")
+    clear_labels()  # legacy perception's labels, if any (stale after edits; absent in RDKit's new mode)
     atoms = [a.GetIdx() for a in mol.GetAtoms() if str(a.GetChiralTag()) != "CHI_UNSPECIFIED"]
     bonds = [b.GetIdx() for b in mol.GetBonds() if str(b.GetStereo()) != "STEREONONE"]
     if atoms or bonds:
@@ -117,9 +120,7 @@ def _cip_labelled(mol):
             rdCIPLabeler.AssignCIPLabels(mol, atomsToLabel=atoms, bondsToLabel=bonds,
                                          maxRecursiveIterations=_CIP_MAX_ITERATIONS)
         except Exception:  # MaxIterationsExceeded (a RuntimeError): no labels, see above
-            for obj in (*mol.GetAtoms(), *mol.GetBonds()):
-                if obj.HasProp("_CIPCode"):
-                    obj.ClearProp("_CIPCode")
+            clear_labels()
     return mol
 
 
