@@ -201,8 +201,23 @@ def test_chirality_feature_is_the_same_for_every_spelling_of_a_molecule():
             assert canonical_chirality(spelling) == ref
 
 
+def _canonical(smiles, column="chirality"):
+    """A feature column in canonical atom (or bond) order: comparable across spellings."""
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles(smiles)
+    ranks = list(Chem.CanonicalRankAtoms(mol, breakTies=True))
+    d = smiles_to_data(smiles)
+    if column == "chirality":
+        x = d.x[:, molecules.ATOM_FEATURE_NAMES.index(column)].tolist()
+        return [x[i] for i in sorted(range(len(x)), key=ranks.__getitem__)]
+    e = d.edge_attr[:, molecules.BOND_FEATURE_NAMES.index(column)].tolist()
+    ends = [tuple(sorted((ranks[i], ranks[j]))) for i, j in d.edge_index.T.tolist()]
+    return sorted(zip(ends, e))
+
+
 def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits():
-    """CIP labels (featurizer version 3): pseudo-asymmetric ring centres (r / s) tell cis/trans
+    """CIP labels (featurizer version 4): pseudo-asymmetric ring centres (r / s) tell cis/trans
     ring isomers apart, RDKit's process-wide legacy/new stereo switch changes nothing, and a
     molecule edited after parsing is labelled as it is now, on a copy."""
     from rdkit import Chem
@@ -210,7 +225,8 @@ def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits
     chi = molecules.ATOM_FEATURE_NAMES.index("chirality")
     stereo = molecules.BOND_FEATURE_NAMES.index("stereo")
     smiles = ["NC[C@H]1CC[C@@H](C(=O)O)CC1", "NC[C@H]1CC[C@H](C(=O)O)CC1",  # cis / trans tranexamic acid
-              "C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", "C/C=C/C", "C/C=C\\C", "F/C=C/[C@H](Cl)Br"]
+              "C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", "C/C=C/C", "C/C=C\\C", "F/C=C/[C@H](Cl)Br",
+              "[H]/[NH+]=C(\\N)c1ccccc1", "C/C=C1/CC[C@H](C)CC1"]  # the switch changed these two
 
     def features():
         return [(smiles_to_data(s).x[:, chi].tolist(), smiles_to_data(s).edge_attr[:, stereo].tolist())
@@ -222,14 +238,16 @@ def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits
         old = features()
         Chem.SetUseLegacyStereoPerception(False)
         new = features()
+        assert not Chem.GetUseLegacyStereoPerception()  # the user's setting is left as it was
     finally:
         Chem.SetUseLegacyStereoPerception(legacy)
     assert old == new
-    (cis, _), (trans, _), (l_ala, _), (d_ala, _), (_, e), (_, z), (mixed, mixed_b) = old
+    (cis, _), (trans, _), (l_ala, _), (d_ala, _), (_, e), (_, z), (mixed, mixed_b), (_, amidinium), _ = old
     assert sorted(set(cis) - {0}) == [4] and sorted(set(trans) - {0}) == [3]  # s, s vs r, r
     assert l_ala[1] == 2 and d_ala[1] == 1  # S, R
-    assert set(e) == {0, 2} and set(z) == {0, 1}  # STEREOE, STEREOZ buckets as before
+    assert set(e) == {0, 2} and set(z) == {0, 1}  # E, Z: the indices of STEREOE / STEREOZ before
     assert mixed[3] == 1 and 2 in mixed_b
+    assert set(amidinium) == {0}  # =[NH2+] is no stereo bond (legacy perception flagged it Z)
 
     mol = Chem.MolFromSmiles("C[C@H](N)C(=O)O")  # L-alanine, then edited into D-alanine
     mol.GetAtomWithIdx(1).InvertChirality()
@@ -240,14 +258,52 @@ def test_stereo_features_come_from_the_cip_labeller_whatever_rdkit_mode_or_edits
     assert molecules.mol_to_data(hand).x[1, chi] == smiles_to_data("C[C@H](N)C(=O)O").x[1, chi]
 
 
-def test_a_molecule_the_cip_labeller_gives_up_on_keeps_its_tags_as_other(monkeypatch):
-    from graphattn.data import featurize
+def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
+    biaryl = "Cc1cccc(C(=O)O)c1-c1c(C)cccc1[N+](=O)[O-] |w{}:9.8|"
+    p, m = _canonical(biaryl.format("U"), "stereo"), _canonical(biaryl.format("D"), "stereo")
+    assert p != m  # enantiomeric axes: P vs M (both were "other")
+    assert {v for _, v in p} == {0, 9} and {v for _, v in m} == {0, 8}
+    # a pseudo-asymmetric double bond (z): the same for both spellings (was RDKit's relative cis flag)
+    a, b = "C/C=C(/[C@H](C)F)[C@@H](C)F", "C(/C)=C(/[C@H](F)C)[C@@H](F)C"
+    assert _canonical(a, "stereo") == _canonical(b, "stereo") and 6 in {v for _, v in _canonical(a, "stereo")}
+    assert _canonical(a) == _canonical(b)
+    # CXSMILES AND / OR groups: a racemate (or one of two) is not the enantiomer the tags spell
+    other = molecules.ATOM_FEATURE_DIMS[molecules.ATOM_FEATURE_NAMES.index("chirality")] - 1
+    for group in ("&1", "o1"):
+        rac = [_canonical(f"C[C{t}H](N)C(=O)O |{group}:1|") for t in ("@", "@@")]
+        assert rac[0] == rac[1] and other in rac[0]
+        assert rac[0] != _canonical("C[C@H](N)C(=O)O")
+    assert _canonical("C[C@H](O)[C@@H](C)F |&1:1,3|") == _canonical("C[C@@H](O)[C@H](C)F |&1:1,3|")
+    assert 1 in _canonical("C[C@H](N)C(=O)O |a:1|") + _canonical("C[C@@H](N)C(=O)O |a:1|")  # ABS: kept
 
-    monkeypatch.setattr(featurize, "_CIP_MAX_ITERATIONS", 1)  # as a pathologically symmetric molecule
-    d = smiles_to_data("F/C=C/[C@H](Cl)Br")
+
+def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():
+    from rdkit import Chem
+
+    raw = Chem.MolFromSmiles("c1ccccc1", sanitize=False)
+    assert torch.equal(molecules.mol_to_data(raw).x, smiles_to_data("c1ccccc1").x)  # SP2, aromatic, ...
+    assert raw.NeedsUpdatePropertyCache()  # the caller's molecule untouched
+    with pytest.raises(ValueError, match="cannot be sanitized"):
+        molecules.mol_to_data(Chem.MolFromSmiles("c1cccc1", sanitize=False))
+
+
+def test_a_fragment_the_cip_labeller_gives_up_on_spoils_no_other(monkeypatch):
+    from rdkit.Chem import rdCIPLabeler
+
+    real = rdCIPLabeler.AssignCIPLabels
+
+    def flaky(mol, atomsToLabel=None, bondsToLabel=None, maxRecursiveIterations=0):
+        if 3 in atomsToLabel:  # the first fragment's centre: "too symmetric"
+            raise RuntimeError("Max Iterations Exceeded")
+        return real(mol, atomsToLabel=atomsToLabel, bondsToLabel=bondsToLabel,
+                    maxRecursiveIterations=maxRecursiveIterations)
+
+    monkeypatch.setattr(rdCIPLabeler, "AssignCIPLabels", flaky)
     chi = molecules.ATOM_FEATURE_NAMES.index("chirality")
-    assert d.x[3, chi] == molecules.ATOM_FEATURE_DIMS[chi] - 1  # a stereocentre without a label: "other"
-    assert (d.edge_attr[:, molecules.BOND_FEATURE_NAMES.index("stereo")] == 2).sum() == 2  # RDKit's STEREOE
+    d = smiles_to_data("F/C=C/[C@H](Cl)Br.N[C@@H](C)C(=O)O")
+    assert d.x[3, chi] == molecules.ATOM_FEATURE_DIMS[chi] - 1  # given up: "other"
+    assert d.x[7, chi] == 2  # L-alanine still S
+    assert (d.edge_attr[:, molecules.BOND_FEATURE_NAMES.index("stereo")] == 2).sum() == 2  # RDKit's E kept
 
 
 def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_warn(tmp_path, capsys):

@@ -15,6 +15,7 @@ hydrogens are not nodes), so atom-level outputs can be drawn on the molecule.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import unicodedata
 from typing import List
@@ -29,28 +30,31 @@ __all__ = [
 ]
 
 #: Bump whenever the features below (or their order / vocabularies) change: processed
-#: caches and checkpoints are keyed by it. Version 3: stereo columns are CIP labels from RDKit's
-#: CIP labeller (``rdCIPLabeler``, on a copy of the molecule): atoms R / S / r / s, stereo double
-#: bonds E / Z. Version 1 used RDKit's chiral tag (CW / CCW), which is relative to the order the
-#: SMILES lists the neighbours in: ``C[C@H](N)C(=O)O`` and ``N[C@@H](C)C(=O)O`` (both
-#: L-alanine) got different features, and one of them D-alanine's. The labeller does not depend
-#: on RDKit's process-wide legacy/new stereo perception switch (``_CIPCode`` and bond
-#: ``STEREOE``/``STEREOTRANS`` do), and it labels pseudo-asymmetric ring centres (cis/trans
-#: 1,4-disubstituted cyclohexanes: r / s) that legacy perception leaves unlabelled.
-FEATURIZER_VERSION = "3"
+#: caches and checkpoints are keyed by it. Version 4: stereo columns are CIP labels from RDKit's
+#: CIP labeller (``rdCIPLabeler``, on a copy of the molecule): atoms R / S / r / s, double bonds
+#: E / Z / e / z, biaryl axes (atropisomers) P / M. Version 1 used RDKit's chiral tag (CW / CCW),
+#: which is relative to the order the SMILES lists the neighbours in: ``C[C@H](N)C(=O)O`` and
+#: ``N[C@@H](C)C(=O)O`` (both L-alanine) got different features, and one of them D-alanine's.
+#: SMILES are parsed, and unperceived molecules perceived, with RDKit's legacy stereo perception
+#: (its default) whatever the process-wide switch says, so the switch changes no feature.
+FEATURIZER_VERSION = "4"
 
 #: chirality column: no stereocentre, R, S, r, s (pseudo-asymmetric); the "other" bucket is a
-#: centre with a chiral tag but no CIP label (non-tetrahedral tags, or a molecule too symmetric
-#: for the labeller's iteration limit). OGB and PyG's ``from_smiles`` use the chiral tag
-#: (spelling-dependent).
+#: centre with a chiral tag but no CIP label: non-tetrahedral tags (square planar, octahedral, ...),
+#: members of a CXSMILES AND / OR stereo group (``|&1:1|``: a racemate or an unknown one of the
+#: two enantiomers, so not the absolute label the tags spell), or a molecule too symmetric for the
+#: labeller's iteration limit. OGB and PyG's ``from_smiles`` use the chiral tag (spelling-dependent).
 _CHIRALITY = {k: i for i, k in enumerate(["", "R", "S", "r", "s"])}
 #: the labeller's work limit per molecule (RDKit: 1,250,000 recursive comparisons ~ 1 s)
 _CIP_MAX_ITERATIONS = 1_250_000
 _HYBRIDIZATION = {k: i for i, k in enumerate(
     ["S", "SP", "SP2", "SP3", "SP3D", "SP3D2", "UNSPECIFIED"])}
 _BOND_TYPE = {k: i for i, k in enumerate(["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"])}
+#: bond stereo column: RDKit's flag where no CIP label applies (none, cis/trans: a stereo bond
+#: the labeller could not label, any = unknown), else the CIP label (Z, E, pseudo-asymmetric z, e,
+#: atropisomer axes M, P); the first six indices are those of featurizer version 1
 _BOND_STEREO = {k: i for i, k in enumerate(
-    ["STEREONONE", "STEREOZ", "STEREOE", "STEREOCIS", "STEREOTRANS", "STEREOANY"])}
+    ["STEREONONE", "Z", "E", "STEREOCIS", "STEREOTRANS", "STEREOANY", "z", "e", "M", "P"])}
 
 #: Columns of ``data.x`` (all int64 categories; the last index of each is "other").
 ATOM_FEATURE_NAMES = ["atomic_num", "degree", "formal_charge", "chirality", "hybridization",
@@ -95,32 +99,76 @@ def _chirality(atom) -> int:
     return _CHIRALITY.get(code, len(_CHIRALITY)) if code else len(_CHIRALITY)
 
 
+@contextlib.contextmanager
+def _legacy_stereo_perception():
+    """RDKit's legacy stereo perception (its default) for the duration: the features must not
+    depend on the process-wide switch (``Chem.SetUseLegacyStereoPerception`` /
+    ``RDK_USE_LEGACY_STEREO_PERCEPTION``), which changes what parsing flags as stereo (e.g. a
+    spurious Z on ``[H]/[NH+]=C(\\N)c1ccccc1``). The switch is global: not thread-safe."""
+    from rdkit import Chem
+
+    legacy = Chem.GetUseLegacyStereoPerception()
+    if not legacy:
+        Chem.SetUseLegacyStereoPerception(True)
+    try:
+        yield
+    finally:
+        if not legacy:
+            Chem.SetUseLegacyStereoPerception(False)
+
+
 def _cip_labelled(mol):
     """A copy of ``mol`` with CIP labels from RDKit's CIP labeller on its stereo atoms and bonds
-    (``_CIPCode``: R/S/r/s, E/Z). The caller's molecule is left as it was; a molecule without
-    stereo perception (built by hand, read from a file) gets it first, on the copy. A molecule
-    the labeller gives up on (its iteration limit) keeps no labels: its centres fall in the
-    "other" bucket, its double bonds keep RDKit's stereo flag."""
+    (``_CIPCode``: R/S/r/s, E/Z/e/z, M/P). The caller's molecule is left as it was. On the copy:
+    a molecule that needs it is sanitized (``ValueError`` if it cannot be: the features of an
+    unsanitized molecule mean something else), one without stereo perception (built by hand,
+    read from a file) gets it; centres of CXSMILES AND / OR stereo groups are labelled "rel"
+    (the "other" bucket). A fragment the labeller gives up on (its iteration limit) keeps no
+    labels: its centres fall in the "other" bucket, its double bonds keep RDKit's stereo flag;
+    the other fragments are labelled."""
     from rdkit import Chem
     from rdkit.Chem import rdCIPLabeler
 
-    def clear_labels():
-        for obj in (*mol.GetAtoms(), *mol.GetBonds()):
+    def clear_labels(objs):
+        for obj in objs:
             if obj.HasProp("_CIPCode"):
                 obj.ClearProp("_CIPCode")
 
-    mol = Chem.Mol(mol)
-    if not mol.HasProp("_StereochemDone"):
-        Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
-    clear_labels()  # legacy perception's labels, if any (stale after edits; absent in RDKit's new mode)
-    atoms = [a.GetIdx() for a in mol.GetAtoms() if str(a.GetChiralTag()) != "CHI_UNSPECIFIED"]
-    bonds = [b.GetIdx() for b in mol.GetBonds() if str(b.GetStereo()) != "STEREONONE"]
-    if atoms or bonds:
+    def label(atoms, bonds, mark: bool) -> bool:
         try:
             rdCIPLabeler.AssignCIPLabels(mol, atomsToLabel=atoms, bondsToLabel=bonds,
                                          maxRecursiveIterations=_CIP_MAX_ITERATIONS)
-        except Exception:  # MaxIterationsExceeded (a RuntimeError): no labels, see above
-            clear_labels()
+            return True
+        except Exception:  # MaxIterationsExceeded (a RuntimeError)
+            objs = [mol.GetAtomWithIdx(i) for i in atoms] + [mol.GetBondWithIdx(i) for i in bonds]
+            clear_labels(objs)
+            for obj in objs if mark else ():
+                obj.SetProp("_CIPCode", "?")  # not labelled: "other" / RDKit's flag, see above
+            return False
+
+    mol = Chem.Mol(mol)
+    if mol.NeedsUpdatePropertyCache():  # not sanitized (sanitize=False, or edited since)
+        try:
+            Chem.SanitizeMol(mol)
+        except Exception as exc:  # RDKit raises several exception types
+            raise ValueError(f"the molecule cannot be sanitized ({type(exc).__name__}: {exc}); its atom "
+                             "and bond features would mean something else than they do elsewhere") from None
+    if not mol.HasProp("_StereochemDone"):
+        with _legacy_stereo_perception():
+            Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
+    clear_labels((*mol.GetAtoms(), *mol.GetBonds()))  # perception's own labels, if any: stale after edits
+    atoms = [a.GetIdx() for a in mol.GetAtoms() if str(a.GetChiralTag()) != "CHI_UNSPECIFIED"]
+    bonds = [b.GetIdx() for b in mol.GetBonds() if str(b.GetStereo()) != "STEREONONE"]
+    frags = Chem.GetMolFrags(mol, asMols=False, sanitizeFrags=False) if atoms or bonds else ()
+    if (atoms or bonds) and not label(atoms, bonds, mark=len(frags) == 1) and len(frags) > 1:
+        for frag in frags:  # the fragments the labeller can do still count
+            inside = set(frag)
+            label([i for i in atoms if i in inside],
+                  [i for i in bonds if mol.GetBondWithIdx(i).GetBeginAtomIdx() in inside], mark=True)
+    for group in mol.GetStereoGroups():
+        if str(group.GetGroupType()) in ("STEREO_AND", "STEREO_OR"):
+            for atom in group.GetAtoms():  # a racemate / one of two: not the absolute label
+                atom.SetProp("_CIPCode", "rel")
     return mol
 
 
@@ -148,12 +196,17 @@ def _bond_features(bond) -> List[int]:
 
 
 def _bond_stereo(bond) -> int:
-    """E / Z from the bond's CIP label (:func:`_cip_labelled`); without one, RDKit's stereo flag
-    (``STEREOANY``, or ``STEREOCIS``/``STEREOTRANS`` the labeller could not turn into E/Z)."""
+    """The bond's CIP label (:func:`_cip_labelled`: E, Z, e, z, M, P). Without one: a bond RDKit
+    flags E / Z is none when the labeller found it not stereogenic (legacy perception's spurious
+    flags, e.g. on ``=[NH2+]``) and keeps the flag when the labeller gave up on it ("?"); cis /
+    trans / any (relative or unknown configurations) keep RDKit's flag."""
     code = bond.GetProp("_CIPCode") if bond.HasProp("_CIPCode") else ""
-    if code in ("E", "Z"):
-        return _BOND_STEREO["STEREO" + code]
-    return _BOND_STEREO.get(str(bond.GetStereo()), len(_BOND_STEREO))
+    if code in _BOND_STEREO:
+        return _BOND_STEREO[code]
+    flag = str(bond.GetStereo())
+    if flag in ("STEREOE", "STEREOZ"):
+        return _BOND_STEREO[flag[-1]] if code == "?" else _BOND_STEREO["STEREONONE"]
+    return _BOND_STEREO.get(flag, len(_BOND_STEREO))
 
 
 def parse_smiles(smiles):
@@ -181,7 +234,7 @@ def parse_smiles(smiles):
     if odd is not None:  # e.g. a zero-width space pasted from a web page: RDKit drops it silently
         raise InvalidSmilesError(smiles, f"character U+{ord(odd):04X} ({unicodedata.name(odd, 'unnamed')}) at "
                                          f"position {text.index(odd)}: a SMILES is printable ASCII")
-    with rdBase.BlockLogs():
+    with rdBase.BlockLogs(), _legacy_stereo_perception():
         mol = Chem.MolFromSmiles(text)
         if mol is None:  # diagnose: syntax error, or which sanitization step failed
             raw = Chem.MolFromSmiles(text, sanitize=False)
