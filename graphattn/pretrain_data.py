@@ -17,9 +17,12 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
     from rdkit import Chem, rdBase
     from rdkit.Chem.MolStandardize import rdMolStandardize
 
+    from .data.featurize import InvalidSmilesError, canonical_smiles, parse_smiles
+
     with rdBase.BlockLogs():
-        mol = Chem.MolFromSmiles(smiles)
-        if mol is None:
+        try:
+            mol = parse_smiles(smiles)  # as the featurizer reads it (stereo perception, checks)
+        except InvalidSmilesError:
             return None
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
         uncharger = rdMolStandardize.Uncharger()
@@ -33,7 +36,7 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
 
         # the largest fragment; ties on size broken by that key, so neither the order the fragments
         # are written in nor their stereo/charge forms change which one is chosen
-        return Chem.MolToSmiles(mol), max((m.GetNumHeavyAtoms(), m.GetNumAtoms(), key(m)) for m in frags)[2]
+        return canonical_smiles(mol), max((m.GetNumHeavyAtoms(), m.GetNumAtoms(), key(m)) for m in frags)[2]
 
 
 def _smiles_column(path, candidates: Sequence[str]) -> str:

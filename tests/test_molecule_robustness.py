@@ -275,6 +275,11 @@ def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
         assert rac[0] != _canonical("C[C@H](N)C(=O)O")
     assert _canonical("C[C@H](O)[C@@H](C)F |&1:1,3|") == _canonical("C[C@@H](O)[C@H](C)F |&1:1,3|")
     assert 1 in _canonical("C[C@H](N)C(=O)O |a:1|") + _canonical("C[C@@H](N)C(=O)O |a:1|")  # ABS: kept
+    # the duplicate key (DuplicateSmilesWarning, pretraining's de-duplication) tells them apart too
+    key = molecules._canonical_key
+    assert key(biaryl.format("U")) != key(biaryl.format("D"))
+    assert key("C[C@H](N)C(=O)O |&1:1|") == key("C[C@@H](N)C(=O)O |&1:1|") != key("C[C@H](N)C(=O)O")
+    assert key("C[C@H](N)C(=O)O") == key("N[C@@H](C)C(=O)O") == "C[C@H](N)C(=O)O"
 
 
 def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():

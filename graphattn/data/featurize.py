@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
-    "mol_to_data", "smiles_to_data",
+    "mol_to_data", "smiles_to_data", "canonical_smiles",
 ]
 
 #: Bump whenever the features below (or their order / vocabularies) change: processed
@@ -249,6 +249,16 @@ def parse_smiles(smiles):
     if mol.GetNumAtoms() == 0:
         raise InvalidSmilesError(smiles, "no atoms")
     return mol
+
+
+def canonical_smiles(mol) -> str:
+    """RDKit's canonical SMILES of ``mol`` plus the CXSMILES parts the features read: enhanced
+    stereo groups (``|&1:1|``: a racemate is not its pure enantiomer) and atropisomer axes
+    (``|wU:...|``: plain SMILES writes P and M alike). The duplicate key of the molecule sets."""
+    from rdkit import Chem
+
+    fields = Chem.CXSmilesFields.CX_ENHANCEDSTEREO | Chem.CXSmilesFields.CX_BOND_ATROPISOMER
+    return Chem.MolToCXSmiles(mol, Chem.SmilesWriteParams(), fields)
 
 
 def mol_to_data(mol) -> Data:

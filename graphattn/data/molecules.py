@@ -31,7 +31,7 @@ from torch_geometric.data import InMemoryDataset
 from .download import DataFileError, cache_root, find_file, sha256sum
 from .rawio import MISSING_LABELS, delimiter_hint
 from .featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: F401
-                        FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, mol_to_data,
+                        FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles, mol_to_data,
                         parse_smiles, smiles_to_data)
 
 __all__ = [
@@ -340,7 +340,7 @@ def _canonical_key(smiles: str) -> str:
         if mol.GetNumAtoms() > _CANONICAL_MAX_ATOMS:  # RDKit's canonical ranking overflows its stack
             return smiles.strip()
         with rdBase.BlockLogs():
-            return Chem.MolToSmiles(mol)
+            return canonical_smiles(mol)
     except Exception:  # noqa: BLE001 - a key, not a check: fall back to the text
         return smiles.strip()
 
