@@ -189,7 +189,8 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
     for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
         a, b = _comparable(old[k], new[k]) if k in _SPEC_META else (old[k], new[k])
         if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
-            differ.append(k)
+            scalar = all(v is None or isinstance(v, (str, int, float)) for v in (old[k], new[k]))
+            differ.append(f"{k}: {old[k]!r} there, {new[k]!r} now" if scalar else k)  # name simple values
     if old and new and differ:
         raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
                               "run's); choose another output folder or train without --resume")

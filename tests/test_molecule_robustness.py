@@ -656,3 +656,17 @@ def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
     with pytest.raises(DataFileError, match="separated by semicolons"):
         read_csv_table(tmp_path / "semi.csv")
     assert _canonical_key("C" * 6000) == "C" * 6000  # no canonical ranking of huge chains (RDKit segfaults)
+
+
+def test_resume_across_featurizer_versions_names_both(tmp_path, capsys):
+    from graphattn.train import load_checkpoint, save_checkpoint
+
+    src = write_csv(tmp_path / "m.csv", ["smiles", "toxic"], [(s, _labels(s)[0]) for s in SMILES])
+    args = ["train", "--csv", str(src), "--split", "random", "--out", str(tmp_path / "r"), *TINY]
+    assert cli.main(args) == 0
+    for name in ("last.pt", "best.pt"):  # as written by an older release
+        ck = load_checkpoint(tmp_path / "r" / name)
+        save_checkpoint(tmp_path / "r" / name, {**ck, "meta": {**ck["meta"], "featurizer_version": "1"}})
+    capsys.readouterr()
+    assert cli.main([*args, "--resume"]) == 2
+    assert f"featurizer_version: '1' there, '{molecules.FEATURIZER_VERSION}' now" in capsys.readouterr().err
