@@ -146,6 +146,15 @@ def _cip_labelled(mol):
                 obj.SetProp("_CIPCode", "?")  # not labelled: "other" / RDKit's flag, see above
             return False
 
+    def stereo_parts():
+        unspecified, none = Chem.ChiralType.CHI_UNSPECIFIED, Chem.BondStereo.STEREONONE
+        return ([a.GetIdx() for a in mol.GetAtoms() if a.GetChiralTag() != unspecified],
+                [b.GetIdx() for b in mol.GetBonds() if b.GetStereo() != none])
+
+    prepare = mol.NeedsUpdatePropertyCache() or not mol.HasProp("_StereochemDone")
+    atoms, bonds = stereo_parts()
+    if not (prepare or atoms or bonds or mol.GetStereoGroups()):
+        return mol  # no stereo: the features read no label (see _chirality, _bond_stereo)
     mol = Chem.Mol(mol)
     if mol.NeedsUpdatePropertyCache():  # not sanitized (sanitize=False, or edited since)
         try:
@@ -156,9 +165,10 @@ def _cip_labelled(mol):
     if not mol.HasProp("_StereochemDone"):
         with _legacy_stereo_perception():
             Chem.AssignStereochemistry(mol, cleanIt=True, force=True)
-    clear_labels((*mol.GetAtoms(), *mol.GetBonds()))  # perception's own labels, if any: stale after edits
-    atoms = [a.GetIdx() for a in mol.GetAtoms() if str(a.GetChiralTag()) != "CHI_UNSPECIFIED"]
-    bonds = [b.GetIdx() for b in mol.GetBonds() if str(b.GetStereo()) != "STEREONONE"]
+    if prepare:
+        atoms, bonds = stereo_parts()
+    # perception's own labels, if any (stale after edits): only these atoms' and bonds' are read
+    clear_labels([mol.GetAtomWithIdx(i) for i in atoms] + [mol.GetBondWithIdx(i) for i in bonds])
     frags = Chem.GetMolFrags(mol, asMols=False, sanitizeFrags=False) if atoms or bonds else ()
     if (atoms or bonds) and not label(atoms, bonds, mark=len(frags) == 1) and len(frags) > 1:
         for frag in frags:  # the fragments the labeller can do still count
@@ -200,10 +210,12 @@ def _bond_stereo(bond) -> int:
     flags E / Z is none when the labeller found it not stereogenic (legacy perception's spurious
     flags, e.g. on ``=[NH2+]``) and keeps the flag when the labeller gave up on it ("?"); cis /
     trans / any (relative or unknown configurations) keep RDKit's flag."""
+    flag = str(bond.GetStereo())
+    if flag == "STEREONONE":
+        return _BOND_STEREO[flag]  # (a label left on it by an edit is stale)
     code = bond.GetProp("_CIPCode") if bond.HasProp("_CIPCode") else ""
     if code in _BOND_STEREO:
         return _BOND_STEREO[code]
-    flag = str(bond.GetStereo())
     if flag in ("STEREOE", "STEREOZ"):
         return _BOND_STEREO[flag[-1]] if code == "?" else _BOND_STEREO["STEREONONE"]
     return _BOND_STEREO.get(flag, len(_BOND_STEREO))
