@@ -18,12 +18,15 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
     from rdkit.Chem.MolStandardize import rdMolStandardize
 
     from .data.featurize import InvalidSmilesError, canonical_smiles, parse_smiles
+    from .data.molecules import _CANONICAL_MAX_ATOMS
 
     with rdBase.BlockLogs():
         try:
             mol = parse_smiles(smiles)  # as the featurizer reads it (stereo perception, checks)
         except InvalidSmilesError:
             return None
+        if mol.GetNumAtoms() > _CANONICAL_MAX_ATOMS:  # RDKit's canonical ranking overflows its stack
+            return smiles.strip(), smiles.strip()
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
         uncharger = rdMolStandardize.Uncharger()
 

@@ -274,12 +274,15 @@ def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
         assert rac[0] == rac[1] and other in rac[0]
         assert rac[0] != _canonical("C[C@H](N)C(=O)O")
     assert _canonical("C[C@H](O)[C@@H](C)F |&1:1,3|") == _canonical("C[C@@H](O)[C@H](C)F |&1:1,3|")
+    racemic_axis = [_canonical(biaryl.format(w)[:-1] + ",&1:9|", "stereo") for w in ("U", "D")]
+    assert racemic_axis[0] == racemic_axis[1] and 9 not in {v for _, v in racemic_axis[0]}  # not P
     assert 1 in _canonical("C[C@H](N)C(=O)O |a:1|") + _canonical("C[C@@H](N)C(=O)O |a:1|")  # ABS: kept
     # the duplicate key (DuplicateSmilesWarning, pretraining's de-duplication) tells them apart too
     key = molecules._canonical_key
     assert key(biaryl.format("U")) != key(biaryl.format("D"))
     assert key("C[C@H](N)C(=O)O |&1:1|") == key("C[C@@H](N)C(=O)O |&1:1|") != key("C[C@H](N)C(=O)O")
     assert key("C[C@H](N)C(=O)O") == key("N[C@@H](C)C(=O)O") == "C[C@H](N)C(=O)O"
+    assert key("C[C@H](N)C(=O)O |a:1|") == key("C[C@H](N)C(=O)O")  # ABS: what the tags say anyway
 
 
 def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():
@@ -290,6 +293,9 @@ def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():
     assert raw.NeedsUpdatePropertyCache()  # the caller's molecule untouched
     with pytest.raises(ValueError, match="cannot be sanitized"):
         molecules.mol_to_data(Chem.MolFromSmiles("c1cccc1", sanitize=False))
+    cached = Chem.MolFromSmiles("Oc1ccccc1", sanitize=False)
+    cached.UpdatePropertyCache(strict=False)  # valences known, rings and aromaticity not perceived
+    assert torch.equal(molecules.mol_to_data(cached).x, smiles_to_data("Oc1ccccc1").x)
 
 
 def test_a_fragment_the_cip_labeller_gives_up_on_spoils_no_other(monkeypatch):
@@ -309,6 +315,10 @@ def test_a_fragment_the_cip_labeller_gives_up_on_spoils_no_other(monkeypatch):
     assert d.x[3, chi] == molecules.ATOM_FEATURE_DIMS[chi] - 1  # given up: "other"
     assert d.x[7, chi] == 2  # L-alanine still S
     assert (d.edge_attr[:, molecules.BOND_FEATURE_NAMES.index("stereo")] == 2).sum() == 2  # RDKit's E kept
+    # a fragment without stereo (water, a counter-ion) is no reason to label anything
+    for extra in ("F/C=C/[C@H](Cl)Br.N[C@@H](C)C(=O)O.O", "F/C=C/[C@H](Cl)Br.O.N[C@@H](C)C(=O)O"):
+        x = smiles_to_data(extra).x[:, chi]
+        assert x[3] == molecules.ATOM_FEATURE_DIMS[chi] - 1 and 2 in x.tolist()
 
 
 def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_warn(tmp_path, capsys):

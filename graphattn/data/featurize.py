@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import unicodedata
 from typing import List
 
@@ -42,8 +43,9 @@ FEATURIZER_VERSION = "4"
 #: chirality column: no stereocentre, R, S, r, s (pseudo-asymmetric); the "other" bucket is a
 #: centre with a chiral tag but no CIP label: non-tetrahedral tags (square planar, octahedral, ...),
 #: members of a CXSMILES AND / OR stereo group (``|&1:1|``: a racemate or an unknown one of the
-#: two enantiomers, so not the absolute label the tags spell), or a molecule too symmetric for the
-#: labeller's iteration limit. OGB and PyG's ``from_smiles`` use the chiral tag (spelling-dependent).
+#: two enantiomers, so not the absolute label the tags spell; the relative configuration of a
+#: group's centres is not encoded: erythro and threo racemates look alike, though their duplicate
+#: keys differ), or a molecule too symmetric for the labeller's iteration limit. OGB and PyG's ``from_smiles`` use the chiral tag (spelling-dependent).
 _CHIRALITY = {k: i for i, k in enumerate(["", "R", "S", "r", "s"])}
 #: the labeller's work limit per molecule (RDKit: 1,250,000 recursive comparisons ~ 1 s)
 _CIP_MAX_ITERATIONS = 1_250_000
@@ -99,22 +101,43 @@ def _chirality(atom) -> int:
     return _CHIRALITY.get(code, len(_CHIRALITY)) if code else len(_CHIRALITY)
 
 
+def _rings_known(mol) -> bool:
+    """Whether RDKit's ring perception ran on ``mol`` (sanitization does it; ``sanitize=False``
+    followed by ``UpdatePropertyCache`` does not, and leaves aromaticity and hybridization unset)."""
+    from rdkit import rdBase
+
+    with rdBase.BlockLogs():
+        try:
+            mol.GetRingInfo().NumRings()
+            return True
+        except RuntimeError:  # "RingInfo not initialized"
+            return False
+
+
+#: serialises this module's use of RDKit's process-wide stereo switch (its threads among themselves)
+_STEREO_SWITCH = threading.RLock()
+
+
 @contextlib.contextmanager
 def _legacy_stereo_perception():
     """RDKit's legacy stereo perception (its default) for the duration: the features must not
     depend on the process-wide switch (``Chem.SetUseLegacyStereoPerception`` /
     ``RDK_USE_LEGACY_STEREO_PERCEPTION``), which changes what parsing flags as stereo (e.g. a
-    spurious Z on ``[H]/[NH+]=C(\\N)c1ccccc1``). The switch is global: not thread-safe."""
+    spurious Z on ``[H]/[NH+]=C(\\N)c1ccccc1``). RDKit has no per-call option, so the switch is
+    set and restored: our own calls hold a lock, but another thread that parses with RDKit
+    meanwhile while it asked for the new perception gets the legacy one (a no-op in RDKit's default
+    legacy mode)."""
     from rdkit import Chem
 
-    legacy = Chem.GetUseLegacyStereoPerception()
-    if not legacy:
-        Chem.SetUseLegacyStereoPerception(True)
-    try:
-        yield
-    finally:
+    with _STEREO_SWITCH:
+        legacy = Chem.GetUseLegacyStereoPerception()
         if not legacy:
-            Chem.SetUseLegacyStereoPerception(False)
+            Chem.SetUseLegacyStereoPerception(True)
+        try:
+            yield
+        finally:
+            if not legacy:
+                Chem.SetUseLegacyStereoPerception(False)
 
 
 def _cip_labelled(mol):
@@ -151,12 +174,13 @@ def _cip_labelled(mol):
         return ([a.GetIdx() for a in mol.GetAtoms() if a.GetChiralTag() != unspecified],
                 [b.GetIdx() for b in mol.GetBonds() if b.GetStereo() != none])
 
-    prepare = mol.NeedsUpdatePropertyCache() or not mol.HasProp("_StereochemDone")
+    unsanitized = mol.NeedsUpdatePropertyCache() or not _rings_known(mol)
+    prepare = unsanitized or not mol.HasProp("_StereochemDone")
     atoms, bonds = stereo_parts()
     if not (prepare or atoms or bonds or mol.GetStereoGroups()):
         return mol  # no stereo: the features read no label (see _chirality, _bond_stereo)
     mol = Chem.Mol(mol)
-    if mol.NeedsUpdatePropertyCache():  # not sanitized (sanitize=False, or edited since)
+    if unsanitized:  # sanitize=False (perhaps with UpdatePropertyCache), or edited since
         try:
             Chem.SanitizeMol(mol)
         except Exception as exc:  # RDKit raises several exception types
@@ -169,16 +193,19 @@ def _cip_labelled(mol):
         atoms, bonds = stereo_parts()
     # perception's own labels, if any (stale after edits): only these atoms' and bonds' are read
     clear_labels([mol.GetAtomWithIdx(i) for i in atoms] + [mol.GetBondWithIdx(i) for i in bonds])
+    # (the labeller labels EVERY atom and bond when both lists are empty: never call it so)
     frags = Chem.GetMolFrags(mol, asMols=False, sanitizeFrags=False) if atoms or bonds else ()
     if (atoms or bonds) and not label(atoms, bonds, mark=len(frags) == 1) and len(frags) > 1:
         for frag in frags:  # the fragments the labeller can do still count
             inside = set(frag)
-            label([i for i in atoms if i in inside],
-                  [i for i in bonds if mol.GetBondWithIdx(i).GetBeginAtomIdx() in inside], mark=True)
+            frag_atoms = [i for i in atoms if i in inside]
+            frag_bonds = [i for i in bonds if mol.GetBondWithIdx(i).GetBeginAtomIdx() in inside]
+            if frag_atoms or frag_bonds:
+                label(frag_atoms, frag_bonds, mark=True)
     for group in mol.GetStereoGroups():
         if str(group.GetGroupType()) in ("STEREO_AND", "STEREO_OR"):
-            for atom in group.GetAtoms():  # a racemate / one of two: not the absolute label
-                atom.SetProp("_CIPCode", "rel")
+            for obj in (*group.GetAtoms(), *group.GetBonds()):  # a racemate / one of two: not the absolute label
+                obj.SetProp("_CIPCode", "rel")
     return mol
 
 
@@ -269,6 +296,11 @@ def canonical_smiles(mol) -> str:
     (``|wU:...|``: plain SMILES writes P and M alike). The duplicate key of the molecule sets."""
     from rdkit import Chem
 
+    groups = mol.GetStereoGroups()
+    relative = [g for g in groups if str(g.GetGroupType()) != "STEREO_ABSOLUTE"]
+    if len(relative) < len(groups):  # an ABS group says what the plain tags say: not part of the key
+        mol = Chem.RWMol(mol)
+        mol.SetStereoGroups(relative)
     fields = Chem.CXSmilesFields.CX_ENHANCEDSTEREO | Chem.CXSmilesFields.CX_BOND_ATROPISOMER
     return Chem.MolToCXSmiles(mol, Chem.SmilesWriteParams(), fields)
 
@@ -303,7 +335,10 @@ def smiles_to_data(smiles: str, y=None) -> Data:
     sanitize the SMILES; datasets catch it, skip the row and report it. ``y`` (T values,
     NaN = missing label) is stored as a float32 tensor of shape ``(1, T)``.
     Feature columns: :data:`ATOM_FEATURE_NAMES` / :data:`BOND_FEATURE_NAMES`, with
-    cardinalities :data:`ATOM_FEATURE_DIMS` / :data:`BOND_FEATURE_DIMS`.
+    cardinalities :data:`ATOM_FEATURE_DIMS` / :data:`BOND_FEATURE_DIMS`. Stereo columns are
+    CIP labels (see :data:`FEATURIZER_VERSION`): the same for every spelling of a molecule.
+    Parsing holds RDKit's process-wide stereo switch at its legacy (default) setting for the
+    call, so a thread that asked RDKit for the new perception may see the legacy one meanwhile.
     """
     data = mol_to_data(parse_smiles(smiles))
     data.smiles = smiles.strip()

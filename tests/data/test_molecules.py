@@ -88,7 +88,7 @@ def test_charges_ions_and_salts():
 
 
 def test_stereo_and_chirality():
-    # the chirality column is the CIP label (featurizer version 2): 0 none, 1 R, 2 S, 3 other
+    # the chirality column is the CIP label (featurizer version 4): 0 none, 1 R, 2 S, 3 r, 4 s, 5 other
     assert smiles_to_data("C[C@H](N)O").x[1, ATOM["chirality"]] == 1  # (R)-1-aminoethanol
     assert smiles_to_data("C[C@@H](N)O").x[1, ATOM["chirality"]] == 2  # (S)
     assert smiles_to_data("N[C@@H](C)O").x[1, ATOM["chirality"]] == 1  # (R) spelled another way
