@@ -283,6 +283,8 @@ def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
     assert key("C[C@H](N)C(=O)O |&1:1|") == key("C[C@@H](N)C(=O)O |&1:1|") != key("C[C@H](N)C(=O)O")
     assert key("C[C@H](N)C(=O)O") == key("N[C@@H](C)C(=O)O") == "C[C@H](N)C(=O)O"
     assert key("C[C@H](N)C(=O)O |a:1|") == key("C[C@H](N)C(=O)O")  # ABS: what the tags say anyway
+    mixed = molecules.canonical_smiles(molecules.parse_smiles("C[C@H](O)[C@@H](C)F |a:1,&1:3|"))  # raised
+    assert mixed == molecules.canonical_smiles(molecules.parse_smiles("C[C@H](O)[C@@H](C)F |&1:3|"))
 
 
 def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():
@@ -296,6 +298,12 @@ def test_unsanitized_molecules_are_sanitized_on_a_copy_or_refused():
     cached = Chem.MolFromSmiles("Oc1ccccc1", sanitize=False)
     cached.UpdatePropertyCache(strict=False)  # valences known, rings and aromaticity not perceived
     assert torch.equal(molecules.mol_to_data(cached).x, smiles_to_data("Oc1ccccc1").x)
+    block = Chem.MolToMolBlock(Chem.MolFromSmiles("Oc1ccccc1"))
+    ringed = Chem.MolFromMolBlock(block, sanitize=False)  # a mol block reader perceives rings, nothing else
+    ringed.UpdatePropertyCache(strict=False)
+    want = smiles_to_data("Oc1ccccc1")
+    got = molecules.mol_to_data(ringed)
+    assert torch.equal(got.x, want.x) and torch.equal(got.edge_attr, want.edge_attr)
 
 
 def test_a_fragment_the_cip_labeller_gives_up_on_spoils_no_other(monkeypatch):
