@@ -45,7 +45,8 @@ FEATURIZER_VERSION = "4"
 #: members of a CXSMILES AND / OR stereo group (``|&1:1|``: a racemate or an unknown one of the
 #: two enantiomers, so not the absolute label the tags spell; the relative configuration of a
 #: group's centres is not encoded: erythro and threo racemates look alike, though their duplicate
-#: keys differ), or a molecule too symmetric for the labeller's iteration limit. OGB and PyG's ``from_smiles`` use the chiral tag (spelling-dependent).
+#: keys differ), or a molecule too symmetric for the labeller's iteration limit. OGB and PyG's
+#: ``from_smiles`` use the chiral tag (spelling-dependent).
 _CHIRALITY = {k: i for i, k in enumerate(["", "R", "S", "r", "s"])}
 #: the labeller's work limit per molecule (RDKit: 1,250,000 recursive comparisons ~ 1 s)
 _CIP_MAX_ITERATIONS = 1_250_000
@@ -209,8 +210,9 @@ def _cip_labelled(mol):
                 label(frag_atoms, frag_bonds, mark=True)
     for group in mol.GetStereoGroups():
         if str(group.GetGroupType()) in ("STEREO_AND", "STEREO_OR"):
-            # (atropisomer bonds in groups: StereoGroup.GetBonds, RDKit 2024.09+; none before)
-            for obj in (*group.GetAtoms(), *getattr(group, "GetBonds", tuple)()):  # racemate: not the absolute label
+            # a racemate / one of two: not the absolute label. (Atropisomer axes in groups:
+            # StereoGroup.GetBonds, in RDKit releases after 2024.03; none before.)
+            for obj in (*group.GetAtoms(), *getattr(group, "GetBonds", tuple)()):
                 obj.SetProp("_CIPCode", "rel")
     return mol
 
