@@ -8,8 +8,8 @@
   training forward pass (as GraphGPS does), or is sign invariant (SignNet-style phi(v)+phi(-v)).
 * :func:`sinusoidal_pe` / :func:`sinusoidal_pe_2d` -- Transformer encodings for sequences/images.
 * :class:`AddRandomWalkPE` -- random-walk return probabilities (RWSE), PyG's transform of the
-  same name and signature rewritten (exact up to 4000 nodes, estimated above): PyG's (2.8) replaces every edge weight by the clamped
-  inverse degree, so weighted graphs get wrong values, and its dense path (N <= 2000) counts a
+  same name and signature rewritten (exact up to 4000 nodes, estimated above): PyG's (2.8)
+  replaces every edge weight by the clamped inverse degree, so weighted graphs get wrong values, and its dense path (N <= 2000) counts a
   duplicated edge once where its sparse path counts it twice; it also squares sparse
   matrices, which fills in on large social graphs (see
   :func:`graphattn.data.structural.random_walk_pe`, which this calls).

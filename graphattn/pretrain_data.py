@@ -17,15 +17,14 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
     from rdkit import Chem, rdBase
     from rdkit.Chem.MolStandardize import rdMolStandardize
 
-    from .data.featurize import InvalidSmilesError, canonical_smiles, parse_smiles
-    from .data.molecules import _CANONICAL_MAX_ATOMS
+    from .data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles, parse_smiles
 
     with rdBase.BlockLogs():
         try:
             mol = parse_smiles(smiles)  # as the featurizer reads it (stereo perception, checks)
         except InvalidSmilesError:
             return None
-        if mol.GetNumAtoms() > _CANONICAL_MAX_ATOMS:  # RDKit's canonical ranking overflows its stack
+        if mol.GetNumAtoms() > CANONICAL_MAX_ATOMS:  # the exclusion key's SMILES would crash RDKit too
             return smiles.strip(), smiles.strip()
         frags = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False) if mol.GetNumAtoms() else (mol,)
         uncharger = rdMolStandardize.Uncharger()
@@ -39,7 +38,8 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
 
         # the largest fragment; ties on size broken by that key, so neither the order the fragments
         # are written in nor their stereo/charge forms change which one is chosen
-        return canonical_smiles(mol), max((m.GetNumHeavyAtoms(), m.GetNumAtoms(), key(m)) for m in frags)[2]
+        largest = max((m.GetNumHeavyAtoms(), m.GetNumAtoms(), key(m)) for m in frags)[2]
+        return canonical_smiles(mol, smiles.strip()), largest
 
 
 def _smiles_column(path, candidates: Sequence[str]) -> str:

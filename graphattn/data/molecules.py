@@ -31,7 +31,8 @@ from torch_geometric.data import InMemoryDataset
 from .download import DataFileError, cache_root, find_file, sha256sum
 from .rawio import MISSING_LABELS, delimiter_hint
 from .featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: F401
-                        FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles, mol_to_data,
+                        CANONICAL_MAX_ATOMS, FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning,
+                        canonical_smiles, mol_to_data,
                         parse_smiles, smiles_to_data)
 
 __all__ = [
@@ -326,21 +327,15 @@ def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[in
 
 # ----------------------------------------------------------------------------- datasets
 
-#: above this size a molecule's duplicate key is its text: RDKit's MolToSmiles killed the process
-#: (segmentation fault) on a 20,000-atom chain, fine at 15,000
-_CANONICAL_MAX_ATOMS = 5000
-
-
 def _canonical_key(smiles: str) -> str:
-    """RDKit's canonical SMILES of a parsable SMILES (the text itself if RDKit fails here)."""
-    from rdkit import Chem, rdBase
+    """RDKit's canonical SMILES of a parsable SMILES (the text itself if RDKit fails here, or for
+    a molecule too large for its canonical ranking)."""
+    from rdkit import rdBase
 
     try:
         mol = parse_smiles(smiles)
-        if mol.GetNumAtoms() > _CANONICAL_MAX_ATOMS:  # RDKit's canonical ranking overflows its stack
-            return smiles.strip()
         with rdBase.BlockLogs():
-            return canonical_smiles(mol)
+            return canonical_smiles(mol, fallback=smiles.strip())
     except Exception:  # noqa: BLE001 - a key, not a check: fall back to the text
         return smiles.strip()
 
