@@ -29,13 +29,37 @@ def _err(command: str, msg: str) -> int:
     return 2
 
 
-def _read_smiles_csv(path, smiles_col: str, with_lines: bool = False):
-    """The SMILES column of a CSV / .csv.gz, read and matched as the datasets do (with
-    ``with_lines``: also each record's file line, the row number train/evaluate report)."""
-    from .data.molecules import find_column, read_csv_table
+def _smiles_column(header: List[str], args, meta: dict, path, command: str) -> int:
+    """Index of the SMILES column of --csv: ``--smiles-col``; when that was not given and the
+    file has no ``smiles`` column, the column the checkpoint was trained with (a model trained
+    with ``--smiles-col mol`` predicts on its own training file as it is; a note says so)."""
+    from .data.download import DataFileError
+    from .data.molecules import find_column
+
+    try:
+        return find_column(header, args.smiles_col, path, flag="--smiles-col")
+    except DataFileError:
+        trained = str((meta.get("data") or {}).get("smiles_col") or "smiles")
+        if args.smiles_col != "smiles" or trained.strip().lower() == "smiles":
+            raise  # chosen by the user, or nothing else to try
+        try:
+            j = find_column(header, trained, path)
+        except DataFileError:
+            raise DataFileError(f"{path}: no column 'smiles' nor {trained!r} (the model's training column); "
+                                f"columns are {header} (choose one with --smiles-col)") from None
+        print(f"graphattn {command}: {path}: reading SMILES from column {header[j]!r}, the column the "
+              "model was trained with (no 'smiles' column; --smiles-col chooses another)", file=sys.stderr)
+        return j
+
+
+def _read_smiles_csv(path, args, meta: dict, command: str, with_lines: bool = False):
+    """The SMILES column (:func:`_smiles_column`) of a CSV / .csv.gz, read and matched as the
+    datasets do (with ``with_lines``: also each record's file line, the row number
+    train/evaluate report)."""
+    from .data.molecules import read_csv_table
 
     header, rows = read_csv_table(path)
-    j = find_column(header, smiles_col, path, flag="--smiles-col")
+    j = _smiles_column(header, args, meta, path, command)
     smiles = [fields[j] for _, fields in rows]
     return (smiles, [line for line, _ in rows]) if with_lines else smiles
 
@@ -61,7 +85,7 @@ def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[s
     return prob, std
 
 
-def _inputs(args, command: str, with_lines: bool = False):
+def _inputs(args, meta: dict, command: str, with_lines: bool = False):
     """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None)."""
     if args.smiles and args.csv:
         raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
@@ -70,7 +94,7 @@ def _inputs(args, command: str, with_lines: bool = False):
     if args.smiles:
         return (list(args.smiles), None) if with_lines else list(args.smiles)
     if args.csv:
-        return _read_smiles_csv(args.csv, args.smiles_col, with_lines)
+        return _read_smiles_csv(args.csv, args, meta, command, with_lines)
     raise ValueError("give --smiles SMILES [...] or --csv FILE")
 
 
@@ -88,11 +112,11 @@ def evaluate(args) -> int:
     tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
     try:
         if args.csv:
-            from .data.molecules import find_column, read_csv_table
+            from .data.molecules import read_csv_table
 
             csv_path = _spooled(args.csv)
             header, _ = read_csv_table(csv_path, header_only=True)
-            find_column(header, args.smiles_col, args.csv, flag="--smiles-col")
+            smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
             folded = {}
             for h in header:
                 folded.setdefault(h.lower(), []).append(h)
@@ -108,7 +132,7 @@ def evaluate(args) -> int:
             if not present:
                 return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
                                         f"(columns: {header})")
-            ds = load_dataset(csv_path=csv_path, smiles_col=args.smiles_col, pe_dim=k,
+            ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col, pe_dim=k,
                               tasks=[t if t in header else folded[t.lower()][0] for t in present],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             parts = {"csv": ds}
@@ -161,19 +185,21 @@ class _Columns(nn.Module):
 
 def predict(args) -> int:
     """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
-    OUT is a folder; stdout without --out). Columns: ``row`` (1-based input position), with
+    OUT is a folder; stdout without --out or with ``--out -``). Columns: ``row`` (1-based input position), with
     --csv ``file_row`` (the record's line in the file, the row number train/evaluate report),
     ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
     columns (spread of its members' probabilities), ``error``. Every input gets a row; an
     invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
     (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
     :func:`_output_columns`; a note goes to stderr)."""
+    if args.out == "-":  # the usual spelling of standard output
+        args.out = None
     try:
         if args.out:
             check_output_not_input(_out_path(args.out, "predictions.csv"),
                                    {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
         model, meta = load_model(args.checkpoint)
-        smiles, lines = _inputs(args, "predict", with_lines=True)
+        smiles, lines = _inputs(args, meta, "predict", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return _err("predict", str(exc))
     tasks = meta["task_names"]
@@ -235,7 +261,7 @@ def explain(args) -> int:
 
     try:
         model, meta = load_model(args.checkpoint)
-        smiles = _inputs(args, "explain")
+        smiles = _inputs(args, meta, "explain")
     except (ValueError, RuntimeError, OSError) as exc:
         return _err("explain", str(exc))
     social = [f for f, v in (("--node", getattr(args, "node", None) is not None),

@@ -347,6 +347,25 @@ def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_war
         assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "r" / "best.pt"), "--csv", str(src),
                          "--smiles-col", "canonical_smiles", "--no-progress"]) == 0
     assert not [w for w in caught if "hold one class only" in str(w.message)]
+    # predict / evaluate / explain on the training file itself need no --smiles-col again: the
+    # checkpoint's training column is read (said on stderr); a file with neither column is refused
+    capsys.readouterr()
+    ck = str(tmp_path / "r" / "best.pt")
+    assert cli.main(["predict", "--checkpoint", ck, "--csv", str(src), "--out", "-"]) == 0
+    out = capsys.readouterr()
+    rows = list(csv.DictReader(out.out.splitlines()))  # --out -: the CSV on stdout, nothing else
+    assert [r["smiles"] for r in rows] == SMILES and all(r["toxic"] and not r["error"] for r in rows)
+    assert "column 'canonical_smiles', the column the model was trained with" in out.err
+    assert not (tmp_path / "-").exists() and not Path("-").exists()
+    assert cli.main(["evaluate", "--checkpoint", ck, "--csv", str(src), "--no-progress"]) == 0
+    assert "csv: 40 molecules" in capsys.readouterr().out
+    assert cli.main(["explain", "--checkpoint", ck, "--csv", str(src), "--out", str(tmp_path / "e.svg")]) == 0
+    other = write_csv(tmp_path / "n.csv", ["mol", "toxic"], [(s, 0) for s in SMILES[:3]])
+    assert cli.main(["predict", "--checkpoint", ck, "--csv", str(other)]) == 2
+    assert "no column 'smiles' nor 'canonical_smiles' (the model's training column)" in capsys.readouterr().err
+    # a column the user names is never replaced by the training one
+    assert cli.main(["predict", "--checkpoint", ck, "--csv", str(src), "--smiles-col", "mol"]) == 2
+    assert "no column 'mol'" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- 4. cache dir

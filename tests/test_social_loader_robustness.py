@@ -103,6 +103,20 @@ def test_strings_keep_sorted_order(tmp_path):
     assert d.y.tolist() == [2, 0, 1, 0, 2, 0]
 
 
+def test_a_quantity_as_target_warns_that_each_value_became_a_class(tmp_path):
+    # MUSAE's Wikipedia sets (chameleon, crocodile, squirrel) have page traffic as 'target'
+    n = 120
+    edges = write(tmp_path / "e.csv", "id_1,id_2\n" + "".join(f"{i},{(i + 1) % n}\n" for i in range(n)))
+    traffic = write(tmp_path / "w.csv", "id,target\n" + "".join(f"{i},{17 * i * i % 9973}\n" for i in range(n)))
+    with pytest.warns(UserWarning, match=r"'target' has 120 distinct values over 120 labelled nodes.*bin it"):
+        d = load_musae(edges, traffic)
+    assert len(d.class_names) == 120
+    classes = write(tmp_path / "c.csv", "id,target\n" + "".join(f"{i},{i % 24}\n" for i in range(n)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 24 classes of 5 nodes each: class labels, no warning
+        assert len(load_musae(edges, classes).class_names) == 24
+
+
 # --------------------------------------------------------------------- 3. features JSON
 
 LABELS = ["a", "b", "a", "b", "a", "b"]

@@ -3,6 +3,7 @@ DGCNN-text fixtures, k-fold CV, PyG baselines, exact resume."""
 import csv
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,6 +49,11 @@ def test_karate_train_evaluate_predict_explain(tmp_path, capsys):
         assert r["predicted"] in ("Mr. Hi", "Officer")
     train_rows = [r for r in rows if r["split"] == "train"]
     assert sum(r["predicted"] == r["label"] for r in train_rows) >= 0.9 * len(train_rows)
+    capsys.readouterr()
+    _run("predict", "--checkpoint", out / "best.pt", "--out", "-")  # standard output, no file named "-"
+    std = capsys.readouterr()
+    assert list(csv.DictReader(std.out.splitlines())) == rows and "to standard output" in std.err
+    assert not Path("-").exists() and not (out / "-").exists()
 
     png = tmp_path / "ego.png"
     _run("explain", "--checkpoint", out / "best.pt", "--node", 0, "--out", png)

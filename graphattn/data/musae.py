@@ -187,6 +187,12 @@ def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str
         raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
                             f"{header[t_col]!r} is missing (empty or nan; NA/N/A/#N/A/null/None/?/- too "
                             "when the other labels are numbers or booleans)")
+    labelled = len(rows) - n_missing
+    if len(names) >= 20 and len(names) * 5 > labelled:  # fewer than 5 nodes per class on average
+        warnings.warn(f"{path}: column {header[t_col]!r} has {len(names)} distinct values over {labelled} "
+                      "labelled nodes, each made a class; if it is a quantity to regress (e.g. the page "
+                      "traffic of MUSAE's Wikipedia sets), bin it into classes first or pass the column "
+                      "of class labels (target_col=, --target-col)", stacklevel=3)
     if n_missing:
         warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty or nan; "
                       f"NA/N/A/#N/A/null/None/?/- among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
@@ -318,7 +324,9 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     ``nan``; ``NA``, ``N/A``, ``null``, ``None`` too when every other label is numeric or
     boolean, else those are classes) give ``y = -1`` (unlabelled: in no mask of
     :func:`~graphattn.data.social_splits.stratified_masks`) with a warning counting them;
-    a file with no label at all is a :class:`DataFileError`.
+    a file with no label at all is a :class:`DataFileError`. Every distinct value is a class:
+    a column with 20 or more values and fewer than 5 labelled nodes per value on average (a
+    quantity such as page traffic, not class labels) is loaded with a warning.
 
     Nodes are the rows of the target file, numbered 0..N-1 in increasing id order
     (``data.node_id`` keeps the file ids). Edges are made undirected (both directions),
