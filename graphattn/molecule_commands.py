@@ -261,7 +261,7 @@ def explain(args) -> int:
 
     try:
         model, meta = load_model(args.checkpoint)
-        smiles = _inputs(args, meta, "explain")
+        smiles, file_rows = _inputs(args, meta, "explain", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:
         return _err("explain", str(exc))
     social = [f for f, v in (("--node", getattr(args, "node", None) is not None),
@@ -282,7 +282,8 @@ def explain(args) -> int:
     drawn = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):
         if isinstance(g, str):  # reported per input, like predict's error column; the others are drawn
-            print(f"graphattn explain: input {i + 1} {s!r}: {g}", file=sys.stderr)
+            where = f" (file row {file_rows[i]})" if file_rows is not None else ""  # as predict names it
+            print(f"graphattn explain: row {i + 1}{where} {s!r}: {g}", file=sys.stderr)
             continue
         path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix or '.png'}")
         prob, scores = molecule_attention(model, g)

@@ -95,7 +95,13 @@ def test_predict_and_explain_inputs(run, capsys, tmp_path):
     assert cli.main(["explain", "--checkpoint", ck, "--smiles", "xyz", "--out", str(tmp_path / "x.png")]) == 2
     assert cli.main(["explain", "--checkpoint", ck, "--smiles", "xyz", "CCO", "--out", str(tmp_path / "m.png")]) == 0
     captured = capsys.readouterr()
-    assert "input 1 'xyz'" in captured.err and (tmp_path / "m_2.png").exists() and not (tmp_path / "m_1.png").exists()
+    assert "row 1 'xyz'" in captured.err and (tmp_path / "m_2.png").exists() and not (tmp_path / "m_1.png").exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("smiles\nCCO\n\nxyz\n")  # a blank line: the bad record is row 2, file row 4, as predict says
+    assert cli.main(["explain", "--checkpoint", ck, "--csv", str(bad), "--out", str(tmp_path / "b.png")]) == 0
+    assert "row 2 (file row 4) 'xyz'" in capsys.readouterr().err
+    assert cli.main(["predict", "--checkpoint", ck, "--csv", str(bad)]) == 0
+    assert "row 2 (file row 4): 'xyz'" in capsys.readouterr().err
     assert cli.main(["explain", "--checkpoint", ck, "--smiles", "CCO", "--node", "3"]) == 2
     assert "--node: for social-network checkpoints" in capsys.readouterr().err
 
