@@ -192,8 +192,8 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
             scalar = all(v is None or isinstance(v, (str, int, float)) for v in (old[k], new[k]))
             differ.append(f"{k}: {old[k]!r} there, {new[k]!r} now" if scalar else k)  # name simple values
     if old and new and differ:
-        raise CheckpointError(f"--resume: {path} belongs to another run (its {', '.join(differ)} differ from this "
-                              "run's); choose another output folder or train without --resume")
+        raise CheckpointError(f"--resume: {path} belongs to another run (differing from this run's: "
+                              f"{'; '.join(differ)}); choose another output folder or train without --resume")
 
 
 def _json_safe(obj):

@@ -107,6 +107,11 @@ def apply_init(model: nn.Module, spec: Dict[str, Any], init, resume_from=None) -
     record = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init), "molecules": pool.get("molecules"),
               "excluded_sources": pool.get("excluded_sources")}  # was this run's test set kept out?
     if resume_from is not None and Path(resume_from).is_file() and (prev or {}).get("sha256") != record["sha256"]:
+        if prev is not None and prev.get("checkpoint") == record["checkpoint"]:  # same file, new contents
+            raise CheckpointError(f"--resume: {resume_from} was started from {init}, whose contents changed "
+                                  f"since (sha256 {str(prev.get('sha256'))[:12]}... then, {record['sha256'][:12]}... "
+                                  "now: pretraining went on or was redone); resuming would mix two backbones — "
+                                  "drop --init to resume as recorded, or choose another output folder")
         raise CheckpointError(f"--resume: {resume_from} was "
                               + ("trained from scratch" if prev is None else f"started from {prev.get('checkpoint')}")
                               + f", not from --init {init}; drop --init or choose another output folder")

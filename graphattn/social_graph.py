@@ -436,11 +436,13 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     if args.folds:
         test = torch.tensor([r["test"]["accuracy"] for r in results])
         gin = gin_protocol(histories)
+        best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
+        # "meta" and "best_fold": those of OUT/best.pt (the fold with the best validation accuracy)
         summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
                    "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
-                   "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]}, "meta": meta}
+                   "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]},
+                   "best_fold": best, "meta": {**meta, "fold": best}}
         write_metrics(out / "metrics.json", summary, environment=True)
-        best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
         shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
         sd = float(test.std(unbiased=False))
         print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * sd:.2f} "

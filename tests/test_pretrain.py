@@ -252,6 +252,14 @@ def test_fine_tune_resume_keeps_the_init_record(tmp_path, molecule_csv, capsys):
     assert cli.main(base[:-1] + [str(scratch), "--epochs", "2", "--resume", "--init", str(pre / "best.pt")]) == 2
     assert "trained from scratch" in capsys.readouterr().err
     assert "init" not in torch.load(scratch / "last.pt", weights_only=True)["meta"]
+    # the same --init file with other contents (pretraining went on): said so, not "another file"
+    assert cli.main(["pretrain", "--csv", str(molecule_csv), "--epochs", "2", "--out", str(pre), "--resume",
+                     "--no-progress", *small]) == 0
+    capsys.readouterr()
+    assert cli.main(base + ["--epochs", "3", "--resume", "--init", str(pre / "best.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "whose contents changed since" in err and "not from --init" not in err
+    assert cli.main(base + ["--epochs", "3", "--resume"]) == 0  # without --init: resumed as recorded
 
 
 def test_smiles_column_ambiguous_case(tmp_path):
@@ -391,16 +399,16 @@ def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
     init = {"checkpoint": "/old/P/best.pt", "sha256": "a" * 64, "molecules": 10}
     moved = dict(init, checkpoint="/new/P/best.pt", excluded_sources=["tox21"])  # a later record's extra key
     _check_same_run(tmp_path, {"init": init}, {"init": moved})
-    with pytest.raises(CheckpointError, match="its init differ"):
+    with pytest.raises(CheckpointError, match="differing from this run's: init\\)"):
         _check_same_run(tmp_path, {"init": init}, {"init": dict(moved, sha256="b" * 64)})
     pool = {"files": [{"path": "/a/pool.smi", "sha256": "c" * 64, "rows": 5}], "molecules": 5}
     _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
                                                         "molecules": 5}})
-    with pytest.raises(CheckpointError, match="its pool differ"):  # same name and size, other molecules
+    with pytest.raises(CheckpointError, match="differing from this run's: pool\\)"):  # same name and size, other molecules
         _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], sha256="d" * 64)],
                                                             "molecules": 5}})
     old = {"files": [{"path": "/a/pool.smi", "rows": 5}], "molecules": 5}  # before files were hashed
-    with pytest.raises(CheckpointError, match="its pool differ"):
+    with pytest.raises(CheckpointError, match="differing from this run's: pool\\)"):
         _check_same_run(tmp_path, {"pool": old}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
                                                            "molecules": 5}})
     _check_same_run(tmp_path, {"pool": old}, {"pool": pool})
@@ -447,6 +455,22 @@ def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
     assert "3 rows, 2 used (0 invalid SMILES, 0 duplicates, 1 excluded)" in capsys.readouterr().out
     assert cli.main(["pretrain", "--csv", str(tmp_path), "--out", str(tmp_path / "p2"), "--no-progress"]) == 2
     assert "is a folder, not a file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("first", ["c1ccnc1", "C1CC", "c1cc1", "Cl2"])
+def test_a_headerless_smiles_list_starting_with_an_invalid_smiles_keeps_that_row(tmp_path, first):
+    from graphattn.data.molecules import read_csv_table
+
+    f = tmp_path / "l.smi"
+    f.write_text(f"{first} bad\nCCO ethanol\nc1ccccc1 benzene\n")
+    header, rows = read_csv_table(f)
+    assert header == ["smiles", "name"] and [r[1][0] for r in rows] == [first, "CCO", "c1ccccc1"]
+    graphs, rep = pt.molecule_pool([f], ["smiles"], pe_dim=0, log=False)
+    assert rep["files"][0]["invalid_rows"] == [1] and len(graphs) == 2
+    # plain words RDKit cannot parse and no SMILES could be spelled with stay headers
+    for word in ("SMILES", "Name", "ID", "CID", "zinc_id", "compound"):
+        f.write_text(f"{word} title\nCCO ethanol\n")
+        assert read_csv_table(f)[0] == [word, "title"]
 
 
 def test_train_csv_from_a_pipe_is_refused_with_the_reason(tmp_path, capsys):
@@ -502,7 +526,7 @@ def test_pretrain_resume_with_the_exclude_file_moved_or_piped(tmp_path, capsys):
     assert cli.main(base + ["--exclude", str(moved), "--epochs", "3", "--resume"]) == 0, capsys.readouterr().err
     moved.write_text("smiles\nCCN\n")  # other molecules kept out: another run
     assert cli.main(base + ["--exclude", str(moved), "--epochs", "4", "--resume"]) == 2
-    assert "its pool, split differ" in capsys.readouterr().err
+    assert "differing from this run's: pool; split)" in capsys.readouterr().err
 
 
 def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):

@@ -155,6 +155,9 @@ def test_tu_text_two_folds(tmp_path, capsys):
     assert (out / "fold01" / "best.pt").exists() and (out / "best.pt").exists()
     meta = load_checkpoint(out / "best.pt")["meta"]
     assert meta["pipeline"] == "graph" and meta["class_names"] == ["3", "7"]
+    # metrics.json names the fold best.pt came from (it held the last fold's meta)
+    assert m["meta"]["fold"] == m["best_fold"] == meta["fold"]
+    assert f"best.pt (fold {meta['fold'] + 1}, best validation accuracy)" in text
     _run("evaluate", "--checkpoint", out / "best.pt")
     _run("predict", "--checkpoint", out / "best.pt", "--out", tmp_path / "g.csv")
     assert len(list(csv.DictReader(open(tmp_path / "g.csv")))) == 24

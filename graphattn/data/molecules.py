@@ -141,12 +141,20 @@ def _sniffed_kind(kind: str, first: str, path: Path) -> str:
     return kind
 
 
+#: a word written only with SMILES' bracket-free atoms and ring-closure digits (``C1CC``,
+#: ``c1ccnc1``): a SMILES, valid or not, never a column name
+_SMILES_LIKE = re.compile(r"(?:Cl|Br|[BCNOPSFI]|[bcnops]|\d)+")
+
+
 def _smiles_list_header(words: List[str]) -> bool:
     """Whether the first line of a SMILES list is a header: its first word is a known column
-    name, or it is a plain word (letters, digits, ``_``) RDKit cannot parse (``SMILES``, ``Name``)."""
+    name, or it is a plain word (letters, digits, ``_``) RDKit cannot parse (``SMILES``, ``Name``)
+    and could not be a SMILES either (a header-less list starting with an invalid SMILES such
+    as ``c1ccnc1`` or ``C1CC`` keeps that row, reported invalid like any other)."""
     if words[0].lower() in _SMILES_HEADER_WORDS:
         return True
-    return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0])) and not _parses(words[0])
+    return (bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0])) and not _SMILES_LIKE.fullmatch(words[0])
+            and not _parses(words[0]))
 
 
 def _read_smiles_list(text, header_only: bool) -> Tuple[List[str], List[Tuple[int, List[str]]]]:
