@@ -241,7 +241,7 @@ def write_csv(path, fields, rows) -> None:
     so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
     not a regular file (a FIFO, a device) is written through, one naming an open descriptor
     (``/dev/stdout``, ``/dev/stderr``) appended to, never replaced; an ordinary link's target
-    is replaced (the link kept)."""
+    is replaced (the link kept). ``"-"``: standard output (``sys.stdout``)."""
     import csv
     import io
 
@@ -249,6 +249,10 @@ def write_csv(path, fields, rows) -> None:
     w = csv.DictWriter(buf, fieldnames=list(fields))
     w.writeheader()
     w.writerows(rows)
+    if str(path) == "-":  # the usual spelling of standard output (predict --out -)
+        sys.stdout.write(buf.getvalue())
+        sys.stdout.flush()
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if _fd_link(path):

@@ -3,7 +3,6 @@ its featurizer and its descriptors from the checkpoint alone (training is in
 :mod:`graphattn.molecule_tasks`)."""
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import warnings
@@ -192,10 +191,8 @@ def predict(args) -> int:
     invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
     (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
     :func:`_output_columns`; a note goes to stderr)."""
-    if args.out == "-":  # the usual spelling of standard output
-        args.out = None
     try:
-        if args.out:
+        if args.out and args.out != "-":
             check_output_not_input(_out_path(args.out, "predictions.csv"),
                                    {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
         model, meta = load_model(args.checkpoint)
@@ -229,17 +226,13 @@ def predict(args) -> int:
         if std_cols:
             rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
     fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
-    if args.out:
-        out = _out_path(args.out, "predictions.csv")
-        try:
-            write_csv(out, fields, rows)
-        except OSError as exc:
-            return _err("predict", f"cannot write {out}: {exc}")
+    out = _out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
+    try:
+        write_csv(out, fields, rows)
+    except OSError as exc:
+        return _err("predict", f"cannot write {out}: {exc}")
+    if out != "-":
         print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
-    else:
-        w = csv.DictWriter(sys.stdout, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
     for r in rows:
         if r["error"]:
             where = f" (file row {r['file_row']})" if "file_row" in r else ""

@@ -2,7 +2,6 @@
 ``predict`` and ``explain`` (training is in :mod:`graphattn.social_tasks`)."""
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -146,15 +145,14 @@ def predict(args) -> int:
     beside the checkpoint; ``--out -``: standard output)."""
     ck, meta, model = _load(args.checkpoint, args)
     names = meta["class_names"]
-    to_stdout = args.out == "-"  # the usual spelling of standard output
-    out = out_path(args.out, "predictions.csv") if args.out else Path(args.checkpoint).with_name("predictions.csv")
+    out = ("-" if args.out == "-" else out_path(args.out, "predictions.csv") if args.out  # "-": stdout
+           else Path(args.checkpoint).with_name("predictions.csv"))
     from .data.download import input_files
 
-    if not to_stdout:
+    if out != "-":
         check_output_not_input(out, {"the checkpoint": args.checkpoint,
                                      **{"an input file of the run": p for p in input_files(meta.get("data") or {})
                                         if p}})
-        out.parent.mkdir(parents=True, exist_ok=True)
     if meta["pipeline"] == "graph":
         from .social_graph import predict_graph
 
@@ -170,14 +168,9 @@ def predict(args) -> int:
                  "predicted": names[int(prob[i].argmax())],
                  **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
                 for i, nid in enumerate(ids)]
-    if to_stdout:
-        w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-        print(f"Wrote {len(rows)} predictions to standard output", file=sys.stderr)
-    else:
-        write_csv(out, list(rows[0]), rows)
-        print(f"Wrote {len(rows)} predictions to {out}")
+    write_csv(out, list(rows[0]), rows)  # makes the folder
+    print(f"Wrote {len(rows)} predictions to " + ("standard output" if out == "-" else str(out)),
+          file=sys.stderr if out == "-" else sys.stdout)
     return 0
 
 
