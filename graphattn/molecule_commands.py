@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from pathlib import Path
 from typing import List, Tuple
 
 import torch
@@ -269,6 +268,8 @@ def explain(args) -> int:
     out = _out_path(args.out or "explain.png", "explain.png")
     if out.suffix.lower() not in ("", ".png", ".svg"):
         return _err("explain", f"--out {out}: molecule pictures are written as .png or .svg, not {out.suffix}")
+    if not out.suffix:  # a PNG under a name that says so (as social explain writes)
+        out = out.with_suffix(".png")
     if not smiles:
         return _err("explain", "no molecules to draw (the input has no rows)")
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
@@ -278,7 +279,7 @@ def explain(args) -> int:
             where = f" (file row {file_rows[i]})" if file_rows is not None else ""  # as predict names it
             print(f"graphattn explain: row {i + 1}{where} {s!r}: {g}", file=sys.stderr)
             continue
-        path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix or '.png'}")
+        path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix}")
         prob, scores = molecule_attention(model, g)
         lines = [f"{t} {p:.2f}" for t, p in zip(meta["task_names"], prob.tolist())]
         spread = float((scores.max() - scores.min()) / scores.max().clamp_min(1e-12))

@@ -558,6 +558,14 @@ def test_explain_writes_svg_refuses_other_formats_and_empty_inputs(run, tmp_path
     assert "no molecules" in capsys.readouterr().err
 
 
+def test_explain_out_without_suffix_gets_png_suffix(run, tmp_path):
+    # as social explain does: a PNG is never written under a name that does not say so
+    folder, _ = run
+    ck = str(folder / "best.pt")
+    assert cli.main(["explain", "--checkpoint", ck, "--smiles", "CCO", "--out", str(tmp_path / "pic")]) == 0
+    assert (tmp_path / "pic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "pic").exists()
+
+
 def test_predict_reports_the_file_rows_train_reports(run, tmp_path, capsys):
     folder, _ = run
     src = tmp_path / "blank.csv"
