@@ -149,8 +149,10 @@ def load_graphs(spec: Dict[str, Any]):
         from .data.tu import GraphList
 
         keep = torch.randperm(len(graphs), generator=torch.Generator().manual_seed(0))[:spec["limit"]]
-        sub = GraphList(graphs[i] for i in keep.sort().values.tolist())  # a random subset: files are sorted by label
+        keep = keep.sort().values
+        sub = GraphList(graphs[i] for i in keep.tolist())  # a random subset: files are sorted by label
         sub.name, sub.label_values, sub.folds = graphs.name, graphs.label_values, None
+        sub.file_index = keep  # (limit,) each graph's position in the file: what predict numbers them by
         sub.source = getattr(graphs, "source", None)
         sub.num_edge_attributes, sub.edge_label_values = graphs.num_edge_attributes, graphs.edge_label_values
         graphs = sub
@@ -458,11 +460,31 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     return 0
 
 
+def _check_graphs(graphs, meta) -> None:
+    """ValueError when the graphs now read are not what the model was trained on: other label
+    values (a new class, relabelled classes: the label column and class indices would be wrong)
+    or another node-feature width (attribute files added or removed)."""
+    from .data.download import DataFileError
+    from .data.rawio import canonical_label
+
+    where = meta["data"].get("tu_text") or meta["data"].get("display") or meta["data"].get("name")
+    now = [str(v) for v in graphs.label_values]
+    if [canonical_label(n) for n in now] != [canonical_label(n) for n in meta["class_names"]]:
+        raise DataFileError(f"{where}: the graph labels now read ({now}) differ from the classes the model was "
+                            f"trained on ({list(meta['class_names'])}): the graph files changed")
+    want = meta["model"]["kwargs"].get("in_channels")
+    got = graphs[0].num_features if len(graphs) else want
+    if want is not None and got != want:
+        raise DataFileError(f"{where}: the node features now built have {got} columns, the model was trained on "
+                            f"{want}: the graph files changed (node labels or attribute files added or removed)")
+
+
 @torch.no_grad()
 def _run(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     from torch_geometric.loader import DataLoader
 
     graphs = load_graphs(meta["data"])
+    _check_graphs(graphs, meta)
     split = graph_split(meta["data"], graphs, meta.get("fold"))
     model.eval()
     dev = model_device(model)
@@ -485,5 +507,7 @@ def predict_graph(model, meta) -> List[Dict[str, Any]]:
     for s, idx in zip(("train", "val", "test"), split):
         for i in idx.tolist():
             where[i] = s
-    return [{"graph": i, "split": where[i], "label": names[int(graphs[i].y)], "predicted": names[int(prob[i].argmax())],
+    pos = getattr(graphs, "file_index", None)  # --limit runs: a subset, numbered by file position
+    pos = pos.tolist() if pos is not None else range(len(graphs))
+    return [{"graph": pos[i], "split": where[i], "label": names[int(graphs[i].y)], "predicted": names[int(prob[i].argmax())],
              **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}} for i in range(len(graphs))]

@@ -249,3 +249,41 @@ def test_explain_without_node_draws_the_first_row(tmp_path, capsys):
     _train(tmp_path, edges, target, out)
     assert main(["explain", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path / "first.png")]) == 0
     assert "\nNode 5:" in capsys.readouterr().out  # ids are 5, 15, ...: row 0 has id 5
+
+
+def _rings(path, labels):
+    """DGCNN/GIN text file of 4-node rings, one per label (in file order)."""
+    lines = [str(len(labels))]
+    for lab in labels:
+        lines += [f"4 {lab}"] + [f"0 2 {(i - 1) % 4} {(i + 1) % 4}" for i in range(4)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_graph_checkpoint_refuses_files_with_other_classes_or_widths(tmp_path, capsys):
+    two = _rings(tmp_path / "two.txt", [0, 1] * 10)
+    out = tmp_path / "run"
+    assert main(["train", "--tu-text", str(two), "--epochs", "1", "--out", str(out), "--no-progress"]) == 0
+    ck = out / "best.pt"
+    for labels in ([0, 1, 2] * 7, [0, 5] * 10):  # a new class (was an IndexError); relabelled (silently wrong)
+        other = _rings(tmp_path / "other.txt", labels)
+        for command in ("predict", "evaluate"):
+            err = _err(capsys, command, "--checkpoint", ck, "--tu-text", other)
+            assert "differ from the classes" in err and "Traceback" not in err, (labels, command, err)
+    attr = tmp_path / "attr.txt"  # the same graphs with a node attribute column: another feature width
+    attr.write_text("\n".join(line + (" 0.5" if line.startswith("0 2") else "") for line in two.read_text().splitlines()))
+    assert "columns, the model was trained on" in _err(capsys, "evaluate", "--checkpoint", ck, "--tu-text", attr)
+
+
+def test_predict_numbers_a_limited_graph_set_by_file_position(tmp_path, capsys):
+    import csv
+
+    txt = _rings(tmp_path / "many.txt", [i % 3 for i in range(30)])
+    out = tmp_path / "run"
+    assert main(["train", "--tu-text", str(txt), "--limit", "12", "--epochs", "1", "--out", str(out),
+                 "--no-progress"]) == 0
+    assert main(["predict", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    pos = [int(r["graph"]) for r in rows]
+    assert len(rows) == 12 and pos == sorted(set(pos)) and pos != list(range(12))  # a random subset, file order
+    assert all(int(r["label"]) == int(r["graph"]) % 3 for r in rows)  # label of that file position
