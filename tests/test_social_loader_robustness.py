@@ -379,6 +379,34 @@ def test_tu_text_integer_beyond_int64(tmp_path):
         load_tu_text(f)
 
 
+@pytest.mark.parametrize("last", ["-", "+"])
+def test_a_sign_without_digits_is_not_read_as_node_zero(tmp_path, last):
+    # numpy's text parser reads a lone sign at the end of the text as 0 and "- 2" as -2:
+    # an edge 2-0 that is in no file, a node tag 0, a fold holding graph 0
+    from graphattn.data.rawio import parse_int_tokens
+    from graphattn.data.tu_folder import load_tu_folder
+
+    f = write(tmp_path / "S.txt", f"1\n3 1\n0 1 1\n0 1 0\n0 1 {last}\n")
+    with pytest.raises(DataFileError, match="integer"):
+        load_tu_text(f)
+    write(tmp_path / "e.csv", f"id_1,id_2\n1,2\n2,{last}\n")
+    write(tmp_path / "t.csv", "id,target\n0,a\n1,b\n2,a\n")
+    with pytest.raises(DataFileError, match="integer id"):
+        load_musae(tmp_path / "e.csv", tmp_path / "t.csv")
+    for text in (f"1 2 {last}", f"1 {last} 2", f"{last}\n"):
+        with pytest.raises(DataFileError, match="without digits"):
+            parse_int_tokens(text.encode(), "f.txt")
+    assert parse_int_tokens(b"-1 +2 3", "f.txt").tolist() == [-1, 2, 3]
+    tu = tmp_path / "tu"
+    tu.mkdir()
+    write(tu / "T_A.txt", "1, 2\n2, 1\n")
+    write(tu / "T_graph_indicator.txt", "1\n1\n1\n")
+    write(tu / "T_graph_labels.txt", "1\n")
+    write(tu / "T_node_labels.txt", f"1\n1\n{last}\n")
+    with pytest.raises(DataFileError, match="without digits"):
+        load_tu_folder(tu, "T")
+
+
 # --------------------------------------------------------------------- 7. TU node attributes
 
 def test_tu_text_node_attributes_documented_and_parsed(tmp_path):

@@ -14,6 +14,7 @@ import gzip
 import zlib
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -49,6 +50,16 @@ def read_text(path: PathLike) -> str:
         raise DataFileError(f"{path}: not UTF-8 text ({exc})") from exc
 
 
+_LONE_SIGN = re.compile(rb"[+-](?![0-9])")
+
+
+def has_lone_sign(buf: bytes) -> bool:
+    """Whether ``buf`` holds a ``+``/``-`` not followed by a digit (C speed): ``np.fromstring``
+    reads such a sign as 0 at the end of the text and joins it to the next token across
+    whitespace, where an integer is wanted."""
+    return _LONE_SIGN.search(buf) is not None
+
+
 def parse_int_tokens(buf: bytes, what: str, sep: bytes = b" ") -> np.ndarray:
     """All integers in ``buf`` (whitespace/``sep`` separated) as int64, C speed; integers
     beyond int64 are a :class:`DataFileError` (not silently clipped)."""
@@ -56,6 +67,8 @@ def parse_int_tokens(buf: bytes, what: str, sep: bytes = b" ") -> np.ndarray:
         buf = buf.replace(sep, b" ")
     if not buf.strip():
         return np.zeros(0, dtype=np.int64)
+    if has_lone_sign(buf):
+        raise DataFileError(f"{what}: non-integer token '+' or '-' (a sign without digits after it)")
     try:
         out = np.fromstring(buf, dtype=np.int64, sep=" ")  # noqa: NPY201 (text mode is supported)
     except ValueError as exc:

@@ -34,7 +34,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .download import DataFileError, PathLike
-from .rawio import check_int64_range, read_bytes, sorted_unique, undirected_edge_index, unique_pairs
+from .rawio import (check_int64_range, has_lone_sign, read_bytes, sorted_unique, undirected_edge_index,
+                    unique_pairs)
 
 __all__ = ["GraphList", "load_tu_text"]
 
@@ -286,6 +287,8 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
     path = Path(path).expanduser()
     raw = read_bytes(path)
     try:
+        if has_lone_sign(raw):  # fromstring would read "-" as 0 or "- 2" as -2: the line parser names it
+            raise ValueError("a sign without digits")
         tok = np.fromstring(raw, dtype=np.int64, sep=" ")  # noqa: NPY201
         fast = True
     except ValueError:
