@@ -62,9 +62,10 @@ def _relocate(spec: Dict[str, Any], args) -> None:
         if not path:
             continue
         flag = "--" + key.replace("_", "-")
-        if spec.get(key) is None and not (key == "features" and spec.get("edges")):
-            raise ValueError(f"{flag}: this model was not trained on {flag} files "
-                             f"({'a named dataset' if spec.get('name') else 'other inputs'}); nothing to relocate")
+        if spec.get(key) is None:
+            what = ("a named dataset" if spec.get("name") else "--edges/--target without --features: structural "
+                    "features" if key == "features" and spec.get("edges") else "other inputs")
+            raise ValueError(f"{flag}: this model was not trained on {flag} files ({what}); nothing to relocate")
         if not Path(path).expanduser().exists():
             raise ValueError(f"{flag} {path}: no such file")
         spec[key] = str(Path(path).expanduser().resolve())

@@ -146,8 +146,16 @@ def load_node_data(spec: Dict[str, Any]):
     else:
         from .data.download import warn_if_inputs_changed
 
+        from .data.download import DataFileError
+
+        # a run that fell back to structural features never used its features file: not read again
+        features = spec.get("features") if spec.get("feature_source") != "structural" else None
+        for key, path in (("edges", spec["edges"]), ("target", spec["target"]), ("features", features)):
+            if path is not None and not Path(path).exists():
+                raise DataFileError(f"{path}: the --{key} file this model was trained on is not there any more; "
+                                    f"give its new place with --{key}")
         warn_if_inputs_changed(spec)
-        data = load_musae(spec["edges"], spec["target"], spec.get("features"), spec.get("target_col"),
+        data = load_musae(spec["edges"], spec["target"], features, spec.get("target_col"),
                           id_col=spec.get("id_col"), **cut)
         data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, *split, seed=seed)
         if data.x is None:
@@ -158,6 +166,10 @@ def load_node_data(spec: Dict[str, Any]):
         data.x = structural_node_features(data.edge_index, data.num_nodes)
         source = data.feature_source = "structural"
     elif want == "file" and source != "file":
+        if spec.get("features"):  # --edges/--target/--features run: the file is there (checked above)
+            raise ValueError(f"{spec['features']}: this model was trained on the node features of this file, "
+                             "which gives none now (it covers too few of the target's nodes, see the warning): "
+                             "the input files changed")
         raise ValueError(f"{spec.get('display') or spec.get('name')}: this model was trained on the node "
                          "features file, which is not found now (only structural features could be built); "
                          "put the features JSON back under the data root")

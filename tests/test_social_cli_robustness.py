@@ -287,3 +287,29 @@ def test_predict_numbers_a_limited_graph_set_by_file_position(tmp_path, capsys):
     pos = [int(r["graph"]) for r in rows]
     assert len(rows) == 12 and pos == sorted(set(pos)) and pos != list(range(12))  # a random subset, file order
     assert all(int(r["label"]) == int(r["graph"]) % 3 for r in rows)  # label of that file position
+
+
+def test_features_file_of_edges_runs_moved_unused_or_shrunk(tmp_path, capsys):
+    edges, target = _graph(tmp_path, ids=lambda i: i)
+    few = tmp_path / "few.json"  # 2 of 40 nodes: the run falls back to structural features
+    few.write_text(json.dumps({"0": [1], "1": [2]}))
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="fewer than half"):
+        _train(tmp_path, edges, target, out, "--features", few)
+    few.rename(tmp_path / "elsewhere.json")  # never used: predict/evaluate do not need it
+    assert main(["evaluate", "--checkpoint", str(out / "best.pt")]) == 0
+    assert main(["predict", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
+    capsys.readouterr()
+    plain = tmp_path / "plain"  # trained without --features: a --features given later is refused, not ignored
+    _train(tmp_path, edges, target, plain)
+    full = tmp_path / "full.json"
+    full.write_text(json.dumps({str(i): [i % 3, 3 + i % 2] for i in range(40)}))
+    assert "not trained on --features files" in _err(capsys, "evaluate", "--checkpoint", plain / "best.pt",
+                                                     "--features", full)
+    used = tmp_path / "used"  # trained on the file, which then covers too few nodes: said so
+    _train(tmp_path, edges, target, used, "--features", full)
+    full.write_text(json.dumps({"0": [1]}))
+    err = _err(capsys, "evaluate", "--checkpoint", used / "best.pt")
+    assert "covers too few" in err and "data root" not in err
+    edges.rename(tmp_path / "moved.csv")  # a moved input names the flag that gives its new place
+    assert "give its new place with --edges" in _err(capsys, "predict", "--checkpoint", used / "best.pt")
