@@ -486,3 +486,20 @@ def test_duplicated_target_column_names_are_refused(tmp_path):
         load_musae(edges, tmp_path / "t.csv")
     with pytest.raises(DataFileError, match="appears 2 times"):
         load_musae(edges, tmp_path / "t.csv", target_col="target")
+
+
+def test_dataset_names_match_with_underscores_or_hyphens_as_the_cli_does():
+    from graphattn.data.rawio import canonical_name
+    from graphattn.data.social import _ALIASES
+    from graphattn.data.tu import _GRAPH_ALIASES, SOCIAL_GRAPH_DATASETS
+
+    node = (*SOCIAL_NODE_DATASETS, "karate")
+    for name, want in (("twitch_engb", "twitch-engb"), ("Twitch_EN", "twitch-engb"), ("TWITCH-DE", "twitch-de"),
+                       ("lastfm-asia", "lastfm_asia"), ("Deezer-Europe", "deezer_europe"), ("github", "github")):
+        assert canonical_name(name, _ALIASES, node) == want, name
+    for name, want in (("IMDB_MULTI", "imdb-multi"), ("reddit_threads", "reddit-threads"),
+                       ("deezer_ego_nets", "deezer-ego"), ("COLLAB", "collab")):
+        assert canonical_name(name, _GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS)) == want, name
+    assert canonical_name("no_such-set", _ALIASES, node) == "no_such-set"
+    with pytest.raises(KeyError, match="unknown social node dataset 'no_such'"):
+        load_social_node_dataset("no_such")

@@ -253,7 +253,14 @@ def zip_check(members: Sequence[str]):
     return check
 
 
-def canonical_name(name: str, aliases: Dict[str, str]) -> str:
-    """Lower-case ``name`` without spaces, mapped through ``aliases`` when listed there."""
+def canonical_name(name: str, aliases: Dict[str, str], known: Sequence[str] = ()) -> str:
+    """Lower-case ``name`` without spaces, mapped through ``aliases`` when listed there; a name
+    that is still not one of ``known`` is matched with ``_`` and ``-`` taken as the same
+    (``twitch_engb``, ``lastfm-asia``, ``IMDB_BINARY``), as the command line matches them."""
     key = name.lower().replace(" ", "")
-    return aliases.get(key, key)
+    key = aliases.get(key, key)
+    if not known or key in known:
+        return key
+    norm = lambda s: s.replace("_", "-")  # noqa: E731
+    key = {norm(a): b for a, b in aliases.items()}.get(norm(key), key)
+    return next((k for k in known if norm(k) == norm(key)), key)

@@ -246,7 +246,7 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     nodes with a missing label (``y = -1``) are in no mask.
     """
     check_max_features(max_features)
-    key = canonical_name(name, _ALIASES)
+    key = canonical_name(name, _ALIASES, (*SOCIAL_NODE_DATASETS, *PLANETOID_DATASETS, "karate"))
     if key in PLANETOID_DATASETS:
         return load_planetoid(key, root, download=download)
     if key in ("karate", "karate_club", "karateclub"):

@@ -139,7 +139,7 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
     """
     if source not in (None, "gin", "tu"):
         raise ValueError(f"source must be None, 'gin' or 'tu', got {source!r}")
-    key = canonical_name(name, _GRAPH_ALIASES)
+    key = canonical_name(name, _GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS))
     if key not in SOCIAL_GRAPH_DATASETS:
         raise KeyError(f"unknown graph dataset {name!r}; known: {', '.join(SOCIAL_GRAPH_DATASETS)}")
     folder, stem, counts = SOCIAL_GRAPH_DATASETS[key]
