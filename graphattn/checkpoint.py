@@ -241,7 +241,8 @@ def write_csv(path, fields, rows) -> None:
     so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
     not a regular file (a FIFO, a device) is written through, one naming an open descriptor
     (``/dev/stdout``, ``/dev/stderr``) appended to, never replaced; an ordinary link's target
-    is replaced (the link kept). ``"-"``: standard output (``sys.stdout``)."""
+    is replaced (the link kept). ``"-"``: standard output (``sys.stdout``); a name ending in ``.gz``
+    is written gzip-compressed."""
     import csv
     import io
 
@@ -273,8 +274,14 @@ def write_csv(path, fields, rows) -> None:
         return
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(buf.getvalue())
+        if path.suffix.lower() == ".gz":  # predictions.csv.gz: gzip-compressed, as the name says
+            import gzip
+
+            with os.fdopen(fd, "wb") as f:
+                f.write(gzip.compress(buf.getvalue().encode(), mtime=0))
+        else:
+            with os.fdopen(fd, "w", newline="") as f:
+                f.write(buf.getvalue())
         _plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:

@@ -43,6 +43,16 @@ def test_write_csv_replaces_atomically_keeps_links_and_devices(tmp_path):
     os.close(r)
 
 
+def test_write_csv_to_a_gz_name_is_gzip_compressed(tmp_path, capsys):
+    import gzip
+
+    write_csv(tmp_path / "p.csv.gz", ["node", "label"], [{"node": 0, "label": "a,b"}, {"node": 1, "label": "c"}])
+    assert gzip.decompress((tmp_path / "p.csv.gz").read_bytes()).decode() == 'node,label\r\n0,"a,b"\r\n1,c\r\n'
+    assert main(["train", "karate", "--epochs", "1", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    assert main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--out", str(tmp_path / "k.csv.gz")]) == 0
+    assert gzip.open(tmp_path / "k.csv.gz", "rt").readline().startswith("node,node_id,split,label,predicted")
+
+
 def test_interrupt_and_full_disk_are_one_line(monkeypatch, capsys):
     def interrupted(argv=None):
         raise KeyboardInterrupt
