@@ -142,7 +142,8 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
         plt.close(fig)  # also when the file cannot be written: no figure left open
     src, w = edge_index[0, into], alpha[into]
     top = int(torch.argmax(w)) if w.numel() else None
-    return {"nodes": g.number_of_nodes(), "edges": g.number_of_edges(), "ego_nodes": total,
+    # what the picture shows: the arrows into the centre and the other pairs once (grey, undirected)
+    return {"nodes": g.number_of_nodes(), "edges": len(into_c) + len(context), "ego_nodes": total,
             "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
             "label": class_names[label] if label is not None else None,
             "top_source": int(name(int(src[top]))) if top is not None else None,

@@ -61,6 +61,12 @@ def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_argum
     heads = alpha[:, None].repeat(1, 2)  # the layer's own (E, H) weights are accepted too
     draw_ego_attention(data, 3, e, heads, logits, names, tmp_path / "x.png")
     assert (tmp_path / "x.png").is_file()
+    # a 4-node path 0-1-2-3 (both directions) around node 1: arrows 0->1, 2->1 and the pair 2-3 once
+    path = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    small = Data(x=torch.randn(4, 5), edge_index=path, y=torch.zeros(4, dtype=torch.long), num_nodes=4)
+    info = draw_ego_attention(small, 1, path, torch.full((6,), 0.5), torch.zeros(4, 2), names, tmp_path / "p.png",
+                              hops=2)
+    assert info["nodes"] == 4 and info["edges"] == 3
     for bad in (-1, n, 2.5):
         with pytest.raises(ValueError, match="node must be a row"):
             draw_ego_attention(data, bad, e, alpha, logits, names, tmp_path / "y.png")
