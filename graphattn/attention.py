@@ -5,6 +5,8 @@ import warnings
 from functools import partial
 from typing import List, Optional, Tuple, Union
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -148,6 +150,9 @@ class GraphSelfAttention(MessagePassing):
             raise ValueError(f"edge_dim must be a positive int or None, got {edge_dim!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if (isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float))
+                or not math.isfinite(negative_slope)):
+            raise ValueError(f"negative_slope must be a finite number, got {negative_slope!r}")
         self.in_channels = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else in_channels
         self.out_channels, self.heads = out_channels, heads
         self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, score

@@ -27,7 +27,7 @@ from torch_geometric.transforms import BaseTransform
 
 from .padding import check_batch
 from .spectral import _component_eigs, _fix_sign
-from .validation import check_edge_index, check_int as _check_int
+from .validation import check_dtype, check_edge_index, check_int as _check_int
 
 __all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "sinusoidal_pe", "sinusoidal_pe_2d"]
 
@@ -264,12 +264,15 @@ class LapPEEncoder(nn.Module):
 
     def forward(self, pe: Tensor, eigvals: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, num_graphs: Optional[int] = None,
-                check_range: bool = True) -> Tensor:
+                check_range: bool = True, check_values: bool = True) -> Tensor:
         """``check_range=False``: ``batch`` was range-checked against ``num_graphs`` by the
-        caller (a model's forward), so the sign flips skip that scan."""
-        if pe.dim() != 2 or pe.size(1) != self.k:
-            raise ValueError(f"pe must have shape (N, {self.k}) (N, K), got {tuple(pe.shape)}")
+        caller (a model's forward), so the sign flips skip that scan. ``check_values=False``:
+        the caller checks for NaN/inf itself (a model checks the encoder's output once)."""
+        if not isinstance(pe, Tensor) or pe.dim() != 2 or pe.size(1) != self.k:
+            got = tuple(pe.shape) if isinstance(pe, Tensor) else type(pe).__name__
+            raise ValueError(f"pe must have shape (N, {self.k}) (N, K), got {got}")
         n = pe.size(0)
+        check_dtype(pe, self.rho.weight.dtype, "pe", "the LapPE encoder")
         self._check("eigvals", eigvals, n)
         self._check("mask", mask, n)
         if batch is not None:
@@ -278,6 +281,12 @@ class LapPEEncoder(nn.Module):
         if mask is not None:
             mask = mask.bool()
             pe = torch.where(mask, pe, torch.zeros_like(pe))  # also clears NaN padding
+        if check_values:  # NaN/inf in the used (unmasked) entries; a model checks its own inputs
+            from .functional import check_all_finite
+
+            if eigvals is not None and mask is not None:
+                eigvals = torch.where(mask, eigvals, torch.zeros_like(eigvals))
+            check_all_finite([("pe", pe, False), ("eigvals", eigvals, False)])
         if self.training and not self.sign_invariant:
             if batch is None:  # one graph: one sign per eigenvector
                 num_graphs = 1

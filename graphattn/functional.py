@@ -55,6 +55,19 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     Returns:
         ``(B, H, N, C)``. A query row with no visible key returns zeros (never NaN).
     """
+    _check_float("q", q, "k", k, "v", v)
+    check_tensor_shape(q, (None, None, None, None), "q")
+    B, H, N, C = q.shape
+    check_tensor_shape(k, (B, H, None, C), "k")
+    M = k.size(2)
+    check_tensor_shape(v, (B, H, M, None), "v")
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (B, N, M) (True = visible), got "
+                        f"{mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
+    check_tensor_shape(mask, (B, N, M), "mask")
+    if bias is not None:
+        check_bias_dtype(bias, "bias")
+    check_all_finite([("q", q, False), ("k", k, False), ("v", v, False), ("bias", bias, True)])
     if q.size(-2) == 0 or k.size(-2) == 0:  # no queries or no keys at all
         return q.new_zeros(*q.shape[:-1], v.size(-1))
     scale = 1.0 / math.sqrt(q.size(-1))
@@ -69,6 +82,14 @@ def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
     denom = weights.sum(dim=-1, keepdim=True)
     weights = weights / denom.masked_fill(empty, 1.0)
     return weights @ v
+
+
+def _check_float(*named) -> None:
+    """``TypeError`` unless every tensor of the ``name, tensor, ...`` pairs is floating point
+    (integer queries/keys/values would fail deep inside with an overflow message)."""
+    for name, t in zip(named[::2], named[1::2]):
+        if isinstance(t, Tensor) and not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
 
 
 def _finite_flag(t: Tensor, allow_neg_inf: bool) -> Tensor:
@@ -197,6 +218,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    _check_float("q", q, "k", k, "v", v)
     check_tensor_shape(q, (None, None, None), "q")
     N, H, C = q.shape
     check_tensor_shape(k, (N, H, C), "k")

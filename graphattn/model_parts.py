@@ -41,10 +41,11 @@ class FeatureEncoder(nn.Module):
             self.embeddings, self.lin = None, nn.Linear(in_channels, out_channels)
 
     def forward(self, x: Tensor) -> Tensor:
+        given = tuple(x.shape)  # named in errors as the user passed it (a 1-D x is read as one column)
         if x.dim() == 1:
             x = x[:, None]
         if x.size(-1) != self.in_channels:
-            raise ValueError(f"{self.name} must have {self.in_channels} columns, got shape {tuple(x.shape)}")
+            raise ValueError(f"{self.name} must have {self.in_channels} columns, got shape {given}")
         if self.embeddings is None:
             if not x.is_floating_point():
                 raise TypeError(f"{self.name}: float features expected, got {x.dtype}: convert numeric "
@@ -78,10 +79,11 @@ class FeatureEncoder(nn.Module):
         bond-feature rows per batch of thousands of bonds)."""
         if self.vocab_sizes is None:
             raise ValueError("unique_rows needs categorical features (vocab_sizes)")
+        given = tuple(x.shape)
         if x.dim() == 1:
             x = x[:, None]
         if x.dim() != 2 or x.size(-1) != self.in_channels:
-            raise ValueError(f"features must have {self.in_channels} columns, got shape {tuple(x.shape)}")
+            raise ValueError(f"features must have {self.in_channels} columns, got shape {given}")
         self._check_codes(x)
         radix = [1]
         for v in self.vocab_sizes[:-1]:

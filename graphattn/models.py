@@ -129,7 +129,7 @@ class GraphTransformer(nn.Module):
             check_dtype(pe, next(self.pe_encoder.parameters()).dtype, "pe", "the model")
             if self.pe_kind == "laplacian":
                 hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs,
-                                     check_range=check_range)
+                                     check_range=check_range, check_values=False)  # hp checked below
             else:
                 hp = self.pe_encoder(pe)
             if hp.numel() and not bool(torch.isfinite(hp).all()):

@@ -57,6 +57,8 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
                              f"{tuple(edge_weight.shape)}")
         if not bool(torch.isfinite(wt).all()) or bool((wt < 0).any()):
             raise ValueError("edge_weight must be finite and non-negative for random-walk probabilities")
+        if wt.numel() and float(wt.max()) > 0:  # P = D^-1 A ignores the weights' scale: 1e39 or 1e-40
+            wt = wt / wt.max()  # weights then neither overflow nor vanish in float32
         deg = torch.zeros(n, dtype=torch.float64).index_add_(0, row, wt).float()
         wt = wt.float()
     inv = torch.where(deg > 0, 1.0 / deg.clamp(min=torch.finfo(deg.dtype).tiny), torch.zeros_like(deg))
