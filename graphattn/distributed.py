@@ -71,7 +71,8 @@ def shard_loader(loader: Iterable, seed: int = 0) -> Tuple[Iterable, Any]:
 
     A ``torch.utils.data.DataLoader`` (PyG's included) is rebuilt with a
     ``DistributedSampler`` (shuffle, ``seed``) and per-rank batch size ``batch_size // W``,
-    so the global batch and the epoch's order equal a single process's with the same sampler.
+    so the global batch and the epoch's order equal a single process's with the same sampler
+    (a plain single-process ``DataLoader(shuffle=True)`` draws another order: the runs differ).
     A loader with ``set_shard(rank, world, seed)`` (:class:`~graphattn.large_graph.PartitionBatches`,
     :class:`~graphattn.NeighborLoader`) shards itself: the same freshly drawn batch order on every
     rank each epoch, rank r taking batches r, r + W, .... A plain list of batches is split
@@ -84,7 +85,8 @@ def shard_loader(loader: Iterable, seed: int = 0) -> Tuple[Iterable, Any]:
         loader.set_shard(r, W, seed)
         if len(loader) < 1:
             raise ValueError(f"the mini-batch loader has fewer batches than the {W} ranks")
-        return loader, None
+        # it numbers its epochs itself; fit sets the epoch, so a resumed process continues the sequence
+        return loader, (loader if hasattr(loader, "set_epoch") else None)
     from torch.utils.data import DataLoader
     from torch.utils.data.distributed import DistributedSampler
 

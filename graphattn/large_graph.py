@@ -184,6 +184,11 @@ class PartitionBatches:
         rank takes the same number of steps."""
         self._shard = (check_int("rank", rank, 0), check_int("world", world, 1), int(seed))
 
+    def set_epoch(self, epoch: int) -> None:
+        """Under torch.distributed: the next pass draws epoch ``epoch``'s groups (1-based), as
+        ``DistributedSampler.set_epoch`` does; a resumed run continues the same sequence."""
+        self._epoch = check_int("epoch", epoch, 1) - 1
+
     def __len__(self) -> int:
         n = math.ceil(self.num_parts / self.parts_per_batch)
         return n // self._shard[1] if self._shard[1] > 1 else n

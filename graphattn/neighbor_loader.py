@@ -187,6 +187,11 @@ class NeighborLoader:
         to a multiple of W so every rank takes the same number of steps."""
         self._shard = (check_int("rank", rank, 0), check_int("world", world, 1), int(seed))
 
+    def set_epoch(self, epoch: int) -> None:
+        """Under torch.distributed: the next pass draws epoch ``epoch``'s batch order (1-based),
+        as ``DistributedSampler.set_epoch`` does; a resumed run continues the same sequence."""
+        self._epoch = check_int("epoch", epoch, 1) - 1
+
     def __len__(self) -> int:
         n = self.input_nodes.numel()
         batches = n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)

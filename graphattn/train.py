@@ -472,6 +472,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         net.load_state_dict(best["state"])
     summary = {"best_epoch": best["epoch"], "epochs_run": len(history), "history": history,
                "seconds_per_epoch": float(np.mean([h["seconds"] for h in history])) if history else 0.0}
+    if sampler is train_loader and hasattr(train_loader, "set_shard"):
+        # a mini-batch loader sharded in place (rank r's batches): the train metrics cover every batch
+        train_loader.set_shard(0, 1)
     for split, loader in loaders.items():
         summary[split] = evaluate(net, loader, forward, kind, split, pos_weight)
     if meta:

@@ -127,3 +127,41 @@ def test_only_rank_zero_prints(monkeypatch, capsys):
             print("problem", file=sys.stderr)
         out, err = capsys.readouterr()
         assert out == shown and err == "problem\n"
+
+
+def _sharded_partition_fit(monkeypatch, out, epochs, resume=False):
+    """fit on karate's partition batches as rank 0 of 2 (the sharding of shard_loader, no process group)."""
+    from graphattn import NodeClassifier
+    from graphattn import distributed as D
+    from graphattn.data.social import load_karate, stratified_masks
+    from graphattn.large_graph import PartitionBatches, partition_nodes
+    from graphattn.train import fit, set_seed
+
+    monkeypatch.setattr(D, "world_size", lambda: 2)
+    monkeypatch.setattr(D, "rank", lambda: 0)
+    data = load_karate()
+    data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, 0.6, 0.2, seed=0)
+    part = partition_nodes(data.edge_index, data.num_nodes, 8)
+    set_seed(0)
+    model = NodeClassifier(data.num_features, 16, 2, num_layers=1, heads=2)
+
+    def forward(m, b, split):
+        mask = b[f"{split}_mask"]
+        return m(b.x, b.edge_index)[mask], b.y[mask]
+
+    loaders = {"train": PartitionBatches(data, part, parts_per_batch=2, shuffle=True), "val": [data]}
+    res = fit(model, loaders, forward, kind="multiclass", epochs=epochs, lr=1e-2, seed=0, out_dir=out,
+              resume=resume, progress=False, log=lambda s: None)
+    return res, int(data.train_mask.sum())
+
+
+def test_resumed_sharded_mini_batches_continue_the_epoch_sequence(tmp_path, monkeypatch):
+    # each new process numbered its epochs from 1 again: a resumed rank drew epoch 1's groups
+    # for epoch 4, and the train metrics covered only rank 0's share of the training nodes
+    whole, n_train = _sharded_partition_fit(monkeypatch, tmp_path / "whole", 6)
+    _sharded_partition_fit(monkeypatch, tmp_path / "cut", 3)
+    resumed, _ = _sharded_partition_fit(monkeypatch, tmp_path / "cut", 6, resume=True)
+    assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in whole["history"]]
+    assert resumed["train"] == whole["train"]
+    correct = round(whole["train"]["accuracy"] * n_train)
+    assert abs(whole["train"]["accuracy"] - correct / n_train) < 1e-6  # a fraction of all training nodes
