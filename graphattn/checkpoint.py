@@ -105,10 +105,17 @@ def load_checkpoint(path, map_location="cpu") -> Dict[str, Any]:
     try:
         ck = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and "
-                              f"plain Python values (weights_only=True): {str(exc).splitlines()[0]}") from exc
-    # a text or other non-checkpoint file makes the unpickler fail in many ways (KeyError: 105, ...)
-    except (RuntimeError, EOFError, OSError, KeyError, ValueError, IndexError, TypeError) as exc:
+        # torch's own text goes on to advise weights_only=False: not for a file of unknown origin
+        lines = str(exc).splitlines()
+        why = next((ln.strip() for ln in lines if ln.strip().startswith("WeightsUnpickler error")),
+                   lines[0] if lines else "")
+        why = why.removeprefix("WeightsUnpickler error: ").split(". Please use")[0]
+        raise CheckpointError(f"refusing to load {path}: it contains objects other than tensors and plain Python "
+                              f"values (weights_only=True), or it is corrupt ({why}); load it with "
+                              "weights_only=False only if you trust where it came from") from exc
+    # a text, corrupt or other non-checkpoint file makes the unpickler fail in many ways (KeyError: 105,
+    # AttributeError: 'str' object has no attribute 'dtype', ...)
+    except Exception as exc:  # noqa: BLE001
         raise CheckpointError(f"{path} is not a readable graphattn checkpoint (truncated, corrupt or another "
                               f"kind of file?): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                               ) from exc

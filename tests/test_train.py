@@ -69,6 +69,25 @@ def test_checkpoint_loading_refuses_code_and_garbage(tmp_path):
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["c.pt"]  # no temp file left behind
 
 
+def test_a_corrupt_checkpoint_is_a_checkpoint_error_whatever_the_unpickler_raises(tmp_path, monkeypatch):
+    torch.save({"model": {"w": torch.ones(2)}}, tmp_path / "ok.pt")
+    evil = tmp_path / "evil.pt"
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+    torch.save({"model": Evil()}, evil)
+    with pytest.raises(CheckpointError, match="GLOBAL print") as info:
+        load_checkpoint(evil)
+    assert "will likely succeed" not in str(info.value) and "only if you trust" in str(info.value)
+
+    def corrupt(*args, **kwargs):  # what a flipped byte in a storage record gave: a raw traceback
+        raise AttributeError("'str' object has no attribute 'dtype'")
+    monkeypatch.setattr(torch, "load", corrupt)
+    with pytest.raises(CheckpointError, match="not a readable graphattn checkpoint"):
+        load_checkpoint(tmp_path / "ok.pt")
+
+
 def test_task_losses():
     logits = torch.zeros(2, 3, requires_grad=True)
     y = torch.tensor([[1.0, float("nan"), 0.0], [float("nan")] * 3])
