@@ -269,7 +269,13 @@ def _main(argv: Optional[List[str]] = None) -> int:
                 print("graphattn train --distributed must be launched by torchrun, e.g. "
                       "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
                 return 2
-            distributed.init_from_env(device=device)
+            try:
+                distributed.init_from_env(device=device)
+            except distributed.DistributedSetupError as exc:
+                print(f"graphattn train: {exc}", file=sys.stderr)
+                return 2
+        from .distributed import DistributedSetupError
+
         try:
             # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
             with _quiet_unless_main():
@@ -277,7 +283,8 @@ def _main(argv: Optional[List[str]] = None) -> int:
                     return molecule_tasks.train(args)
                 if social_tasks.handles(args):
                     return social_tasks.train(args)
-        except (CheckpointError, FloatingPointError) as exc:  # --resume into another model's folder; divergence
+        # --resume into another model's folder; divergence; ranks that cannot share the batches
+        except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
             print(f"graphattn train: {exc}", file=sys.stderr)
             return 2
         known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)

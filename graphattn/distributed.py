@@ -16,8 +16,25 @@ from typing import Any, Iterable, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ["init_from_env", "is_distributed", "rank", "world_size", "is_main", "shard_loader",
+__all__ = ["DistributedSetupError", "init_from_env", "is_distributed", "rank", "world_size", "is_main", "shard_loader",
            "all_reduce_sum", "cleanup"]
+
+
+class DistributedSetupError(ValueError):
+    """A ``--distributed`` run that cannot be set up as asked (torchrun's environment, a batch
+    size the ranks cannot share, too few batches): one clear line, not a traceback per rank."""
+
+
+def _env_int(name: str, minimum: int) -> int:
+    text = os.environ.get(name, "").strip()
+    try:
+        val = int(text)
+    except ValueError:
+        raise DistributedSetupError(f"environment variable {name}={os.environ.get(name)!r} is not an integer "
+                                    "(torchrun sets it)") from None
+    if val < minimum:
+        raise DistributedSetupError(f"environment variable {name}={val} must be >= {minimum}")
+    return val
 
 
 def init_from_env(backend: Optional[str] = None, device=None) -> Tuple[int, int]:
@@ -29,14 +46,27 @@ def init_from_env(backend: Optional[str] = None, device=None) -> Tuple[int, int]
     """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) <= 1:
+    if "WORLD_SIZE" not in os.environ or _env_int("WORLD_SIZE", 1) <= 1:
         return 0, 1
+    world = _env_int("WORLD_SIZE", 1)
+    if "RANK" not in os.environ:
+        raise DistributedSetupError(f"WORLD_SIZE={world} but RANK is not set: launch with torchrun, "
+                                    "which sets both")
+    r = _env_int("RANK", 0)
+    if not 0 <= r < world:  # init_process_group would wait for ranks that never come
+        raise DistributedSetupError(f"RANK={r} is outside [0, WORLD_SIZE={world})")
+    for name in ("LOCAL_RANK", "MASTER_PORT"):
+        if name in os.environ:
+            _env_int(name, 0)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = backend or ("nccl" if torch.device(device).type == "cuda" else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    dist.init_process_group(backend=backend)
+    try:
+        dist.init_process_group(backend=backend)
+    except ValueError as exc:  # rendezvous settings (MASTER_ADDR missing, ...)
+        raise DistributedSetupError(f"cannot start the process group: {str(exc).splitlines()[0]}") from exc
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -84,7 +114,8 @@ def shard_loader(loader: Iterable, seed: int = 0) -> Tuple[Iterable, Any]:
     if hasattr(loader, "set_shard"):
         loader.set_shard(r, W, seed)
         if len(loader) < 1:
-            raise ValueError(f"the mini-batch loader has fewer batches than the {W} ranks")
+            raise DistributedSetupError(f"the mini-batch loader has fewer batches than the {W} ranks: use "
+                                        "fewer processes or smaller batches")
         # it numbers its epochs itself; fit sets the epoch, so a resumed process continues the sequence
         return loader, (loader if hasattr(loader, "set_epoch") else None)
     from torch.utils.data import DataLoader
@@ -93,14 +124,14 @@ def shard_loader(loader: Iterable, seed: int = 0) -> Tuple[Iterable, Any]:
     if isinstance(loader, DataLoader):
         bs = loader.batch_size or 1
         if bs % W:
-            raise ValueError(f"batch size {bs} is not divisible by the world size {W}: "
-                             "the global batch could not be kept")
+            raise DistributedSetupError(f"batch size {bs} is not divisible by the world size {W}: "
+                                        "the global batch could not be kept (give a --batch-size that is)")
         sampler = DistributedSampler(loader.dataset, num_replicas=W, rank=r, shuffle=True, seed=seed)
         return DataLoader(loader.dataset, batch_size=bs // W, sampler=sampler,
                           collate_fn=loader.collate_fn, num_workers=loader.num_workers), sampler
     items = list(loader)
     if len(items) < W:
-        raise ValueError(f"{len(items)} training batch(es) cannot be shared by {W} ranks; use the "
+        raise DistributedSetupError(f"{len(items)} training batch(es) cannot be shared by {W} ranks; use the "
                          "mini-batch mode (node tasks on one graph) or fewer processes")
     return items[r::W], None
 

@@ -1,6 +1,7 @@
 """DDP with gloo on 2 CPU processes reproduces single-process training with the same global batch."""
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -165,3 +166,37 @@ def test_resumed_sharded_mini_batches_continue_the_epoch_sequence(tmp_path, monk
     assert resumed["train"] == whole["train"]
     correct = round(whole["train"]["accuracy"] * n_train)
     assert abs(whole["train"]["accuracy"] - correct / n_train) < 1e-6  # a fraction of all training nodes
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' is not an integer"),
+    ({"WORLD_SIZE": "2"}, "RANK is not set"),
+    ({"WORLD_SIZE": "2", "RANK": "x"}, "RANK='x' is not an integer"),
+    ({"WORLD_SIZE": "2", "RANK": "5"}, r"RANK=5 is outside \[0, WORLD_SIZE=2\)"),  # init_process_group waited forever
+    ({"WORLD_SIZE": "2", "RANK": "-1"}, "RANK=-1 must be >= 0"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer"),
+])
+def test_bad_torchrun_environment_is_one_line(monkeypatch, capsys, tmp_path, env, message):
+    from graphattn.cli import main
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, val in env.items():
+        monkeypatch.setenv(name, val)
+    assert main(["train", "karate", "--distributed", "--mini-batch", "partition", "--epochs", "1",
+                 "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("graphattn train: ") and len(err.strip().splitlines()) == 1
+    assert re.search(message, err), err
+
+
+def test_ranks_that_cannot_share_the_batches_get_a_setup_error(monkeypatch):
+    from graphattn import distributed as D
+
+    monkeypatch.setattr(D, "world_size", lambda: 2)
+    monkeypatch.setattr(D, "rank", lambda: 0)
+    graphs = [Data(x=torch.ones(1, 1), edge_index=torch.zeros(2, 0, dtype=torch.long)) for _ in range(6)]
+    with pytest.raises(D.DistributedSetupError, match="batch size 5 is not divisible"):
+        D.shard_loader(DataLoader(graphs, batch_size=5))
+    with pytest.raises(D.DistributedSetupError, match="cannot be shared by 2 ranks"):
+        D.shard_loader([graphs[0]])
