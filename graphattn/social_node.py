@@ -144,9 +144,7 @@ def load_node_data(spec: Dict[str, Any]):
             spec["name"], split=split, seed=seed, features=spec.get("feature_source") != "structural",
             **cut, **where), spec.get("root"))
     else:
-        from .data.download import warn_if_inputs_changed
-
-        from .data.download import DataFileError
+        from .data.download import DataFileError, warn_if_inputs_changed
 
         # a run that fell back to structural features never used its features file: not read again
         features = spec.get("features") if spec.get("feature_source") != "structural" else None
