@@ -129,7 +129,11 @@ def check_meta(meta: Dict[str, Any]) -> None:
     round trip (plain dicts, lists, str, int, float, bool, None, tensors): found before
     training, not when the finished run's checkpoints refuse to load."""
     buf = io.BytesIO()
-    torch.save(meta, buf)
+    try:
+        torch.save(meta, buf)  # a lambda, a local class, an open file: not picklable at all
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise TypeError("meta must hold only plain Python values and tensors (it is stored in checkpoints): "
+                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     buf.seek(0)
     try:
         torch.load(buf, weights_only=True)

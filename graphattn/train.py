@@ -264,6 +264,18 @@ def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
         check_meta(meta)
 
 
+def _check_out_dir(out_dir) -> None:
+    """ValueError when ``out_dir`` (or a folder above it) is an existing file: found before the
+    first epoch, not when its checkpoint cannot be written."""
+    if out_dir is None:
+        return
+    for p in (Path(out_dir), *Path(out_dir).parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ValueError(f"out_dir {out_dir}: {p} is a file, not a folder")
+            return
+
+
 def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     name = {"roc_auc": "auc", "accuracy": "acc"}.get(key, key)
     v = res.get(key)
@@ -351,6 +363,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     """
     _check_kind(kind)
     _check_fit_args(epochs, patience, grad_clip, meta)
+    _check_out_dir(out_dir)
     from tqdm.auto import tqdm
 
     log = log or tqdm.write  # prints above the progress bar instead of through it

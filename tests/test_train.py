@@ -3,6 +3,7 @@ import pickle
 
 import pytest
 import torch
+from torch_geometric.data import Data
 
 from graphattn import NodeClassifier
 from graphattn.train import CheckpointError, fit, load_checkpoint, save_checkpoint, task_loss
@@ -86,6 +87,21 @@ def test_a_corrupt_checkpoint_is_a_checkpoint_error_whatever_the_unpickler_raise
     monkeypatch.setattr(torch, "load", corrupt)
     with pytest.raises(CheckpointError, match="not a readable graphattn checkpoint"):
         load_checkpoint(tmp_path / "ok.pt")
+
+
+def test_fit_refuses_unpicklable_meta_and_a_file_as_out_dir_before_training(tmp_path):
+    data = Data(x=torch.randn(6, 3), edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), y=torch.tensor([0, 1] * 3))
+    fwd = lambda m, b, split: (m(b.x, b.edge_index), b.y)  # noqa: E731
+    loaders = {"train": [data], "val": [data]}
+    with pytest.raises(TypeError, match="meta must hold only plain Python values"):
+        fit(NodeClassifier(3, 8, 2), loaders, fwd, kind="multiclass", epochs=1, meta={"f": lambda: 1},
+            progress=False, log=lambda s: None)
+    (tmp_path / "afile").write_text("x")
+    calls = []
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        fit(NodeClassifier(3, 8, 2), loaders, lambda *a: calls.append(1) or fwd(*a), kind="multiclass", epochs=1,
+            out_dir=tmp_path / "afile" / "run", progress=False, log=lambda s: None)
+    assert not calls  # refused before the first epoch
 
 
 def test_task_losses():
