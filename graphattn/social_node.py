@@ -148,10 +148,12 @@ def load_node_data(spec: Dict[str, Any]):
 
         # a run that fell back to structural features never used its features file: not read again
         features = spec.get("features") if spec.get("feature_source") != "structural" else None
-        for key, path in (("edges", spec["edges"]), ("target", spec["target"]), ("features", features)):
-            if path is not None and not Path(path).exists():
-                raise DataFileError(f"{path}: the --{key} file this model was trained on is not there any more; "
-                                    f"give its new place with --{key}")
+        gone = [(key, path) for key, path in (("edges", spec["edges"]), ("target", spec["target"]),
+                                              ("features", features)) if path is not None and not Path(path).exists()]
+        if gone:
+            raise DataFileError(f"{', '.join(p for _, p in gone)}: the {'/'.join('--' + k for k, _ in gone)} "
+                                f"file(s) this model was trained on are not there any more; give their new place "
+                                f"with {', '.join('--' + k for k, _ in gone)}")
         warn_if_inputs_changed(spec)
         data = load_musae(spec["edges"], spec["target"], features, spec.get("target_col"),
                           id_col=spec.get("id_col"), **cut)

@@ -170,7 +170,7 @@ def test_partition_batches_shard_across_ranks(monkeypatch):
     for r, loader in enumerate(ranks):
         monkeypatch.setattr(distributed, "world_size", lambda: 2)
         monkeypatch.setattr(distributed, "rank", lambda r=r: r)
-        assert distributed.shard_loader(loader, seed=4) == (loader, None)
+        assert distributed.shard_loader(loader, seed=4) == (loader, loader)  # fit sets its epoch
     for _ in range(2):
         keys = [[b.key for b in loader] for loader in ranks]
         assert len(keys[0]) == len(keys[1]) == 3 and not set(keys[0]) & set(keys[1])

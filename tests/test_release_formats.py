@@ -498,7 +498,8 @@ def test_moved_user_files_are_found_with_relocation_flags(tmp_path, capsys):
     before = capsys.readouterr().out
     shutil.move(tmp_path / "a", tmp_path / "b")
     assert main(["evaluate", "--checkpoint", ck]) == 2  # the recorded paths are gone
-    assert "target.csv" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "edges.csv" in err and "target.csv" in err and "--edges, --target" in err
     moved = ["--edges", str(tmp_path / "b" / "edges.csv"), "--target", str(tmp_path / "b" / "target.csv")]
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # same contents: no "changed" warning

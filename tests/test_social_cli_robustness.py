@@ -312,4 +312,4 @@ def test_features_file_of_edges_runs_moved_unused_or_shrunk(tmp_path, capsys):
     err = _err(capsys, "evaluate", "--checkpoint", used / "best.pt")
     assert "covers too few" in err and "data root" not in err
     edges.rename(tmp_path / "moved.csv")  # a moved input names the flag that gives its new place
-    assert "give its new place with --edges" in _err(capsys, "predict", "--checkpoint", used / "best.pt")
+    assert "give their new place with --edges" in _err(capsys, "predict", "--checkpoint", used / "best.pt")
