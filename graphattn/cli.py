@@ -40,7 +40,9 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--distributed", action="store_true",
                    help="data-parallel training across the processes started by torchrun "
                         "(gloo on CPU, NCCL on GPU); only rank 0 writes files")
-    g.add_argument("--limit", type=int, default=None, help="smoke runs: only the first N valid molecules; for graph sets a seeded random N graphs (the files are sorted by label)")
+    g.add_argument("--limit", type=int, default=None,
+                   help="smoke runs: only the first N valid molecules; for graph sets a seeded random N graphs "
+                        "(the files are sorted by label)")
     g.add_argument("--device", default="auto", help=DEVICE_HELP)
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistributedSetupError", "init_from_env", "is_distributed", "rank", "world_size", "is_main", "shard_loader",
-           "all_reduce_sum", "cleanup"]
+__all__ = ["DistributedSetupError", "init_from_env", "is_distributed", "rank", "world_size", "is_main",
+           "shard_loader", "all_reduce_sum", "cleanup"]
 
 
 class DistributedSetupError(ValueError):

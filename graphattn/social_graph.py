@@ -509,5 +509,6 @@ def predict_graph(model, meta) -> List[Dict[str, Any]]:
             where[i] = s
     pos = getattr(graphs, "file_index", None)  # --limit runs: a subset, numbered by file position
     pos = pos.tolist() if pos is not None else range(len(graphs))
-    return [{"graph": pos[i], "split": where[i], "label": names[int(graphs[i].y)], "predicted": names[int(prob[i].argmax())],
+    return [{"graph": pos[i], "split": where[i], "label": names[int(graphs[i].y)],
+             "predicted": names[int(prob[i].argmax())],
              **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}} for i in range(len(graphs))]
