@@ -98,16 +98,17 @@ def out_path(out, default_name: str) -> Path:
     return path
 
 
-def check_out_folder(out) -> None:
-    """ValueError when ``--out`` (a run's output folder) names an existing file: found before
-    any data is read or epoch trained, not at the first checkpoint."""
+def check_out_folder(out, name: str = "--out") -> None:
+    """ValueError when ``out`` (a run's output folder; ``name``: how the caller spells it, e.g.
+    ``fit``'s ``out_dir``) names an existing file, lies under one, or is not writable: found
+    before any data is read or epoch trained, not at the first checkpoint."""
     if out is None:
         return
     if Path(out).exists() and not Path(out).is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder")
+        raise ValueError(f"{name} {out} is a file, not a folder")
     parent = next((p for p in Path(out).parents if p.exists()), None)  # the nearest existing ancestor
     if parent is not None and not parent.is_dir():
-        raise ValueError(f"--out {out}: {parent} is a file, so no folder can be made under it")
+        raise ValueError(f"{name} {out}: {parent} is a file, so no folder can be made under it")
     here = Path(out) if Path(out).is_dir() else parent
     if here is not None and not os.access(here, os.W_OK | os.X_OK):  # read-only mount or permissions
-        raise ValueError(f"--out {out}: {here} is not writable")
+        raise ValueError(f"{name} {out}: {here} is not writable")

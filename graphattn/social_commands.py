@@ -73,17 +73,8 @@ def _relocate(spec: Dict[str, Any], args) -> None:
 
 def _node_data(meta: Dict[str, Any]):
     """The graph of a node checkpoint, checked against what the model was trained on."""
-    from .data.rawio import canonical_label
-
     data = sn.load_node_data(meta["data"])
-    # older versions named some classes differently ("1.0", "true"): compare canonical names
-    if [canonical_label(n) for n in data.class_names] != [canonical_label(n) for n in meta["class_names"]]:
-        raise ValueError(f"the labels now read ({list(data.class_names)}) differ from the classes the model "
-                         f"was trained on ({list(meta['class_names'])}): the target file changed")
-    want = meta["model"]["kwargs"].get("in_channels")
-    if want is not None and data.num_features != want:
-        raise ValueError(f"the node features now built have {data.num_features} columns, the model was "
-                         f"trained on {want}: the input files changed")
+    sn.check_matches_checkpoint(meta, data.class_names, data.num_features, "", "the input files")
     return data
 
 

@@ -460,31 +460,17 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     return 0
 
 
-def _check_graphs(graphs, meta) -> None:
-    """ValueError when the graphs now read are not what the model was trained on: other label
-    values (a new class, relabelled classes: the label column and class indices would be wrong)
-    or another node-feature width (attribute files added or removed)."""
-    from .data.download import DataFileError
-    from .data.rawio import canonical_label
-
-    where = meta["data"].get("tu_text") or meta["data"].get("display") or meta["data"].get("name")
-    now = [str(v) for v in graphs.label_values]
-    if [canonical_label(n) for n in now] != [canonical_label(n) for n in meta["class_names"]]:
-        raise DataFileError(f"{where}: the graph labels now read ({now}) differ from the classes the model was "
-                            f"trained on ({list(meta['class_names'])}): the graph files changed")
-    want = meta["model"]["kwargs"].get("in_channels")
-    got = graphs[0].num_features if len(graphs) else want
-    if want is not None and got != want:
-        raise DataFileError(f"{where}: the node features now built have {got} columns, the model was trained on "
-                            f"{want}: the graph files changed (node labels or attribute files added or removed)")
-
-
 @torch.no_grad()
 def _run(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     from torch_geometric.loader import DataLoader
 
     graphs = load_graphs(meta["data"])
-    _check_graphs(graphs, meta)
+    from .social_node import check_matches_checkpoint
+
+    where = meta["data"].get("tu_text") or meta["data"].get("display") or meta["data"].get("name")
+    width = graphs[0].num_features if len(graphs) else meta["model"]["kwargs"].get("in_channels")  # none: no check
+    check_matches_checkpoint(meta, graphs.label_values, width, f"{where}: ",
+                             "the graph files (labels, node labels or attribute files)")
     split = graph_split(meta["data"], graphs, meta.get("fold"))
     model.eval()
     dev = model_device(model)

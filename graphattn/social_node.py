@@ -196,6 +196,24 @@ def load_node_data(spec: Dict[str, Any]):
     return data
 
 
+def check_matches_checkpoint(meta: Dict[str, Any], class_names, num_features: int, where: str,
+                             what: str) -> None:
+    """ValueError when the inputs now read are not what the checkpoint's model was trained on:
+    other class names (compared canonically: older versions wrote "1.0", "true") — the label
+    column and class indices would be wrong — or another feature width. ``where`` starts the
+    message, ``what`` names the files that changed."""
+    from .data.rawio import canonical_label
+
+    now = [str(n) for n in class_names]
+    if [canonical_label(n) for n in now] != [canonical_label(n) for n in meta["class_names"]]:
+        raise ValueError(f"{where}the labels now read ({now}) differ from the classes the model was trained on "
+                         f"({list(meta['class_names'])}): {what} changed")
+    want = meta["model"]["kwargs"].get("in_channels")
+    if want is not None and num_features != want:
+        raise ValueError(f"{where}the node features now built have {num_features} columns, the model was "
+                         f"trained on {want}: {what} changed")
+
+
 def label_columns(y: Tensor, known: Tensor, num_classes: int) -> Tensor:
     """One-hot labels of the ``known`` nodes, zeros elsewhere (UniMP's label input, Shi et
     al. 2021): appended to the features, they let a model read its neighbours' training

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from . import distributed as D
 from .checkpoint import (CheckpointError, _check_same_run, _rng_state, _set_rng_state, check_meta,  # noqa: F401
                          load_checkpoint, save_checkpoint, write_metrics)
+from .cli_options import check_out_folder
 from .metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
 __all__ = ["TASK_KINDS", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
@@ -264,18 +265,6 @@ def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
         check_meta(meta)
 
 
-def _check_out_dir(out_dir) -> None:
-    """ValueError when ``out_dir`` (or a folder above it) is an existing file: found before the
-    first epoch, not when its checkpoint cannot be written."""
-    if out_dir is None:
-        return
-    for p in (Path(out_dir), *Path(out_dir).parents):
-        if p.exists():
-            if not p.is_dir():
-                raise ValueError(f"out_dir {out_dir}: {p} is a file, not a folder")
-            return
-
-
 def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     name = {"roc_auc": "auc", "accuracy": "acc"}.get(key, key)
     v = res.get(key)
@@ -363,7 +352,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     """
     _check_kind(kind)
     _check_fit_args(epochs, patience, grad_clip, meta)
-    _check_out_dir(out_dir)
+    check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     from tqdm.auto import tqdm
 
     log = log or tqdm.write  # prints above the progress bar instead of through it

@@ -98,7 +98,7 @@ def test_fit_refuses_unpicklable_meta_and_a_file_as_out_dir_before_training(tmp_
             progress=False, log=lambda s: None)
     (tmp_path / "afile").write_text("x")
     calls = []
-    with pytest.raises(ValueError, match="is a file, not a folder"):
+    with pytest.raises(ValueError, match="afile is a file"):
         fit(NodeClassifier(3, 8, 2), loaders, lambda *a: calls.append(1) or fwd(*a), kind="multiclass", epochs=1,
             out_dir=tmp_path / "afile" / "run", progress=False, log=lambda s: None)
     assert not calls  # refused before the first epoch
