@@ -42,7 +42,7 @@ def _clustered_reach(model, args, kwargs, seq_len):
     copy task, accuracy <= reach + (1 - reach) / V. None when no layer is clustered."""
     import torch
 
-    from graphattn.clustered_attention import ClusteredAttention
+    from graphattn.nn.variants.clustered_attention import ClusteredAttention
 
     patterns, hooks = [], []
     for block in model.modules():
@@ -141,7 +141,7 @@ def _graph_data(s):
             warnings.simplefilter("ignore")
             data = load_social_node_dataset(name, root=shared_data_dir(), download=False, max_features=256)
     else:
-        from graphattn.large_graph import sbm_graph
+        from graphattn.loader.partition import sbm_graph
 
         data = sbm_graph(s["sbm_nodes"], s["sbm_edges"], num_blocks=10, num_features=16, seed=s["seed"])
     data.x = data.x.float()
@@ -205,7 +205,7 @@ def _large_sbm(s):
     """The large SBM, generated once and kept in ``cache_dir`` (never the shared data folder)."""
     import torch
 
-    from graphattn.large_graph import sbm_graph
+    from graphattn.loader.partition import sbm_graph
 
     cache = s.get("cache_dir")
     path = Path(cache) / f"sbm_{s['sbm_nodes']}_{s['sbm_edges']}_s{s['seed']}.pt" if cache else None
@@ -242,7 +242,7 @@ def _large_eval(model, batches, groups):
 
 def large_graph_case(s):
     """Mini-batch training on a graph too large for a full-batch step (the 2 M-node SBM),
-    Cluster-GCN style (:class:`graphattn.large_graph.PartitionBatches`): the nodes are cut into
+    Cluster-GCN style (:class:`graphattn.loader.partition.PartitionBatches`): the nodes are cut into
     parts of ``batch_nodes / parts_per_batch`` nodes (``partition``: ``"bfs"`` regions, or
     ``"random"``), and every step trains on the subgraph induced by ``parts_per_batch`` parts
     drawn at random. ``epochs`` > 0: that many epochs over all parts, then val and test
@@ -253,7 +253,7 @@ def large_graph_case(s):
     from tqdm import tqdm
 
     from graphattn import NodeClassifier
-    from graphattn.large_graph import PartitionBatches, partition_nodes
+    from graphattn.loader.partition import PartitionBatches, partition_nodes
 
     data, cached = _large_sbm(s)
     N, E = data.num_nodes, data.edge_index.size(1)

@@ -57,12 +57,12 @@ def build_layer(row: dict, device: str = "cpu"):
         layer = graphattn.GraphSelfAttention(IN_CHANNELS, OUT_CHANNELS, heads=HEADS, impl=row["impl"])
         why = ""
         if row["impl"] == "auto" and device != "cpu":
-            from graphattn.triton_attention import triton_available
+            from graphattn.ops.fused_triton import triton_available
 
             why = "" if triton_available(device) else "no triton: the chunked path runs"
         elif row["impl"] == "auto":
             try:
-                from graphattn import kernels
+                from graphattn.ops import fused_cpp as kernels
 
                 if kernels.fused_available():  # builds/loads the C++ kernel before the baseline
                     why = ""
@@ -71,7 +71,7 @@ def build_layer(row: dict, device: str = "cpu"):
                 else:
                     why = f"C++ build failed: {kernels._ERROR}"
             except ImportError:
-                why = "no graphattn.kernels"
+                why = "no graphattn.ops.fused_cpp"
         return layer, why
     import torch_geometric
     from torch_geometric import typing as pyg_typing

@@ -68,8 +68,8 @@ def measure_case(n: int, spread: str, a, device, impls):
     """Median fwd+bwd seconds per impl for one batch, plus setup cost and auto's choice."""
     import torch
 
-    from graphattn.csr import to_csr
-    from graphattn.dense import complete_graph_sizes, padded_length, prefer_dense
+    from graphattn.ops.csr import to_csr
+    from graphattn.ops.dense import complete_graph_sizes, padded_length, prefer_dense
     from graphattn.functional import edge_attention
 
     sizes = graph_sizes(n, a.graphs, spread, seed=a.seed)
@@ -172,8 +172,8 @@ def main(argv=None):
     import torch
     from tqdm import tqdm
 
-    from graphattn.kernels import fused_available
-    from graphattn.triton_attention import triton_available
+    from graphattn.ops.fused_cpp import fused_available
+    from graphattn.ops.fused_triton import triton_available
 
     torch.set_num_threads(a.threads)
     device = D.resolve_device(a.device)
@@ -202,7 +202,7 @@ def main(argv=None):
     if {"dense", "fused"} <= set(impls):
         close = [r for r in results if max(r["dense_ms"], r["fused_ms"]) <= 1.05 * min(r["dense_ms"], r["fused_ms"])]
         wrong = [r for r in results if r not in close and r["rule"] != min(("dense", "fused"), key=lambda i: r[f"{i}_ms"])]
-        print(f"graphattn.dense.prefer_dense (dense vs fused) picks the faster in {len(results) - len(close) - len(wrong)} "
+        print(f"graphattn.ops.dense.prefer_dense (dense vs fused) picks the faster in {len(results) - len(close) - len(wrong)} "
               f"of {len(results) - len(close)} cases that differ by > 5%"
               + (": wrong at " + ", ".join(f"{r['spread']} n={r['mean_n']}" for r in wrong) if wrong else ""))
     payload = {"meta": {**H.machine_info(a.device), "torch": torch.__version__, "threads": torch.get_num_threads(),

@@ -47,8 +47,8 @@ def child(args) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphattn import kernels
-    from graphattn.csr import to_csr
+    from graphattn.ops import fused_cpp as kernels
+    from graphattn.ops.csr import to_csr
 
     gen = torch.Generator().manual_seed(0)
     N, E, H, C = args.nodes, args.edges, args.heads, args.channels

@@ -85,8 +85,8 @@ def build_rows(args, x, edge_index, batch):
     import torch
 
     from graphattn import GraphSelfAttention
-    from graphattn.kernels import fused_available
-    from graphattn.triton_attention import triton_available
+    from graphattn.ops.fused_cpp import fused_available
+    from graphattn.ops.fused_triton import triton_available
 
     F_in, heads, C = args.heads * args.channels, args.heads, args.channels
     dev = x.device
@@ -169,9 +169,9 @@ def time_rows(rows, x, grad_out, warmup: int, repeats: int):
 
 def profile_dense(x, edge_index, batch, reps: int = 20):
     """Cost of each step of the dense path, measured alone (milliseconds, median)."""
-    from graphattn.csr import to_csr
-    from graphattn.dense import complete_graph_sizes
-    from graphattn.validation import check_edge_index, check_features
+    from graphattn.ops.csr import to_csr
+    from graphattn.ops.dense import complete_graph_sizes
+    from graphattn.utils.validation import check_edge_index, check_features
 
     import torch
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One Tox21 training epoch: our graph transformer vs the same model with PyG TransformerConv.
 
-Both models are :class:`graphattn.GraphClassifier` as ``graphattn.molecule_pipeline`` builds
+Both models are :class:`graphattn.GraphClassifier` as ``graphattn.tasks.molecules.pipeline`` builds
 it (categorical atom/bond encoders, bond features through ``edge_dim``, pre-norm blocks with
 a feed-forward network, mean readout, MLP head): 4 layers, 4 heads x 32 channels (hidden 128),
 no global tokens and no PE, so the graphs are the molecules themselves. The
@@ -80,7 +80,7 @@ def build_models(num_tasks: int, seed: int, which: str):
     """(our model, the model to time): ``which`` = "ours" or "TransformerConv"."""
     import torch
 
-    from graphattn.molecule_pipeline import DEFAULTS, build_model, model_spec
+    from graphattn.tasks.molecules.pipeline import DEFAULTS, build_model, model_spec
 
     hp = {**DEFAULTS, "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "global_tokens": 0, "pe_dim": 0}
     torch.manual_seed(seed)
@@ -96,7 +96,7 @@ def build_models(num_tasks: int, seed: int, which: str):
 
 def load_train_set(spec):
     from graphattn.data import ToxicityDataset
-    from graphattn.molecule_pipeline import split_indices
+    from graphattn.tasks.molecules.pipeline import split_indices
 
     ds = ToxicityDataset(root=spec["data_root"], name="tox21", cache_dir=spec["cache_dir"],
                          download=False, log=False)

@@ -4,7 +4,7 @@ For each graph and each (edges per step, warps per program) pair: forward and fo
 time of ``edge_attention(q, k, v, impl="fused")`` on CUDA (median of CUDA-event timings after a
 warm-up), the chunked PyTorch path for reference, and the relative error of the output and of the
 gradients against a float64 run of the chunked path. The winner is what
-``graphattn.triton_attention._blocks`` / ``_NUM_WARPS`` use.
+``graphattn.ops.fused_triton._blocks`` / ``_NUM_WARPS`` use.
 
     python benchmarks/triton_sweep.py                       # 100k/2M, 200k/5M, 128 molecules
     python benchmarks/triton_sweep.py --blocks 8 16 --warps 1 2 --cases 100k
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     import torch
     import triton
 
-    from graphattn import triton_attention as ta
-    from graphattn.csr import to_csr
+    from graphattn.ops import fused_triton as ta
+    from graphattn.ops.csr import to_csr
     from graphattn.functional import edge_attention
     from graphattn.testing import random_graph_batch
 

@@ -16,12 +16,12 @@ a fresh process so peak memory is its own (worker code: ``_variants_cases.py``):
   measures the plateau, not the variant.
 * **graph**: node classification, full batch (Facebook Page-Page and GitHub developers from
   the shared data folder, at full size; the synthetic degree-corrected SBM of
-  ``graphattn.large_graph``), edge attention over the graph's edges plus one global
+  ``graphattn.loader.partition``), edge attention over the graph's edges plus one global
   mechanism; test accuracy at the best validation epoch, nodes/s of training, peak memory.
   (Linformer projections and the Synthesizer need fixed-size inputs: not run on graphs.)
 * **large graph** (``sbm-large``, default 2 M nodes / 20 M undirected edges): a full-batch
   step does not fit the memory cap, so mini-batch training, Cluster-GCN style
-  (``graphattn.large_graph.PartitionBatches``): BFS-grown parts (``--large-partition``) of
+  (``graphattn.loader.partition.PartitionBatches``): BFS-grown parts (``--large-partition``) of
   ``--large-batch-nodes`` / ``--large-parts-per-batch`` nodes, ``--large-parts-per-batch``
   random parts per step, ``--large-epochs`` epochs over all parts; then val and test accuracy
   over all val / test nodes by mini-batch inference over fixed groups of parts (test at the

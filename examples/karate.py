@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
-from graphattn.social_node import load_node_data, node_forward, node_inputs  # noqa: E402
+from graphattn.tasks.social.node import load_node_data, node_forward, node_inputs  # noqa: E402
 from graphattn.train import fit, set_seed  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main(argv=None):
     print(f"best epoch {res['best_epoch']} | train acc {res['train']['accuracy']:.3f} | "
           f"val acc {res['val']['accuracy']:.3f} | test acc {res['test']['accuracy']:.3f}")
     if args.plot:
-        from graphattn.viz_social import draw_ego_attention, last_layer_attention
+        from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 
         logits, ei, alpha = last_layer_attention(model, data, node_inputs(data))
         info = draw_ego_attention(data, 0, ei, alpha, logits, data.class_names, args.plot)

@@ -37,10 +37,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphattn import social_graph as sg  # noqa: E402
-from graphattn import social_node as sn  # noqa: E402
-from graphattn.social_tasks import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
-from graphattn.cli_options import DEVICE_HELP  # noqa: E402
+from graphattn.tasks.social import graph as sg  # noqa: E402
+from graphattn.tasks.social import node as sn  # noqa: E402
+from graphattn.cli.social_train import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
+from graphattn.cli.options import DEVICE_HELP  # noqa: E402
 from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"

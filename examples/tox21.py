@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from graphattn import molecule_pipeline as mp
+from graphattn.tasks.molecules import pipeline as mp
 
 
 def parse_args(argv=None):
@@ -116,7 +116,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     hp = {k: getattr(args, k) for k in mp.DEFAULTS}
     if args.init:
-        from graphattn.pretrain import ARCH_KEYS, load_pretrained
+        from graphattn.tasks.molecules.pretrain import ARCH_KEYS, load_pretrained
 
         pre = load_pretrained(args.init)[1]["hparams"]
         hp.update({k: pre[k] for k in ARCH_KEYS})

@@ -13,9 +13,9 @@ attends to node j only if there is an edge j -> i (``edge_index[0] = j`` source,
 ``edge_index`` without ever materialising an ``(E, H, C)`` tensor for all edges: edges
 are visited in target-sorted (CSR) order in bounded chunks, and the backward pass
 recomputes the per-edge messages instead of storing them. On CPU a fused C++ kernel
-(:mod:`graphattn.kernels`) is used when it can be built, on CUDA (float32) fused Triton kernels
-(:mod:`graphattn.triton_attention`) when triton is installed; the chunked pure-PyTorch path
-(:mod:`graphattn.chunked`) is the portable fallback. Every path is tested against :func:`dense_attention`.
+(:mod:`graphattn.ops.fused_cpp`) is used when it can be built, on CUDA (float32) fused Triton kernels
+(:mod:`graphattn.ops.fused_triton`) when triton is installed; the chunked pure-PyTorch path
+(:mod:`graphattn.ops.chunked`) is the portable fallback. Every path is tested against :func:`dense_attention`.
 """
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from .chunked import (CHUNK_BYTES, _ChunkedEdgeAttention, _chunk_edges, _leaky_grad, aggregate_backward,
-                      differentiable_grads, edge_attention_autograd, input_aliases, score_backward)
-from .csr import EdgeCSR, to_csr
-from .dense import complete_graph_sizes, prefer_dense, sdpa_attention
-from .padding import check_batch
-from .validation import check_bias_dtype, check_edge_index, check_tensor_shape
+from graphattn.ops.chunked import (CHUNK_BYTES, _ChunkedEdgeAttention, _chunk_edges, _leaky_grad,
+                                   aggregate_backward, differentiable_grads, edge_attention_autograd,
+                                   input_aliases, score_backward)
+from graphattn.ops.csr import EdgeCSR, to_csr
+from graphattn.ops.dense import complete_graph_sizes, prefer_dense, sdpa_attention
+from graphattn.ops.padding import check_batch
+from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
-#: Moved to :mod:`graphattn.chunked`, still importable from here. ``CHUNK_BYTES`` is
+#: Moved to :mod:`graphattn.ops.chunked`, still importable from here. ``CHUNK_BYTES`` is
 #: re-exported too: :func:`edge_attention` passes this module's value to ``_chunk_edges``.
 _REEXPORTED = (_leaky_grad, aggregate_backward, differentiable_grads, edge_attention_autograd, input_aliases,
                score_backward)
@@ -133,7 +134,7 @@ def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) ->
 
 
 def _fused_ready() -> bool:
-    from . import kernels
+    from graphattn.ops import fused_cpp as kernels
 
     return kernels.fused_available()
 
@@ -183,7 +184,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         return_attention_weights: also return ``alpha`` ``(E, H)`` in the original edge order
             (before dropout). ``alpha`` is detached on every path (``requires_grad`` is
             False, unlike PyG's): a loss term on it gets no gradient; use ``out``.
-        csr: a precomputed :class:`~graphattn.csr.EdgeCSR`; by default it is computed from
+        csr: a precomputed :class:`~graphattn.ops.csr.EdgeCSR`; by default it is computed from
             ``edge_index`` once and cached for that tensor.
         batch: optional ``(N,)`` sorted graph id per node. Only used to detect batches of
             fully-connected graphs, which then run through SDPA (``None`` = one graph).
@@ -204,7 +205,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             per tensor, one device sync for all; skipped under ``torch.compile``): the fused
             kernel would zero a NaN row and the chunked path return NaN, so neither is allowed
             to happen silently. (``_check=False`` skips these value checks: internal callers
-            such as :class:`~graphattn.attention.GraphSelfAttention`, which check their own
+            such as :class:`~graphattn.nn.attention.GraphSelfAttention`, which check their own
             inputs once, use it.)
 
     Gradients: first-order backward passes are hand-written (no ``(E, H, C)`` storage);
@@ -276,7 +277,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                          "float32/float64 (C++ kernel) or CUDA float32 without returned weights "
                          "(Triton kernels)")
     if impl != "chunked" and kind == "triton":
-        from . import triton_attention
+        from graphattn.ops import fused_triton as triton_attention
 
         if triton_attention.triton_available(q.device):
             return triton_attention.triton_edge_attention(
@@ -287,7 +288,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                                "(pip install triton), GRAPHATTN_NO_TRITON unset, and a GPU they "
                                "compile and run on (see the warning of triton_available)")
     if impl != "chunked" and kind == "cpp":
-        from . import kernels
+        from graphattn.ops import fused_cpp as kernels
 
         if kernels.fused_available():
             # The C++ kernel takes bias / edge_key / edge_value and returns weights in the

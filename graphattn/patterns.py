@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from .encodings import _check_int, sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.nn.encodings import _check_int, sinusoidal_pe, sinusoidal_pe_2d
 
 __all__ = ["SEQUENCE_PATTERNS", "IMAGE_PATTERNS", "sequence_graph", "image_graph",
            "sequences_to_batch", "images_to_batch"]

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from graphattn import cli
-from graphattn.cli_options import GROUPS, check_applicable, given_options
+from graphattn.cli import main as cli
+from graphattn.cli.options import GROUPS, check_applicable, given_options
 from graphattn.testing import requires_data, shared_data_dir
 
 from test_molecule_robustness import TINY, train_csv  # noqa: E402  (tests/ is on sys.path)
@@ -121,8 +121,8 @@ def test_threads_option_sets_torch_threads(run):
 
 
 def test_metrics_are_written_by_rank_zero_only(tmp_path, monkeypatch):
-    from graphattn import distributed
-    from graphattn.checkpoint import write_metrics
+    from graphattn.train import distributed
+    from graphattn.train.checkpoint import write_metrics
 
     write_metrics(tmp_path / "a" / "metrics.json", {"x": float("nan"), "y": 1})
     assert json.loads((tmp_path / "a" / "metrics.json").read_text()) == {"x": None, "y": 1}
@@ -233,7 +233,7 @@ def test_divergence_is_named_for_tuple_batches_with_missing_labels():
 def test_output_to_stdout_is_never_taken_for_an_input(run, capsys, tmp_path):
     from pathlib import Path
 
-    from graphattn.cli_options import check_output_not_input
+    from graphattn.cli.options import check_output_not_input
 
     check_output_not_input(Path("/dev/stdout"), {"the --csv input": "/dev/stdin"})  # not a regular file
     folder, src, _ = run
@@ -250,7 +250,7 @@ def test_max_features_on_a_named_set_without_a_features_file(capsys, tmp_path, m
 
 
 def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
-    import graphattn.molecule_commands as mc
+    import graphattn.cli.molecules_predict as mc
 
     folder, src, _ = run
     args = ["predict", "--checkpoint", str(folder / "best.pt"), "--csv", str(src)]

@@ -2,7 +2,7 @@
 
 
 def test_molecule_readout(tmp_path, molecule_csv, capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
     from graphattn.train import load_checkpoint
 
     run = tmp_path / "run"
@@ -18,7 +18,7 @@ def test_molecule_readout(tmp_path, molecule_csv, capsys):
 def test_graph_set_readout(tmp_path, monkeypatch, capsys):
     from test_social_tasks import _tu_text
 
-    from graphattn import cli
+    from graphattn.cli import main as cli
     from graphattn.train import load_checkpoint
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
@@ -33,7 +33,7 @@ def test_graph_set_readout(tmp_path, monkeypatch, capsys):
 
 
 def test_node_tasks_refuse_readout(capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     assert cli.main(["train", "karate", "--readout", "sum", "--epochs", "1"]) == 2
     assert "--readout is for graph-level tasks" in capsys.readouterr().err
@@ -41,8 +41,8 @@ def test_node_tasks_refuse_readout(capsys):
 
 def test_reddit_binary_readouts_per_model_and_explicit_override():
     from graphattn.cli import build_parser
-    from graphattn.social_graph import graph_defaults, graph_model_spec
-    from graphattn.social_tasks import _hparams
+    from graphattn.tasks.social.graph import graph_defaults, graph_model_spec
+    from graphattn.cli.social_train import _hparams
 
     def readouts(*flags):
         hp = _hparams(build_parser().parse_args(["train", "reddit-binary", *flags]), graph_defaults("reddit-binary"))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphattn import GraphSelfAttention, kernels
-from graphattn.block import GraphTransformerBlock
+from graphattn import GraphSelfAttention
+from graphattn.ops import fused_cpp as kernels
+from graphattn.nn.block import GraphTransformerBlock
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias
 

@@ -5,9 +5,9 @@ import torch
 from torch_geometric.data import Data
 
 from graphattn import AddLaplacianPE, GlobalTokens, GraphClassifier, NodeClassifier
-from graphattn.padding import GraphLayout, check_batch
+from graphattn.ops.padding import GraphLayout, check_batch
 from graphattn.patterns import images_to_batch
-from graphattn.variants import GLOBAL_ATTNS, make_global_attention
+from graphattn.nn.variants import GLOBAL_ATTNS, make_global_attention
 
 EMPTY_X, EMPTY_EI, EMPTY_B = torch.zeros(0, 8), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
 VARIANT_OPTIONS = [("linear", {}), ("linear", {"feature_map": "favor"}), ("reduced", {}),

@@ -88,7 +88,7 @@ def test_binary_is_part_of_the_cache_key(tmp_path, mol):
 
 
 def test_classification_pipeline_stays_binary(tmp_path, mol, monkeypatch):
-    from graphattn import molecule_data
+    from graphattn.tasks.molecules import data as molecule_data
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "c"))
     src = _csv(tmp_path)

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from graphattn import GraphSelfAttention
-from graphattn.csr import to_csr
-from graphattn.dense import MAX_DENSE_WASTE, complete_graph_sizes, padded_length, prefer_dense
+from graphattn.ops.csr import to_csr
+from graphattn.ops.dense import MAX_DENSE_WASTE, complete_graph_sizes, padded_length, prefer_dense
 from graphattn.functional import edge_attention
 
 

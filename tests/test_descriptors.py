@@ -9,8 +9,8 @@ pytest.importorskip("rdkit")
 from graphattn import GraphClassifier  # noqa: E402
 from graphattn.data import smiles_to_data  # noqa: E402
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors  # noqa: E402
-from graphattn.models import GraphFeatureNorm  # noqa: E402
-from graphattn.molecule_baselines import MPNNBaseline  # noqa: E402
+from graphattn.nn.models.graph_transformer import GraphFeatureNorm  # noqa: E402
+from graphattn.nn.models.molecule_baselines import MPNNBaseline  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
@@ -97,7 +97,7 @@ def test_models_read_graph_features_and_keep_their_statistics(cls):
 
 
 def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, molecule_csv):
-    from graphattn import cli
+    from graphattn.cli import main as cli
     from graphattn.train import load_checkpoint
 
     fixture = molecule_csv
@@ -121,14 +121,14 @@ def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, molecule_
 
 
 def test_social_tasks_refuse_descriptors(capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     assert cli.main(["train", "karate", "--descriptors", "--epochs", "1"]) == 2
     assert "--descriptors is a molecule option" in capsys.readouterr().err
 
 
 def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molecule_csv):
-    from graphattn import molecule_pipeline as mp
+    from graphattn.tasks.molecules import pipeline as mp
 
     ds = mp.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
     hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)

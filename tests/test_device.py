@@ -50,16 +50,16 @@ def test_missing_or_unknown_devices_are_errors(monkeypatch, no_gpu):
     ["pretrain", "--csv", "MOL", "--epochs", "1"],                  # pretraining
 ])
 def test_cli_refuses_a_gpu_that_is_not_there_before_loading_data(argv, tmp_path, capsys, monkeypatch, no_gpu):
-    import graphattn.molecule_tasks
-    import graphattn.pretrain
-    import graphattn.social_graph
-    import graphattn.social_node
+    import graphattn.cli.molecules_train
+    import graphattn.tasks.molecules.pretrain
+    import graphattn.tasks.social.graph
+    import graphattn.tasks.social.node
 
     def loaded(*a, **k):
         raise AssertionError("data was loaded before --device was checked")
 
-    for mod, name in ((graphattn.social_node, "load_node_data"), (graphattn.social_graph, "load_graphs"),
-                      (graphattn.molecule_tasks, "load_dataset"), (graphattn.pretrain, "molecule_pool")):
+    for mod, name in ((graphattn.tasks.social.node, "load_node_data"), (graphattn.tasks.social.graph, "load_graphs"),
+                      (graphattn.cli.molecules_train, "load_dataset"), (graphattn.tasks.molecules.pretrain, "molecule_pool")):
         monkeypatch.setattr(mod, name, loaded)
     files = {"TOY": _tu_text(tmp_path / "TOY.txt"), "MOL": tmp_path / "m.csv"}
     (tmp_path / "m.csv").write_text("smiles,a\nCCO,1\nCCN,0\nCCC,1\nc1ccccc1,0\n")
@@ -107,8 +107,8 @@ def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_
 
 
 def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, monkeypatch):
-    from graphattn import social_node as sn
-    from graphattn.social_commands import _load, _node_data
+    from graphattn.tasks.social import node as sn
+    from graphattn.cli.social_predict import _load, _node_data
 
     assert main(["train", "karate", "--epochs", "2", "--no-progress", "--out", str(tmp_path)]) == 0
     _, meta, model = _load(tmp_path / "best.pt")
@@ -132,7 +132,7 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
 def test_model_device_and_checkpoints_keep_their_structure(tmp_path):
     from collections import namedtuple
 
-    from graphattn.checkpoint import _on_cpu, load_checkpoint, save_checkpoint
+    from graphattn.train.checkpoint import _on_cpu, load_checkpoint, save_checkpoint
     from graphattn.train import model_device
 
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters

@@ -119,7 +119,8 @@ def test_only_rank_zero_prints(monkeypatch, capsys):
     says so); errors still reach stderr."""
     import sys
 
-    from graphattn import cli, distributed
+    from graphattn.cli import main as cli
+    from graphattn.train import distributed
 
     for main_rank, shown in ((True, "report\n"), (False, "")):
         monkeypatch.setattr(distributed, "is_main", lambda main_rank=main_rank: main_rank)
@@ -133,9 +134,9 @@ def test_only_rank_zero_prints(monkeypatch, capsys):
 def _sharded_partition_fit(monkeypatch, out, epochs, resume=False):
     """fit on karate's partition batches as rank 0 of 2 (the sharding of shard_loader, no process group)."""
     from graphattn import NodeClassifier
-    from graphattn import distributed as D
+    from graphattn.train import distributed as D
     from graphattn.data.social import load_karate, stratified_masks
-    from graphattn.large_graph import PartitionBatches, partition_nodes
+    from graphattn.loader.partition import PartitionBatches, partition_nodes
     from graphattn.train import fit, set_seed
 
     monkeypatch.setattr(D, "world_size", lambda: 2)
@@ -191,7 +192,7 @@ def test_bad_torchrun_environment_is_one_line(monkeypatch, capsys, tmp_path, env
 
 
 def test_ranks_that_cannot_share_the_batches_get_a_setup_error(monkeypatch):
-    from graphattn import distributed as D
+    from graphattn.train import distributed as D
 
     monkeypatch.setattr(D, "world_size", lambda: 2)
     monkeypatch.setattr(D, "rank", lambda: 0)

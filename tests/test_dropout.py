@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-import graphattn.dropout as D
-from graphattn.dropout import Dropout, dropout, keep_mask
-from graphattn.kernels import fused_available
+import graphattn.nn.dropout as D
+from graphattn.nn.dropout import Dropout, dropout, keep_mask
+from graphattn.ops.fused_cpp import fused_available
 
 ROUTES = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not fused_available(),
                                                                  reason="C++ extension not built"))]

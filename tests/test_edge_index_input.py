@@ -6,7 +6,7 @@ import torch
 from torch_geometric import EdgeIndex
 
 from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
-from graphattn import csr as C
+from graphattn.ops import csr as C
 
 
 def _graph():
@@ -174,7 +174,7 @@ def test_models_take_the_sparse_adj_t_the_layer_takes(layout):
 def test_sparse_edge_index_hint_does_not_reverse_pyg_adj_t():
     from torch_geometric.utils import to_edge_index
 
-    from graphattn.validation import check_edge_index
+    from graphattn.utils.validation import check_edge_index
 
     adj_t = torch.sparse_coo_tensor(torch.tensor([[1], [0]]), torch.ones(1), (2, 2))  # edge 0 -> 1
     with pytest.raises(TypeError, match=r"to_edge_index\(adj_t\)\[0\].flip\(0\)") as info:

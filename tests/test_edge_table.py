@@ -9,7 +9,7 @@ import torch
 from torch_geometric.nn import global_mean_pool
 
 from graphattn import GlobalTokens, GraphClassifier, GraphSelfAttention
-from graphattn.models import FeatureEncoder
+from graphattn.nn.models.graph_transformer import FeatureEncoder
 
 VOCAB = [5, 3, 2]
 

@@ -7,8 +7,8 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.utils import to_undirected
 
-from graphattn.encodings import (AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe,
-                                 sinusoidal_pe_2d)
+from graphattn.nn.encodings import (AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe,
+                                    sinusoidal_pe_2d)
 
 
 def graph(edges, num_nodes):

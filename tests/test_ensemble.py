@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from graphattn import ProbabilityEnsemble
-from graphattn import molecule_pipeline as mp
+from graphattn.tasks.molecules import pipeline as mp
 
 
 class _Fixed(nn.Module):
@@ -91,7 +91,7 @@ def test_run_ensemble_resume_reloads_finished_members(tmp_path, molecule_csv):
 
 
 def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     run = tmp_path / "run"
     assert cli.main(["train", "--csv", str(molecule_csv), "--split", "random", "--epochs", "2", "--ensemble", "2",
@@ -120,7 +120,7 @@ def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, cap
 
 
 def test_ensemble_attention_is_the_mean_of_the_members(molecule_csv):
-    from graphattn.viz import molecule_attention
+    from graphattn.tasks.molecules.viz import molecule_attention
 
     ds, idx, spec = _small(molecule_csv)
     torch.manual_seed(0)
@@ -136,7 +136,7 @@ def test_ensemble_attention_is_the_mean_of_the_members(molecule_csv):
 
 
 def test_social_tasks_refuse_ensemble(capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     assert cli.main(["train", "karate", "--ensemble", "3", "--epochs", "1"]) == 2
     assert "--ensemble is a molecule option" in capsys.readouterr().err

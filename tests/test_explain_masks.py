@@ -1,5 +1,5 @@
 """PyG's Explainer on models built from GraphSelfAttention: edge masks scale every message as
-in PyG's convs, computed by a differentiable per-edge path (graphattn.explain_masks)."""
+in PyG's convs, computed by a differentiable per-edge path (graphattn.nn.explain_masks)."""
 import pytest
 import torch
 from torch_geometric.explain import Explainer, GNNExplainer
@@ -247,7 +247,7 @@ def test_attention_explainer_scores_input_edges_when_loops_are_replaced(tokens):
     # AttentionExplainer keeps alpha[:E] of the hooks, so they get alpha per input edge
     from torch_geometric.explain import AttentionExplainer
 
-    from graphattn.model_parts import gcn_normalized_graph
+    from graphattn.nn.features import gcn_normalized_graph
 
     torch.manual_seed(0)
     x = torch.randn(5, 4)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import graphattn.functional as GF
-from graphattn import kernels
-from graphattn.csr import clear_csr_cache, to_csr
+from graphattn.ops import fused_cpp as kernels
+from graphattn.ops.csr import clear_csr_cache, to_csr
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias, random_graph
 

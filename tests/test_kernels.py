@@ -9,8 +9,8 @@ import textwrap
 import pytest
 import torch
 
-from graphattn.csr import to_csr
-from graphattn import kernels
+from graphattn.ops.csr import to_csr
+from graphattn.ops import fused_cpp as kernels
 
 pytestmark = pytest.mark.skipif(
     not kernels.fused_available(),
@@ -263,7 +263,7 @@ def test_build_without_ninja(tmp_path):
     res = _python("""
         import torch
         from graphattn import kernels
-        from graphattn.csr import to_csr
+        from graphattn.ops.csr import to_csr
         assert kernels.fused_available(), kernels._ERROR
         csr = to_csr(torch.tensor([[0, 1, 2, 2], [1, 0, 1, 1]]), 4)
         q = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
@@ -395,7 +395,7 @@ def test_edge_features_multithreaded_deterministic():
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
     cptr, cperm, ctgt = kernels._csc_arrays(csr)
     assert cperm.dtype == torch.int32 and ctgt.dtype == torch.int32
-    csc = csr.csc  # the int64 CSC of graphattn.csr, for comparison
+    csc = csr.csc  # the int64 CSC of graphattn.ops.csr, for comparison
     assert torch.equal(cptr, csc.rowptr) and torch.equal(cperm.long(), csc.perm)
     assert torch.equal(ctgt.long(), csc.col)
 
@@ -469,7 +469,7 @@ def test_load_does_not_hang_on_a_stale_lock(tmp_path):
 def test_build_directory_depends_on_the_sources_location(tmp_path, monkeypatch):
     """torch's build.ninja names the sources by absolute path: two copies of the package (a venv
     and a clone) must not share a build folder, or each switch recompiles (~20 s)."""
-    from graphattn import extension
+    from graphattn.ops import extension
 
     here = extension.build_directory()
     copies = []

@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from graphattn import NodeClassifier
-from graphattn.baselines import ConvBaseline
-from graphattn.large_graph import (PartitionBatches, node_loaders, partition_nodes, saved_tensor_bytes,
-                                   sbm_graph)
+from graphattn.nn.models.baselines import ConvBaseline
+from graphattn.loader.partition import (PartitionBatches, node_loaders, partition_nodes, saved_tensor_bytes,
+                                        sbm_graph)
 from graphattn.train import fit, task_loss
 
 

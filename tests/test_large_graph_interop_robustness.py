@@ -6,7 +6,7 @@ import torch
 from torch_geometric.data import Data
 
 from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
-from graphattn.large_graph import PartitionBatches, node_loaders, partition_nodes, sbm_graph
+from graphattn.loader.partition import PartitionBatches, node_loaders, partition_nodes, sbm_graph
 from graphattn.train import fit, task_loss
 
 
@@ -123,7 +123,7 @@ def test_float_edge_index_and_other_int_types():
         partition_nodes(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), 2, 2)
     import numpy as np
 
-    from graphattn.validation import check_int
+    from graphattn.utils.validation import check_int
 
     assert check_int("k", np.int64(3), 1) == 3 and check_int("k", torch.tensor(2), 0) == 2
     for bad in (True, 2.5, torch.tensor(2.0), "3", 0):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.cli_options import out_path
+from graphattn.cli.options import out_path
 from graphattn.data import DataFileError, MoleculeCSVDataset, load_musae, load_tu_folds, load_tu_text
 from graphattn.data.ego_json import load_ego_json
 
@@ -99,7 +99,7 @@ def test_fold_numbering_gap_is_an_error(tmp_path):
 
 
 def test_stale_fold_files_ignored_without_folds(tmp_path):
-    from graphattn.social_graph import GRAPH_FEATURES, load_graphs
+    from graphattn.tasks.social.graph import GRAPH_FEATURES, load_graphs
 
     text = "6\n" + "".join(f"2 {i % 2}\n0 1 1\n0 1 0\n" for i in range(6))
     f = write(tmp_path / "x.txt", text)
@@ -138,7 +138,7 @@ def test_named_task_without_any_label(tmp_path):
 def test_unlabelled_columns_in_the_first_rows_are_fine_without_tasks(tmp_path, monkeypatch):
     """Inferred tasks (ToxCast-like sparse columns) with --limit are not refused, nor is
     evaluate --csv on a file where one of the model's tasks has no label."""
-    from graphattn.molecule_data import load_dataset, unlabelled_tasks
+    from graphattn.tasks.molecules.data import load_dataset, unlabelled_tasks
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "c"))
 
@@ -234,7 +234,7 @@ def test_evaluate_csv_with_an_unlabelled_task_column(tmp_path):
 def test_tiny_user_graph_still_loads_for_existing_checkpoints(tmp_path):
     """The empty-split refusal is a training-time check: predict / explain of a checkpoint
     load the same graph through load_node_data, which must not refuse it."""
-    from graphattn import social_node as sn
+    from graphattn.tasks.social import node as sn
 
     e = write(tmp_path / "e.csv", "id_1,id_2\n" + "".join(f"{i},{(i + 1) % 6}\n" for i in range(6)))
     t = write(tmp_path / "t.csv", "id,target\n" + "".join(f"{i},{i % 2}\n" for i in range(6)))

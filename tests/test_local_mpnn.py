@@ -4,7 +4,7 @@ import torch
 from torch_geometric.nn import GINEConv
 
 from graphattn import GraphClassifier, GraphTransformerBlock
-from graphattn.molecule_pipeline import DEFAULTS, build_model, model_spec
+from graphattn.tasks.molecules.pipeline import DEFAULTS, build_model, model_spec
 
 
 def test_block_adds_exactly_the_gine_branch():
@@ -73,7 +73,7 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
 
 
 def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, molecule_csv):
-    from graphattn import cli
+    from graphattn.cli import main as cli
     from graphattn.train import load_checkpoint
 
     fixture = molecule_csv
@@ -90,7 +90,7 @@ def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, molecule
 
 
 def test_social_tasks_refuse_the_molecule_only_flag(capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     assert cli.main(["train", "karate", "--local-mpnn", "gin", "--epochs", "1"]) == 2
     assert "--local-mpnn is a molecule / graph-set option" in capsys.readouterr().err
@@ -99,7 +99,7 @@ def test_social_tasks_refuse_the_molecule_only_flag(capsys):
 def test_graph_sets_take_a_gin_branch(tmp_path, monkeypatch):
     from test_social_tasks import _tu_text
 
-    from graphattn import cli
+    from graphattn.cli import main as cli
     from graphattn.train import load_checkpoint
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
@@ -112,7 +112,7 @@ def test_graph_sets_take_a_gin_branch(tmp_path, monkeypatch):
 
 
 def test_molecule_task_refuses_social_only_flags(capsys):
-    from graphattn import cli
+    from graphattn.cli import main as cli
 
     assert cli.main(["train", "tox21", "--gcn-weight", "0.5", "--label-input", "--epochs", "1"]) == 2
     err = capsys.readouterr().err

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from graphattn.metrics import (accuracy, compute_pos_weight, masked_bce_with_logits,
-                               mean_over_valid, pr_auc_per_task, roc_auc_per_task)
+from graphattn.train.metrics import (accuracy, compute_pos_weight, masked_bce_with_logits, mean_over_valid,
+                                     pr_auc_per_task, roc_auc_per_task)
 
 nan = float("nan")
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from graphattn import GlobalTokens, GraphClassifier, LinearGlobalAttention, NodeClassifier
-from graphattn.clustered_attention import ClusteredAttention, cluster_codes
-from graphattn.encodings import LapPEEncoder, sinusoidal_pe
+from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_codes
+from graphattn.nn.encodings import LapPEEncoder, sinusoidal_pe
 
-la = importlib.import_module("graphattn.linear_attention")  # the module (the package exports the function)
+la = importlib.import_module("graphattn.nn.variants.linear_attention")  # the module (the package exports the function)
 
 
 @pytest.mark.parametrize("feature_map", ["elu", "favor"])
@@ -199,7 +199,7 @@ def test_dtype_mismatch_is_named():
 
 def test_node_classifier_float64_gcn_weights_in_float64():
     from graphattn import NodeClassifier
-    from graphattn.model_parts import gcn_normalized_graph
+    from graphattn.nn.features import gcn_normalized_graph
 
     torch.manual_seed(0)
     n = 50
@@ -217,7 +217,7 @@ def test_node_classifier_float64_gcn_weights_in_float64():
 
 def test_clear_csr_cache_after_writes_that_bypass_the_version_counter():
     from graphattn import GraphSelfAttention
-    from graphattn.csr import clear_csr_cache
+    from graphattn.ops.csr import clear_csr_cache
 
     layer = GraphSelfAttention(4, 2, root_weight=False).eval()
     x = torch.randn(5, 4)

@@ -18,7 +18,9 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn import cli, molecule_commands, molecule_pipeline as mp  # noqa: E402
+from graphattn.cli import main as cli
+from graphattn.cli import molecules_predict as molecule_commands
+from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.data import molecules  # noqa: E402
 from graphattn.data.molecules import (SIDER_TASKS, TOXICITY_DATASETS,  # noqa: E402
                                       InvalidSmilesError, MoleculeCSVDataset, TaskColumnWarning,

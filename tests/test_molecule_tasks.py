@@ -19,7 +19,8 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn import cli, molecule_pipeline as mp  # noqa: E402
+from graphattn.cli import main as cli
+from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.testing import shared_data_dir  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
 

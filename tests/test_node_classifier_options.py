@@ -105,8 +105,8 @@ def test_cli_round_trip_of_the_new_options(tmp_path, capsys, monkeypatch):
 def test_baselines_keep_their_own_depth_unless_layers_is_given():
     from types import SimpleNamespace
 
-    from graphattn import social_node as sn
-    from graphattn.social_tasks import _hparams
+    from graphattn.tasks.social import node as sn
+    from graphattn.cli.social_train import _hparams
 
     data = SimpleNamespace(class_names=list("abc"), num_features=5)
     hp = dict(sn.node_defaults("karate", 34), heads=2, layers=1, baseline_layers=2)
@@ -121,7 +121,7 @@ def test_baselines_keep_their_own_depth_unless_layers_is_given():
 
 
 def test_hop_features_are_powers_of_the_gcn_normalised_adjacency():
-    from graphattn.social_node import hop_features
+    from graphattn.tasks.social.node import hop_features
 
     torch.manual_seed(0)
     N = 7

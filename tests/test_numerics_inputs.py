@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
-from graphattn.linear_attention import linear_attention, orthogonal_features
+from graphattn.nn.variants.linear_attention import linear_attention, orthogonal_features
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -73,7 +73,7 @@ def test_elu_linear_attention_of_very_negative_queries_still_sums_to_one():
 
 
 def test_favor_gradients_stay_finite_for_huge_scores():
-    from graphattn.linear_attention import LinearGlobalAttention
+    from graphattn.nn.variants.linear_attention import LinearGlobalAttention
 
     m = LinearGlobalAttention(16, heads=4, feature_map="favor")
     x = torch.randn(20, 16) * 200

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn import cli
-from graphattn.checkpoint import CheckpointError, save_checkpoint, write_csv
+from graphattn.cli import main as cli
+from graphattn.train.checkpoint import CheckpointError, save_checkpoint, write_csv
 from graphattn.cli import main
 
 
@@ -87,7 +87,7 @@ def test_resume_without_last_pt_says_so(tmp_path, capsys):
 
 def test_recorded_root_is_used_only_while_it_holds_the_data(tmp_path):
     from graphattn.data.download import DataFileError
-    from graphattn.social_node import recorded_root_first
+    from graphattn.tasks.social.node import recorded_root_first
 
     calls = []
 
@@ -134,7 +134,7 @@ def test_csv_from_a_pipe(tmp_path):
     import threading
 
     from graphattn.data.molecules import read_csv_table
-    from graphattn.molecule_commands import _spooled
+    from graphattn.cli.molecules_predict import _spooled
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -207,7 +207,7 @@ def test_stratified_masks_small_classes_fill_val_and_test_other_splits_unchanged
 
 def test_float64_node_classifier_builds_its_gcn_graph_once():
     from graphattn import NodeClassifier
-    from graphattn import node_classifier as nc
+    from graphattn.nn.models import node_classifier as nc
 
     calls = []
     real = nc.gcn_normalized_graph
@@ -229,7 +229,7 @@ def test_write_csv_appends_to_other_descriptors_and_replaces_link_targets(tmp_pa
 
     log = tmp_path / "log.txt"
     log.write_text("old\n")
-    code = ("import sys; from graphattn.checkpoint import write_csv; print('e', file=sys.stderr, flush=True); "
+    code = ("import sys; from graphattn.train.checkpoint import write_csv; print('e', file=sys.stderr, flush=True); "
             "write_csv('/dev/stderr', ['a'], [{'a': 1}])")
     with open(log, "a") as err:
         subprocess.run([sys.executable, "-c", code], stderr=err, check=True)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from graphattn.encodings import sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.nn.encodings import sinusoidal_pe, sinusoidal_pe_2d
 from graphattn.patterns import (IMAGE_PATTERNS, SEQUENCE_PATTERNS, image_graph, images_to_batch,
                                 sequence_graph, sequences_to_batch)
 
@@ -236,7 +236,7 @@ def test_images_to_batch_patches():
 
 def test_huge_patterns_and_encodings_are_refused_before_allocating(monkeypatch):
     from graphattn import patterns
-    from graphattn.encodings import sinusoidal_pe, sinusoidal_pe_2d
+    from graphattn.nn.encodings import sinusoidal_pe, sinusoidal_pe_2d
 
     with pytest.raises(ValueError, match=r"'full' on 100,000 tokens needs 10,000,000,000 edges"):
         patterns.sequence_graph(10 ** 5)
@@ -254,7 +254,7 @@ def test_huge_patterns_and_encodings_are_refused_before_allocating(monkeypatch):
 
 def test_window_stride_kernel_wider_than_the_input_equal_full():
     from graphattn import image_graph, sequence_graph
-    from graphattn.encodings import sinusoidal_pe
+    from graphattn.nn.encodings import sinusoidal_pe
 
     full = sequence_graph(4)
     assert torch.equal(sequence_graph(4, "window", window=2 ** 63 - 1), full)

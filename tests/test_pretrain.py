@@ -1,11 +1,11 @@
-"""Self-supervised pretraining (graphattn.pretrain) and fine-tuning from it (train --init)."""
+"""Self-supervised pretraining (graphattn.tasks.molecules.pretrain) and fine-tuning from it (train --init)."""
 import pytest
 import torch
 from torch_geometric.data import Batch
 
-from graphattn import cli
-from graphattn import molecule_pipeline as mp
-from graphattn import pretrain as pt
+from graphattn.cli import main as cli
+from graphattn.tasks.molecules import pipeline as mp
+from graphattn.tasks.molecules import pretrain as pt
 from graphattn.data.descriptors import descriptor_names
 
 _SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C", "CCN(CC)CC", "O=C(O)c1ccccc1OC(C)=O", "C1CCCCC1",
@@ -63,7 +63,7 @@ def test_masked_atoms_are_hidden_from_the_whole_model(graphs):
     assert not torch.allclose(model(changed, mask)[1], d1)
     assert a1.shape == (3, sum(model.vocab_sizes)) and d1.shape == (4, graphs[0].mol_desc.size(1))
     # outside the pretrainer's forward the backbone is a plain GraphTransformer again
-    from graphattn.models import GraphTransformer
+    from graphattn.nn.models.graph_transformer import GraphTransformer
 
     plain = GraphTransformer(**pt._arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP})).eval()
     plain.load_state_dict(model.backbone.state_dict())
@@ -108,7 +108,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
     wide = mp.build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
     with pytest.raises(ValueError, match="hidden_channels"):
         pt.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
-    from graphattn.molecule_baselines import MPNNBaseline
+    from graphattn.nn.models.molecule_baselines import MPNNBaseline
 
     with pytest.raises(ValueError, match="GraphClassifier"):
         pt.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
@@ -342,7 +342,7 @@ def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_
     import os
     import stat
 
-    from graphattn.pretrain_data import _keys
+    from graphattn.tasks.molecules.pretrain_data import _keys
 
     run = tmp_path / "run"
     base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
@@ -368,8 +368,8 @@ def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_
 
 
 def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
-    from graphattn.molecule_tasks import _resumed_ensemble_size
-    from graphattn.pretrain_data import _keys
+    from graphattn.cli.molecules_train import _resumed_ensemble_size
+    from graphattn.tasks.molecules.pretrain_data import _keys
     from graphattn.train import save_checkpoint
 
     for a, b in (("C/C=C/C.C=CCC", "CC=CC.C=CCC"), ("CC[NH3+].CCO", "CCN.CCO"), ("[Na+].CC(=O)[O-]", "CC(=O)O")):
@@ -394,7 +394,7 @@ def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
 
 
 def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
-    from graphattn.checkpoint import CheckpointError, _check_same_run
+    from graphattn.train.checkpoint import CheckpointError, _check_same_run
 
     init = {"checkpoint": "/old/P/best.pt", "sha256": "a" * 64, "molecules": 10}
     moved = dict(init, checkpoint="/new/P/best.pt", excluded_sources=["tox21"])  # a later record's extra key
@@ -533,9 +533,9 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
     import os
     import threading
 
-    from graphattn.checkpoint import _check_same_run
+    from graphattn.train.checkpoint import _check_same_run
     from graphattn.data.molecules import read_csv_table, sniff_table_kind
-    from graphattn.molecule_data import spooled
+    from graphattn.tasks.molecules.data import spooled
 
     assert [sniff_table_kind(s) for s in ("smiles,y", "C[C@H](F)Cl |&1:1,2| a", "CCO\tethanol", "smiles\tname",
                                           "Compound ID,SMILES", "smiles zinc_id")] == \
@@ -558,10 +558,10 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
 
 
 def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
-    from graphattn.checkpoint import CheckpointError, _check_same_run
+    from graphattn.train.checkpoint import CheckpointError, _check_same_run
     from graphattn.data.download import DataFileError
     from graphattn.data.molecules import find_column, read_csv_table
-    from graphattn.molecule_data import _sniffed_suffix
+    from graphattn.tasks.molecules.data import _sniffed_suffix
 
     # B3DB's TSV header (first field "NO.") and a plain word RDKit parses ("BBB") stay TSV headers
     assert _sniffed_suffix(b"NO.\tcompound_name\tSMILES\tBBB+/BBB-\n1\tethanol\tCCO\tBBB+\n") == ".tsv"

@@ -191,7 +191,7 @@ def test_tiny_graph_sets_split_and_fold_messages(tmp_path, capsys):
     _write_tu(tmp_path / "t", "T", graphs)
     assert main(["train", "--tu-text", str(tmp_path / "t"), "--epochs", "1", "--out", str(tmp_path / "r"),
                  "--no-progress", "--threads", "1"]) == 0  # 80/10/10 of 5 per class rounds val/test to 0
-    from graphattn.social_graph import graph_split
+    from graphattn.tasks.social.graph import graph_split
 
     parts = graph_split({"split_seed": 0}, load_tu_folder(tmp_path / "t"), None)
     assert all(p.numel() > 0 for p in parts) and sum(p.numel() for p in parts) == 15
@@ -299,7 +299,7 @@ def test_cli_id_col_max_features_and_huge_node_ids(tmp_path, capsys):
 def test_resume_keeps_the_resumed_runs_feature_cut(tmp_path, monkeypatch, capsys):
     """A run that kept every feature id (e.g. from before the budget) resumes with all of
     them although the default budget would now cut; a cut run resumes with its own cut."""
-    import graphattn.social_node as sn
+    import graphattn.tasks.social.node as sn
 
     _musae(tmp_path, n=40, feats=lambda i: [i % 3, 100 + i], target_header="id,kind")
     args = ["train", "--edges", tmp_path / "edges.csv", "--target", tmp_path / "target.csv", "--features",
@@ -647,7 +647,7 @@ def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
 
 def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
     # the class is in the edge labels only (every graph a 5-node path with the same node labels)
-    from graphattn.social_graph import load_graphs
+    from graphattn.tasks.social.graph import load_graphs
 
     graphs = [(5, [(i, i + 1) for i in range(4)], k % 2, [0] * 5) for k in range(40)]
     _write_tu(tmp_path / "P", "P", graphs)

@@ -37,7 +37,7 @@ def _train(tmp_path, edges, target, out, *extra):
 
 
 def test_aliases_of_the_data_modules_reach_the_cli():
-    from graphattn.social_tasks import _key
+    from graphattn.cli.social_train import _key
 
     for alias, name in (("lastfm", "lastfm_asia"), ("deezer", "deezer_europe"), ("imdbbinary", "imdb-binary"),
                         ("redditbinary", "reddit-binary"), ("deezer_ego_nets", "deezer-ego"),
@@ -77,7 +77,7 @@ def test_single_class_target_is_refused(tmp_path, capsys):
 
 
 def test_one_node_graph_gives_finite_features():
-    from graphattn.social_node import _standardize
+    from graphattn.tasks.social.node import _standardize
 
     x = _standardize(torch.tensor([[3.0, 1.0]]))
     assert torch.isfinite(x).all() and torch.equal(x, torch.zeros(1, 2))
@@ -135,7 +135,7 @@ def test_features_source_is_pinned_in_the_checkpoint(tmp_path, capsys):
     _train(tmp_path, edges, target, out)
     spec = load_checkpoint(out / "best.pt")["meta"]["data"]
     assert spec["feature_source"] == "structural"
-    from graphattn import social_node as sn
+    from graphattn.tasks.social import node as sn
 
     # a features file that appears later is not used by this checkpoint
     feats = tmp_path / "f.json"
@@ -165,7 +165,7 @@ def test_metrics_json_is_strict(tmp_path):
 
 
 def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
-    from graphattn import social_graph as sg
+    from graphattn.tasks.social import graph as sg
 
     lines = ["6"]
     for g in range(6):

@@ -343,7 +343,7 @@ def _empty_graph_batch(graphs):
     from torch_geometric.loader import DataLoader
 
     from graphattn.data.structural import add_structural_features
-    from graphattn.models import GraphClassifier
+    from graphattn.nn.models.graph_transformer import GraphClassifier
 
     add_structural_features(graphs, max_degree=4, rw_steps=3)
     torch.manual_seed(0)

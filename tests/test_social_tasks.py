@@ -63,8 +63,8 @@ def test_karate_train_evaluate_predict_explain(tmp_path, capsys):
 
 def test_last_layer_attention_sums_to_one_per_node():
     from graphattn import NodeClassifier
-    from graphattn.social_node import load_node_data, node_inputs
-    from graphattn.viz_social import last_layer_attention
+    from graphattn.tasks.social.node import load_node_data, node_inputs
+    from graphattn.tasks.social.viz import last_layer_attention
 
     data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
     model = NodeClassifier(data.num_features, 16, 2, num_layers=2, heads=2)
@@ -201,8 +201,8 @@ def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
 def test_neighbour_sampling_drops_default_propagation_and_refuses_an_explicit_one(tmp_path, capsys, monkeypatch):
     """A K-hop APPNP head trained on L-hop samples does not transfer to the whole graph
     (GitHub: 0.27 whole-graph accuracy): neighbour sampling trains without it."""
-    import graphattn.social_node as sn
-    from graphattn.checkpoint import load_checkpoint
+    import graphattn.tasks.social.node as sn
+    from graphattn.train.checkpoint import load_checkpoint
 
     monkeypatch.setitem(sn._PER_DATASET, "karate", dict(sn._PER_DATASET.get("karate", {}), propagation=10))
     _run("train", "karate", "--mini-batch", "neighbor", "--epochs", 2, "--out", tmp_path / "nb", "--no-progress")
@@ -225,7 +225,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 
 
 def test_dataset_names_are_canonicalised():
-    from graphattn.social_tasks import DATASETS, _key
+    from graphattn.cli.social_train import DATASETS, _key
 
     assert _key("Twitch_DE") == "twitch-de" and _key("LastFM-Asia") == "lastfm_asia"
     assert _key("IMDB-BINARY") == "imdb-binary" and _key("karate") == "karate" and _key("tox21") is None
@@ -273,7 +273,7 @@ def test_examples_run(tmp_path, capsys):
 
 
 def test_label_input_never_shows_val_or_test_labels():
-    from graphattn.social_node import load_node_data, masked_label_input
+    from graphattn.tasks.social.node import load_node_data, masked_label_input
 
     spec = {"name": "karate", "split": [0.6, 0.2], "split_seed": 0}
     plain, data = load_node_data(spec), load_node_data({**spec, "label_input": True})
@@ -348,8 +348,8 @@ def test_baseline_grid_is_chosen_on_validation(capsys):
 def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
     # GIN-0 (the TU anchors' architecture): sum readout whatever our readout is; it must learn
     # the toy task and its checkpoint must evaluate like the others
-    from graphattn.baselines import ConvBaseline
-    from graphattn.social_graph import graph_model_spec
+    from graphattn.nn.models.baselines import ConvBaseline
+    from graphattn.tasks.social.graph import graph_model_spec
 
     spec = graph_model_spec("gin", 5, 2, dict(hidden=16, layers=2, heads=4, dropout=0.0, readout="mean"))
     assert spec["kwargs"]["readout"] == "sum" and spec["kwargs"]["kind"] == "gin"
@@ -369,7 +369,7 @@ def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
 
 
 def test_gin_baseline_trains_on_a_one_node_batch():
-    from graphattn.baselines import ConvBaseline
+    from graphattn.nn.models.baselines import ConvBaseline
 
     model = ConvBaseline("gin", 3, 8, 2, graph_level=True, readout="sum").train()
     out = model(torch.randn(1, 3), torch.empty(2, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))

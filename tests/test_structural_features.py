@@ -41,8 +41,8 @@ def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
     """``graphattn train`` specs carry ``ldp``; a checkpoint's spec without it rebuilds the old features."""
     from test_social_tasks import _tu_text
 
-    from graphattn import cli
-    from graphattn.social_graph import GRAPH_FEATURES, load_graphs
+    from graphattn.cli import main as cli
+    from graphattn.tasks.social.graph import GRAPH_FEATURES, load_graphs
     from graphattn.train import load_checkpoint
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphattn.metrics import compute_pos_weight, masked_bce_with_logits, roc_auc_per_task
+from graphattn.train.metrics import compute_pos_weight, masked_bce_with_logits, roc_auc_per_task
 from graphattn.train import CheckpointError, compute_metrics, fit, load_checkpoint
 
 QUIET = dict(progress=False, log=lambda s: None)

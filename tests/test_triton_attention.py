@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 
-from graphattn import triton_attention as ta
-from graphattn.csr import to_csr
+from graphattn.ops import fused_triton as ta
+from graphattn.ops.csr import to_csr
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias, random_graph
 
@@ -316,7 +316,7 @@ def test_disabled_by_environment(monkeypatch):
 
 @pytest.mark.skipif(not CUDA, reason="dispatch to the Triton kernels happens for CUDA tensors")
 def test_layer_uses_triton_on_cuda():
-    from graphattn.attention import GraphSelfAttention
+    from graphattn.nn.attention import GraphSelfAttention
 
     gen = torch.Generator().manual_seed(0)
     ei = random_graph(200, 1500, generator=gen)

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 import graphattn.functional as functional
-from graphattn.attention import GraphSelfAttention
-from graphattn.encodings import AddLaplacianPE
+from graphattn.nn.attention import GraphSelfAttention
+from graphattn.nn.encodings import AddLaplacianPE
 from graphattn.functional import check_all_finite, edge_attention
-from graphattn.global_tokens import GlobalTokens
-from graphattn.models import GraphClassifier
-from graphattn.padding import GraphLayout
-from graphattn.validation import check_edge_index, check_row_index, mark_index_checked
+from graphattn.nn.global_tokens import GlobalTokens
+from graphattn.nn.models.graph_transformer import GraphClassifier
+from graphattn.ops.padding import GraphLayout
+from graphattn.utils.validation import check_edge_index, check_row_index, mark_index_checked
 from torch_geometric.data import Data
 
 EI = torch.tensor([[0, 1, 2, 3, 4, 0, 2], [1, 2, 3, 4, 0, 0, 4]])
@@ -76,7 +76,7 @@ def test_layer_checks_only_its_inputs_once(score):
     x, ea, b = torch.randn(5, 4), torch.randn(EI.size(1), 2), torch.zeros(EI.size(1), 2)
     seen = []
     real = functional.check_all_finite
-    with mock.patch("graphattn.attention.check_all_finite",
+    with mock.patch("graphattn.nn.attention.check_all_finite",
                     lambda items: (seen.append([n for n, _, _ in items]), real(items))), \
             mock.patch.object(functional, "check_all_finite", lambda items: seen.append("inner")):
         layer(x, EI, ea, attn_bias=b)

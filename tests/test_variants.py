@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.clustered_attention import ClusteredAttention, cluster_codes, cluster_graph
+from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_codes, cluster_graph
 from graphattn.functional import dense_attention, edge_attention
-from graphattn.large_graph import saved_tensor_bytes
-from graphattn.linear_attention import LinearGlobalAttention, linear_attention, orthogonal_features
-from graphattn.normalization import edge_normalize, normalized_edge_attention
-from graphattn.padding import GraphLayout
+from graphattn.loader.partition import saved_tensor_bytes
+from graphattn.nn.variants.linear_attention import (LinearGlobalAttention, linear_attention,
+                                                    orthogonal_features)
+from graphattn.ops.normalization import edge_normalize, normalized_edge_attention
+from graphattn.ops.padding import GraphLayout
 from graphattn.patterns import sequence_graph
-from graphattn.reduced_attention import ReducedKeyAttention
-from graphattn.synthesizer import SynthesizerAttention
+from graphattn.nn.variants.reduced_attention import ReducedKeyAttention
+from graphattn.nn.variants.synthesizer import SynthesizerAttention
 from graphattn.testing import random_graph
-from graphattn.variants import GLOBAL_ATTNS, make_global_attention
+from graphattn.nn.variants import GLOBAL_ATTNS, make_global_attention
 
 
 ROOT = Path(__file__).resolve().parents[1]

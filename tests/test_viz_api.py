@@ -19,7 +19,7 @@ def _mol_model(**kw):
 
 def test_molecule_attention_one_molecule_any_model_mode_kept():
     from graphattn.data.featurize import BOND_FEATURE_DIMS, smiles_to_data
-    from graphattn.viz import molecule_attention
+    from graphattn.tasks.molecules.viz import molecule_attention
 
     d = smiles_to_data("CCO")
     model = _mol_model()  # no edge encoder: bond features are not read (they were passed and refused)
@@ -40,8 +40,8 @@ def test_molecule_attention_one_molecule_any_model_mode_kept():
 
 
 def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_arguments(tmp_path):
-    from graphattn.encodings import AddLaplacianPE
-    from graphattn.viz_social import draw_ego_attention, last_layer_attention
+    from graphattn.nn.encodings import AddLaplacianPE
+    from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 
     torch.manual_seed(0)
     n = 30
@@ -77,7 +77,7 @@ def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_argum
 
 
 def test_molecule_colours_stretch_real_differences_not_near_equal_scores(tmp_path):
-    from graphattn.viz import colour_levels, draw_molecule_attention
+    from graphattn.tasks.molecules.viz import colour_levels, draw_molecule_attention
 
     benzene = [1.0, 0.9990, 0.9985, 0.9981, 0.9990, 1.0]  # rollout of six equivalent atoms (QA)
     assert min(colour_levels(benzene)) > 0.99  # all red: was drawn white .. red like a strong pattern

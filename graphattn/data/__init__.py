@@ -5,20 +5,22 @@ Raw files are read from the data root (``root=`` > ``$GRAPHATTN_DATA`` > checkou
 :func:`cache_root` (``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``). RDKit is imported only
 when molecules are featurized.
 """
-from .descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
-from .download import DataFileError, cache_root, data_root, find_file
-from .rawio import canonical_label
-from .molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
-                        FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, InvalidSmilesError,
-                        InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, ToxicityDataset,
-                        DuplicateSmilesWarning,
-                        find_column, mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
-from .social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid, load_social_node_dataset,
-                     random_walk_pe, stratified_masks, structural_node_features)
-from .tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
-                 load_tu_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
-from .splits import (balanced_scaffold_split, murcko_scaffold, random_split, scaffold_groups,
-                     scaffold_split, stratified_split)
+from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
+from graphattn.data.download import DataFileError, cache_root, data_root, find_file
+from graphattn.data.rawio import canonical_label
+from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS,
+                                      BOND_FEATURE_NAMES, FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS,
+                                      InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset,
+                                      TaskColumnWarning, ToxicityDataset, DuplicateSmilesWarning, find_column,
+                                      mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
+from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid,
+                                   load_social_node_dataset, random_walk_pe, stratified_masks,
+                                   structural_node_features)
+from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features,
+                               load_social_graph_dataset, load_tu_dataset, load_tu_folder, load_tu_folds,
+                               load_tu_text, stratified_folds)
+from graphattn.data.splits import (balanced_scaffold_split, murcko_scaffold, random_split, scaffold_groups,
+                                   scaffold_split, stratified_split)
 
 __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",

@@ -12,7 +12,7 @@ stored per molecule as ``data.mol_desc`` ``(1, D)`` so that a PyG batch stacks t
 1e15); a descriptor RDKit cannot compute for a molecule (an exception or a non-finite value,
 e.g. the partial-charge and BCUT descriptors of molecules with exotic elements) is 0 and
 counted; an overflow (``inf``) is the largest compressed float instead. The model standardises the columns with statistics of its training set
-(:class:`graphattn.models.GraphFeatureNorm`), so the raw scale does not matter.
+(:class:`graphattn.nn.models.graph_transformer.GraphFeatureNorm`), so the raw scale does not matter.
 
 Which descriptors exist depends on the RDKit version; a checkpoint stores the names it was
 trained with and :func:`mol_descriptors` computes exactly those (or says which are missing).
@@ -86,7 +86,7 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
     out = []
     big = mol.GetNumAtoms() > SLOW_MAX_ATOMS
     # RDKit logs on exotic atoms; numpy warns on overflow inside some descriptors (huge molecules)
-    from ..spectral import _single_thread_blas
+    from graphattn.ops.spectral import _single_thread_blas
 
     # one BLAS thread: Ipc/AvgIpc (eigenvalues) differ in the 4th digit between thread counts, and the
     # processed cache would depend on OMP_NUM_THREADS of the process that built it
@@ -120,7 +120,7 @@ class AddMolDescriptors:
         self.names = descriptor_names() if names is None else list(names)
 
     def __call__(self, data):
-        from .featurize import parse_smiles
+        from graphattn.data.featurize import parse_smiles
 
         smiles = getattr(data, "smiles", None)
         if not isinstance(smiles, str):

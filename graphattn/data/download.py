@@ -89,9 +89,9 @@ def input_files(spec) -> list:
     """The user files a ``graphattn train`` data spec reads (``--edges/--target/--features``,
     ``--tu-text`` — for the TU original format every ``NAME_*`` file of its set)."""
     if spec.get("tu_text"):
-        from .tu_folder import find_tu_prefix
+        from graphattn.data.tu_folder import find_tu_prefix
 
-        from .tu_folder import _ANY_FILE
+        from graphattn.data.tu_folder import _ANY_FILE
 
         tu = find_tu_prefix(spec["tu_text"])
         if tu is None:
@@ -195,7 +195,7 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
             except DataFileError as exc:  # the check names the temporary file, which is removed below
                 msg = str(exc).replace(str(tmp), dest.name).replace("; delete it to re-download", "")
                 raise DataFileError(f"{rejected}: {msg}") from None
-        from ..checkpoint import _plain_mode
+        from graphattn.train.checkpoint import _plain_mode
 
         _plain_mode(tmp)  # as a plain write would (mkstemp creates 0600; shared data roots)
         os.replace(tmp, dest)

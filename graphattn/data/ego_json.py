@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .download import DataFileError, PathLike
-from .rawio import (as_number, csv_rows, parse_json, read_text, sorted_unique,
-                    undirected_edge_index)
-from .tu_text import GraphList
+from graphattn.data.download import DataFileError, PathLike
+from graphattn.data.rawio import (as_number, csv_rows, parse_json, read_text, sorted_unique,
+                                  undirected_edge_index)
+from graphattn.data.tu_text import GraphList
 
 __all__ = ["load_ego_json"]
 

@@ -28,12 +28,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch_geometric.data import InMemoryDataset
 
-from .download import DataFileError, cache_root, find_file, sha256sum
-from .rawio import MISSING_LABELS, delimiter_hint
-from .featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: F401
-                        CANONICAL_MAX_ATOMS, FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning,
-                        canonical_smiles, mol_to_data,
-                        parse_smiles, smiles_to_data)
+from graphattn.data.download import DataFileError, cache_root, find_file, sha256sum
+from graphattn.data.rawio import MISSING_LABELS, delimiter_hint
+from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS,
+                                      BOND_FEATURE_NAMES, CANONICAL_MAX_ATOMS, FEATURIZER_VERSION,
+                                      InvalidSmilesError, InvalidSmilesWarning, canonical_smiles, mol_to_data,
+                                      parse_smiles, smiles_to_data)
 
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",

@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .download import DataFileError, PathLike
-from .rawio import (MISSING_LABELS, csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json, read_bytes,
-                    read_text, sorted_unique, undirected_edge_index)
+from graphattn.data.download import DataFileError, PathLike
+from graphattn.data.rawio import (MISSING_LABELS, csv_rows, delimiter_hint, label_codes, parse_int_tokens,
+                                  parse_json, read_bytes, read_text, sorted_unique, undirected_edge_index)
 
 __all__ = ["load_musae", "check_max_features", "MISSING_LABELS"]
 _label_codes = label_codes  # the name used before the move to rawio

@@ -19,8 +19,8 @@ from typing import Dict, Optional
 import torch
 from torch_geometric.data import Data
 
-from ..checkpoint import _plain_mode
-from .download import DataFileError, PathLike, cache_root, find_file
+from graphattn.train.checkpoint import _plain_mode
+from graphattn.data.download import DataFileError, PathLike, cache_root, find_file
 
 __all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
 

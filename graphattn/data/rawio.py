@@ -21,7 +21,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .download import DataFileError, PathLike
+from graphattn.data.download import DataFileError, PathLike
 
 __all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
            "parse_json", "delimiter_hint", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",

@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from . import download as _download, rawio as _rawio
-from .download import DataFileError, PathLike, data_root, find_file
-from .musae import check_max_features, load_musae
-from .planetoid import PLANETOID_DATASETS, load_cora, load_planetoid
-from .rawio import canonical_name, label_codes, read_bytes, sorted_unique, undirected_edge_index
-from .social_splits import stratified_masks
-from .structural import random_walk_pe, structural_node_features
+from graphattn.data import download as _download, rawio as _rawio
+from graphattn.data.download import DataFileError, PathLike, data_root, find_file
+from graphattn.data.musae import check_max_features, load_musae
+from graphattn.data.planetoid import PLANETOID_DATASETS, load_cora, load_planetoid
+from graphattn.data.rawio import canonical_name, label_codes, read_bytes, sorted_unique, undirected_edge_index
+from graphattn.data.social_splits import stratified_masks
+from graphattn.data.structural import random_walk_pe, structural_node_features
 
 __all__ = [
     "load_musae", "load_social_node_dataset", "load_karate", "load_cora", "load_planetoid",

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .download import DataFileError, PathLike
-from .rawio import parse_int_tokens, read_bytes, sorted_unique
+from graphattn.data.download import DataFileError, PathLike
+from graphattn.data.rawio import parse_int_tokens, read_bytes, sorted_unique
 
 __all__ = ["stratified_masks", "stratified_folds", "load_tu_folds"]
 
@@ -68,7 +68,7 @@ def stratified_masks(y: Tensor, train: float = 0.6, val: float = 0.2, seed: int 
             (test > 1e-9 and not bool(masks[2].any()) and n_lab * test >= 1):
         # many small classes: rounding per class left val or test empty although the whole set
         # can fill them; share the part sizes over the classes instead (other splits unchanged)
-        from .splits import stratified_split
+        from graphattn.data.splits import stratified_split
 
         idx = labelled.nonzero().view(-1)
         parts = stratified_split(y[idx], (train, val, max(test, 0.0)), seed=seed)

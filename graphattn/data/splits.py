@@ -64,7 +64,7 @@ def murcko_scaffold(smiles: str) -> Optional[str]:
     from rdkit import rdBase
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
-    from .featurize import InvalidSmilesError, parse_smiles
+    from graphattn.data.featurize import InvalidSmilesError, parse_smiles
 
     try:
         mol = parse_smiles(smiles)

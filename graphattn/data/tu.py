@@ -22,14 +22,14 @@ import zipfile
 from pathlib import Path
 from typing import Optional, Tuple
 
-from . import rawio as _rawio, structural as _structural
-from .download import DataFileError, PathLike, data_root, find_file
-from .ego_json import load_ego_json
-from .rawio import canonical_name, zip_check
-from .social_splits import load_tu_folds, stratified_folds
-from .structural import add_structural_features
-from .tu_folder import find_tu_prefix, load_tu_folder
-from .tu_text import GraphList, load_tu_text
+from graphattn.data import rawio as _rawio, structural as _structural
+from graphattn.data.download import DataFileError, PathLike, data_root, find_file
+from graphattn.data.ego_json import load_ego_json
+from graphattn.data.rawio import canonical_name, zip_check
+from graphattn.data.social_splits import load_tu_folds, stratified_folds
+from graphattn.data.structural import add_structural_features
+from graphattn.data.tu_folder import find_tu_prefix, load_tu_folder
+from graphattn.data.tu_text import GraphList, load_tu_text
 
 __all__ = [
     "GraphList", "load_tu_text", "load_tu_folder", "load_tu_folds", "stratified_folds", "load_ego_json",

@@ -35,9 +35,9 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from .download import DataFileError, PathLike
-from .rawio import parse_int_tokens, read_bytes, sorted_unique, undirected_edge_index
-from .tu_text import GraphList, split_graphs
+from graphattn.data.download import DataFileError, PathLike
+from graphattn.data.rawio import parse_int_tokens, read_bytes, sorted_unique, undirected_edge_index
+from graphattn.data.tu_text import GraphList, split_graphs
 
 __all__ = ["load_tu_folder", "find_tu_prefix"]
 

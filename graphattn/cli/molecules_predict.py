@@ -1,0 +1,298 @@
+"""Molecule checkpoints: ``graphattn evaluate``, ``predict`` and ``explain`` rebuild the model,
+its featurizer and its descriptors from the checkpoint alone (training is in
+:mod:`graphattn.cli.molecules_train`)."""
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from typing import List, Tuple
+
+import torch
+from torch import nn
+
+from graphattn.train.checkpoint import write_csv
+from graphattn.cli.options import check_output_not_input, out_path
+from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
+from graphattn.tasks.molecules.pipeline import (featurize, load_dataset, load_model, predict_proba,
+                                                split_indices, split_metrics)
+from graphattn.train.loop import resolve_device
+
+__all__ = ["evaluate", "predict", "explain"]
+
+_PREDICT_CHUNK = 10_000  # molecules featurized at a time by predict
+
+
+def _err(command: str, msg: str) -> int:
+    print(f"graphattn {command}: {msg}", file=sys.stderr)
+    return 2
+
+
+def _smiles_column(header: List[str], args, meta: dict, path, command: str) -> int:
+    """Index of the SMILES column of --csv: ``--smiles-col``; when that was not given and the
+    file has no ``smiles`` column, the column the checkpoint was trained with (a model trained
+    with ``--smiles-col mol`` predicts on its own training file as it is; a note says so)."""
+    from graphattn.data.download import DataFileError
+    from graphattn.data.molecules import find_column
+
+    try:
+        return find_column(header, args.smiles_col, path, flag="--smiles-col")
+    except DataFileError:
+        trained = str((meta.get("data") or {}).get("smiles_col") or "smiles")
+        if args.smiles_col != "smiles" or trained.strip().lower() == "smiles":
+            raise  # chosen by the user, or nothing else to try
+        try:
+            j = find_column(header, trained, path)
+        except DataFileError:
+            raise DataFileError(f"{path}: no column 'smiles' nor {trained!r} (the model's training column); "
+                                f"columns are {header} (choose one with --smiles-col)") from None
+        print(f"graphattn {command}: {path}: reading SMILES from column {header[j]!r}, the column the "
+              "model was trained with (no 'smiles' column; --smiles-col chooses another)", file=sys.stderr)
+        return j
+
+
+def _read_smiles_csv(path, args, meta: dict, command: str, with_lines: bool = False):
+    """The SMILES column (:func:`_smiles_column`) of a CSV / .csv.gz, read and matched as the
+    datasets do (with ``with_lines``: also each record's file line, the row number
+    train/evaluate report)."""
+    from graphattn.data.molecules import read_csv_table
+
+    header, rows = read_csv_table(path)
+    j = _smiles_column(header, args, meta, path, command)
+    smiles = [fields[j] for _, fields in rows]
+    return (smiles, [line for line, _ in rows]) if with_lines else smiles
+
+
+_out_path = out_path  # shared with the social commands (graphattn.cli.options)
+
+
+def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
+    """Names of the probability and (ensembles) std columns of ``predict``'s CSV, per task.
+
+    The std column of task ``t`` is ``t_std``. The probability column is ``t`` itself unless
+    that is ``row``, ``smiles``, ``error``, an std column or an earlier task's column: then
+    ``_task`` is appended (again, until it is unique). Deterministic for a checkpoint."""
+    std = [f"{t}_std" for t in tasks] if ensemble else []
+    taken = {"row", "file_row", "smiles", "error", *std}
+    prob = []
+    for t in tasks:
+        col = t
+        while col in taken:
+            col += "_task"
+        taken.add(col)
+        prob.append(col)
+    return prob, std
+
+
+def _inputs(args, meta: dict, command: str, with_lines: bool = False):
+    """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None)."""
+    if args.smiles and args.csv:
+        raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
+    if args.smiles_col != "smiles" and not args.csv:
+        raise ValueError(f"--smiles-col {args.smiles_col} names a column of --csv, which is not given")
+    if args.smiles:
+        return (list(args.smiles), None) if with_lines else list(args.smiles)
+    if args.csv:
+        return _read_smiles_csv(args.csv, args, meta, command, with_lines)
+    raise ValueError("give --smiles SMILES [...] or --csv FILE")
+
+
+# ----------------------------------------------------------------------------- evaluate / predict / explain
+def evaluate(args) -> int:
+    """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
+    from torch_geometric.loader import DataLoader
+
+    from graphattn.data.download import DataFileError
+
+    try:
+        model, meta = load_model(args.checkpoint)
+    except (ValueError, RuntimeError) as exc:
+        return _err("evaluate", str(exc))
+    tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
+    try:
+        if args.csv:
+            from graphattn.data.molecules import read_csv_table
+
+            csv_path = _spooled(args.csv)
+            header, _ = read_csv_table(csv_path, header_only=True)
+            smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
+            folded = {}
+            for h in header:
+                folded.setdefault(h.lower(), []).append(h)
+            present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
+            clash = next((t for t in tasks if t not in header and len(folded.get(t.lower(), [])) > 1), None)
+            if clash is not None:
+                return _err("evaluate", f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
+                                        f"{clash!r} (letter case aside): rename all but one")
+            if present and len(present) < len(tasks):
+                print(f"graphattn evaluate: {args.csv} has no column for the model's task(s) "
+                      f"{[t for t in tasks if t not in present]}; evaluating the other {len(present)}",
+                      file=sys.stderr)
+            if not present:
+                return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
+                                        f"(columns: {header})")
+            ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col, pe_dim=k,
+                              tasks=[t if t in header else folded[t.lower()][0] for t in present],
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
+            parts = {"csv": ds}
+        else:
+            # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
+            wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
+            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, k, d["limit"],
+                              log=not args.no_progress, descriptors=meta.get("descriptors"))
+            present = tasks
+            from graphattn.cli.molecules_train import _file_sha256
+
+            if d.get("sha256") and _file_sha256(ds) not in (None, d["sha256"]):
+                warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
+                              "(sha256 differs): the validation/test split is rebuilt from the new "
+                              "rows, so these numbers are not those of training", stacklevel=2)
+            idx = split_indices(ds, d["split"], d["seed"])
+            parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
+    except (DataFileError, ValueError, OSError) as exc:
+        return _err("evaluate", str(exc))
+    model = model.to(resolve_device("auto"))  # evaluate: the GPU when there is one
+    result = {"checkpoint": str(args.checkpoint), "tasks": present}
+    if args.csv:
+        # evaluate on the tasks present in the CSV only: reorder the model's outputs to them
+        cols = [tasks.index(t) for t in present]
+        model = _Columns(model, cols)
+    for name, part in parts.items():
+        res = split_metrics(model, DataLoader(part, batch_size=256), present)
+        result[name] = res
+        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+        print(f"{name}: {res['num_molecules']} molecules | ROC-AUC {fmt(res['roc_auc'])} | "
+              f"PR-AUC {fmt(res['pr_auc'])} ({res.get('tasks_evaluated', 0)} tasks with both classes)")
+        print("  " + ", ".join(f"{t} {fmt(v)}" for t, v in res.get("roc_auc_per_task", {}).items()))
+    if args.csv and ds.skipped:
+        print(f"Skipped {len(ds.skipped)} invalid SMILES (file rows {', '.join(str(s[0]) for s in ds.skipped)})")
+    result["skipped_rows"] = [s[0] for s in ds.skipped]  # the file rows skipped (its own split's file, or --csv)
+    print(json.dumps({k: v for k, v in result.items()}, default=str))
+    return 0
+
+
+class _Columns(nn.Module):
+    """A model restricted to some of its output columns (for evaluate on a CSV)."""
+
+    def __init__(self, model: nn.Module, cols: List[int]):
+        super().__init__()
+        self.model, self.cols = model, cols
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)[:, self.cols]
+
+
+def predict(args) -> int:
+    """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
+    OUT is a folder; stdout without --out or with ``--out -``). Columns: ``row`` (1-based input position), with
+    --csv ``file_row`` (the record's line in the file, the row number train/evaluate report),
+    ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
+    columns (spread of its members' probabilities), ``error``. Every input gets a row; an
+    invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
+    (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
+    :func:`_output_columns`; a note goes to stderr)."""
+    try:
+        if args.out and args.out != "-":
+            check_output_not_input(_out_path(args.out, "predictions.csv"),
+                                   {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
+        model, meta = load_model(args.checkpoint)
+        smiles, lines = _inputs(args, meta, "predict", with_lines=True)
+    except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
+        return _err("predict", str(exc))
+    tasks = meta["task_names"]
+    # in chunks: a screening file of a million molecules is never featurized all at once
+    # (~13 KB per featurized molecule), only its probabilities are kept
+    errors, ok, parts = [], [], []
+    for start in range(0, len(smiles), _PREDICT_CHUNK):
+        graphs = featurize(smiles[start:start + _PREDICT_CHUNK], meta["pe"]["k"], meta.get("descriptors"))
+        errors += [g if isinstance(g, str) else "" for g in graphs]
+        valid = [g for g in graphs if not isinstance(g, str)]
+        ok += [start + i for i, g in enumerate(graphs) if not isinstance(g, str)]
+        parts.append(predict_proba(model, valid, members=True))
+    prob = torch.cat(parts, dim=-2) if parts else predict_proba(model, [], members=True)
+    # an ensemble also reports how much its members disagree: <task>_std, the standard
+    # deviation of the members' probabilities (chemprop's ensemble uncertainty)
+    prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
+    for t, c in zip(tasks, prob_cols):
+        if c != t:
+            print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
+    std = prob.std(0, unbiased=False) if std_cols else None
+    prob = prob.mean(0) if std_cols else prob
+    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines is not None else {}), "smiles": s,
+             **{c: "" for c in prob_cols + std_cols}, "error": e}
+            for i, (s, e) in enumerate(zip(smiles, errors))]
+    for j, i in enumerate(ok):
+        rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
+        if std_cols:
+            rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
+    fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
+    out = _out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
+    try:
+        write_csv(out, fields, rows)
+    except OSError as exc:
+        return _err("predict", f"cannot write {out}: {exc}")
+    if out != "-":
+        print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
+    for r in rows:
+        if r["error"]:
+            where = f" (file row {r['file_row']})" if "file_row" in r else ""
+            print(f"row {r['row']}{where}: {r['smiles']!r}: {r['error']}", file=sys.stderr)
+    if not ok:  # every row answered with its error (the documented contract), and the likely cause said
+        print("graphattn predict: " + ("no molecules in the input (the file has a header only)" if not rows else
+                                       f"none of the {len(rows)} SMILES could be parsed"
+                                       + (" (wrong --smiles-col?)" if args.csv else "")), file=sys.stderr)
+    return 0
+
+
+def explain(args) -> int:
+    """Draw each molecule with atoms and bonds coloured by attention rollout
+    (:func:`graphattn.tasks.molecules.viz.molecule_attention`) and the per-task probabilities as caption, to
+    --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
+    molecules ``<stem>_<i>.png``). An invalid SMILES is reported on stderr and skipped; the
+    exit status is 2 only when no molecule could be drawn."""
+    from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, draw_molecule_attention, molecule_attention
+
+    try:
+        model, meta = load_model(args.checkpoint)
+        smiles, file_rows = _inputs(args, meta, "explain", with_lines=True)
+    except (ValueError, RuntimeError, OSError) as exc:
+        return _err("explain", str(exc))
+    social = [f for f, v in (("--node", getattr(args, "node", None) is not None),
+                             ("--hops", getattr(args, "hops", 1) != 1)) if v]
+    if social:
+        return _err("explain", f"{', '.join(social)}: for social-network checkpoints (a node's ego-graph); "
+                               "a molecule checkpoint explains --smiles / --csv")
+    if meta["model"]["class"] != "GraphClassifier":
+        return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
+    if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
+        return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
+    out = _out_path(args.out or "explain.png", "explain.png")
+    if out.suffix.lower() not in ("", ".png", ".svg"):
+        return _err("explain", f"--out {out}: molecule pictures are written as .png or .svg, not {out.suffix}")
+    if not out.suffix:  # a PNG under a name that says so (as social explain writes)
+        out = out.with_suffix(".png")
+    if not smiles:
+        return _err("explain", "no molecules to draw (the input has no rows)")
+    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
+    drawn = 0
+    for i, (s, g) in enumerate(zip(smiles, graphs)):
+        if isinstance(g, str):  # reported per input, like predict's error column; the others are drawn
+            where = f" (file row {file_rows[i]})" if file_rows is not None else ""  # as predict names it
+            print(f"graphattn explain: row {i + 1}{where} {s!r}: {g}", file=sys.stderr)
+            continue
+        path = out if len(smiles) == 1 else out.with_name(f"{out.stem}_{i + 1}{out.suffix}")
+        prob, scores = molecule_attention(model, g)
+        lines = [f"{t} {p:.2f}" for t, p in zip(meta["task_names"], prob.tolist())]
+        spread = float((scores.max() - scores.min()) / scores.max().clamp_min(1e-12))
+        key = "colour: attention rollout (red = most attended)" + (
+            f"; nearly uniform (spread {spread:.1%})" if spread < MIN_COLOUR_SPAN else "")
+        legend = "\n".join([key]
+                           + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
+        try:
+            draw_molecule_attention(s, scores, path, legend=legend)
+        except OSError as exc:  # unwritable --out (a file as folder, read-only, disk full)
+            return _err("explain", f"cannot write {path}: {exc.strerror or exc}")
+        top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), meta["task_names"]), reverse=True)[:3])
+        print(f"{s}: highest probabilities {top}; most attended atom #{int(scores.argmax())}. Wrote {path}")
+        drawn += 1
+    return 0 if drawn else 2  # nothing drawn: every input was invalid

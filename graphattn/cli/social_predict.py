@@ -1,0 +1,219 @@
+"""Social-network checkpoints: rebuild the model and its graph, then ``graphattn evaluate``,
+``predict`` and ``explain`` (training is in :mod:`graphattn.cli.social_train`)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict
+
+import torch
+
+from graphattn.tasks.social import node as sn
+from graphattn.cli.options import check_output_not_input, out_path
+from graphattn.train.checkpoint import write_csv
+
+__all__ = ["build_model", "evaluate", "predict", "explain"]
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's message; a KeyError's without the quotes ``str`` adds."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return str(exc.args[0])
+    return str(exc)
+
+
+def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
+    """Rebuild a model from the ``meta["model"]`` of a checkpoint."""
+    from graphattn.nn.models.baselines import ConvBaseline
+    from graphattn.nn.models.graph_transformer import GraphClassifier, NodeClassifier
+
+    classes = {"NodeClassifier": NodeClassifier, "GraphClassifier": GraphClassifier,
+               "ConvBaseline": ConvBaseline}
+    if model_spec["class"] not in classes:
+        raise ValueError(f"unknown model class {model_spec['class']!r}")
+    return classes[model_spec["class"]](**model_spec["kwargs"])
+
+
+#: evaluate / predict / explain flags that say where a run's own input files are now
+RELOCATE_FLAGS = ("edges", "target", "features", "tu_text")
+
+
+def _load(checkpoint, args=None):
+    """Checkpoint, meta and model; ``args``: the command's flags (files moved, see :func:`_relocate`)."""
+    from graphattn.train.loop import load_checkpoint
+
+    ck = load_checkpoint(checkpoint)
+    meta = ck["meta"]
+    if args is not None:
+        _relocate(meta["data"], args)
+    model = build_model(meta["model"])
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return ck, meta, model
+
+
+def _relocate(spec: Dict[str, Any], args) -> None:
+    """``--edges/--target/--features/--tu-text`` of evaluate/predict/explain: the files a run was
+    trained on, moved elsewhere. The recorded sha256 still checks their contents (a warning when
+    they differ)."""
+    for key in RELOCATE_FLAGS:
+        path = getattr(args, key, None)
+        if not path:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if spec.get(key) is None:
+            what = ("a named dataset" if spec.get("name") else "--edges/--target without --features: structural "
+                    "features" if key == "features" and spec.get("edges") else "other inputs")
+            raise ValueError(f"{flag}: this model was not trained on {flag} files ({what}); nothing to relocate")
+        if not Path(path).expanduser().exists():
+            raise ValueError(f"{flag} {path}: no such file")
+        spec[key] = str(Path(path).expanduser().resolve())
+
+
+def _node_data(meta: Dict[str, Any]):
+    """The graph of a node checkpoint, checked against what the model was trained on."""
+    data = sn.load_node_data(meta["data"])
+    sn.check_matches_checkpoint(meta, data.class_names, data.num_features, "", "the input files")
+    return data
+
+
+def _social_command(fn):
+    """Runs a checkpoint command; missing/changed input files give one clear line, exit 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(args) -> int:
+        from graphattn.data.download import DataFileError
+
+        command = fn.__name__
+        smiles_col = getattr(args, "smiles_col", "smiles")
+        for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None)),
+                          ("--smiles-col", smiles_col if smiles_col != "smiles" else None)):
+            if val:
+                print(f"graphattn {command}: {flag} is for molecule checkpoints; {args.checkpoint} is a "
+                      "social-network model (it reads the graph it was trained on)", file=sys.stderr)
+                return 2
+        try:
+            return fn(args)
+        except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
+            print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
+            return 2
+        except OSError as exc:  # unreadable input or unwritable output (a folder, read-only, disk full)
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            print(f"graphattn {command}: {where}{exc.strerror or exc}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
+    logits = sn.node_logits(model, meta["model"], data)
+    res = {}
+    for s in ("train", "val", "test"):
+        m = data[f"{s}_mask"] & (data.y >= 0)
+        res[s] = float((logits[m].argmax(-1) == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
+    return res
+
+
+@_social_command
+def evaluate(args) -> int:
+    """Accuracy of a checkpoint on the train/val/test split it was trained with."""
+    ck, meta, model = _load(args.checkpoint, args)
+    if meta["pipeline"] == "graph":
+        from graphattn.tasks.social.graph import evaluate_graph
+
+        res = evaluate_graph(model, meta)
+    else:
+        res = _node_accuracy(model, meta, _node_data(meta))
+    print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
+    print(json.dumps({"checkpoint": str(args.checkpoint),
+                      "accuracy": {s: (None if v != v else v) for s, v in res.items()}}))
+    return 0
+
+
+@_social_command
+def predict(args) -> int:
+    """Class probabilities per node (or per graph) as a CSV at --out (default: ``predictions.csv``
+    beside the checkpoint; ``--out -``: standard output)."""
+    ck, meta, model = _load(args.checkpoint, args)
+    names = meta["class_names"]
+    out = ("-" if args.out == "-" else out_path(args.out, "predictions.csv") if args.out  # "-": stdout
+           else Path(args.checkpoint).with_name("predictions.csv"))
+    from graphattn.data.download import input_files
+
+    if out != "-":
+        check_output_not_input(out, {"the checkpoint": args.checkpoint,
+                                     **{"an input file of the run": p for p in input_files(meta.get("data") or {})
+                                        if p}})
+    if meta["pipeline"] == "graph":
+        from graphattn.tasks.social.graph import predict_graph
+
+        rows = predict_graph(model, meta)
+    else:
+        data = _node_data(meta)
+        prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
+        split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
+                 zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
+        ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
+        rows = [{"node": i, "node_id": nid, "split": split[i],
+                 "label": names[int(data.y[i])] if int(data.y[i]) >= 0 else "",  # "" = unlabelled
+                 "predicted": names[int(prob[i].argmax())],
+                 **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
+                for i, nid in enumerate(ids)]
+    write_csv(out, list(rows[0]), rows)  # makes the folder
+    print(f"Wrote {len(rows)} predictions to " + ("standard output" if out == "-" else str(out)),
+          file=sys.stderr if out == "-" else sys.stdout)
+    return 0
+
+
+def _node_row(data, node: int) -> int:
+    """Row of the node whose id (in the input files; the row itself without ids) is ``node``."""
+    ids = getattr(data, "node_id", None)
+    if ids is None:
+        if not 0 <= node < data.num_nodes:
+            raise ValueError(f"--node must be in [0, {data.num_nodes}), got {node}")
+        return node
+    in_range = -2 ** 63 <= node < 2 ** 63  # node ids are int64
+    hit = (ids == node).nonzero().view(-1) if in_range else ids.new_zeros(0)
+    if hit.numel() == 0:
+        raise ValueError(f"--node {node} is not a node id of this graph (ids {int(ids.min())}..{int(ids.max())}, "
+                         f"{data.num_nodes} nodes)")
+    return int(hit[0])
+
+
+@_social_command
+def explain(args) -> int:
+    """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
+    ck, meta, model = _load(args.checkpoint, args)
+    if meta["pipeline"] != "node":
+        raise ValueError("ego-graph pictures need a node-classification checkpoint")
+    if meta["model"]["class"] != "NodeClassifier":
+        raise ValueError("attention pictures need our model (not a --baseline checkpoint)")
+    if args.hops < 1:
+        raise ValueError(f"--hops must be >= 1, got {args.hops}")
+    from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
+
+    data = _node_data(meta)
+    if args.node is None:  # the first node (row 0), whatever its id in the files
+        node = 0
+        node_id = int(data.node_id[0]) if getattr(data, "node_id", None) is not None else 0
+    else:
+        node_id = args.node
+        node = _node_row(data, node_id)
+    logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
+    out = (out_path(args.out, f"explain_node{node_id}.png") if args.out
+           else Path(args.checkpoint).with_name(f"explain_node{node_id}.png"))
+    if not out.suffix:
+        out = out.with_suffix(".png")
+    info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
+                              hops=args.hops)
+    label = "unlabelled" if info["label"] is None else f"label {info['label']}"
+    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), {label}; "
+          f"{info['nodes']} nodes / {info['edges']} edges drawn"
+          + (f" (of the {info['ego_nodes']} nodes within {args.hops} hops)"
+             if info["ego_nodes"] > info["nodes"] else "")
+          + "; "
+          + (f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f})"
+             if info["top_source"] is not None else "no neighbours to attend to (isolated node)")
+          + f". Wrote {out}")
+    return 0

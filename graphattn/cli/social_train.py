@@ -1,0 +1,431 @@
+"""Social-network tasks behind the CLI: node classification on one graph (karate, Cora, the
+MUSAE/FEATHER sets, any graph in their release format) and graph classification on sets of
+graphs (IMDB, REDDIT, COLLAB, ... in the DGCNN/GIN text format, k-fold cross-validation).
+
+``graphattn train karate`` trains our :class:`~graphattn.NodeClassifier` full-batch,
+``--mini-batch`` switches to partition mini-batches (:mod:`graphattn.loader.partition`),
+``--baseline gcn|gat|transformer|gin`` trains a PyG model of the same depth and width instead,
+``imdb-binary --folds 10`` trains a :class:`~graphattn.GraphClassifier` per fold. Every run
+goes through the one loop :func:`graphattn.train.fit` and writes ``OUT/metrics.json`` and
+``OUT/best.pt``; the checkpoint's ``meta`` holds everything needed to rebuild the data and
+the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/predict/explain.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from graphattn.tasks.social import node as sn
+from graphattn.cli.social_predict import _message, _node_accuracy, build_model, evaluate, explain, predict
+from graphattn.cli.options import check_applicable
+from graphattn.tasks.social.graph import GRAPH_DATASETS
+
+__all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
+           "build_model"]
+
+DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
+SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer", "gin")
+_ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "git": "github",
+            "github_developers": "github", "deezer": "deezer_europe", "twitch-en": "twitch-engb",
+            "twitch-pt": "twitch-ptbr", "imdb": "imdb-binary", "reddit": "reddit-binary",
+            "karate_club": "karate", "karateclub": "karate"}
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _key(name: Optional[str]) -> Optional[str]:
+    """Canonical dataset name (``Twitch_DE`` -> ``twitch-de``, ``LastFM-Asia`` -> ``lastfm_asia``)."""
+    if name is None:
+        return None
+    from graphattn.data.social import _ALIASES as node_aliases
+    from graphattn.data.tu import _GRAPH_ALIASES as graph_aliases
+
+    table = {_norm(a): _norm(b) for a, b in {**node_aliases, **graph_aliases, **_ALIASES}.items()}
+    n = _norm(name)
+    n = table.get(n, n)
+    return next((k for k in DATASETS if _norm(k) == n), None)
+
+
+def handles(args) -> bool:
+    """True when the train command is ours: a social dataset name, --edges or --tu-text."""
+    return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None)
+                or _key(args.dataset) in DATASETS)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("social networks")
+    g.add_argument("--edges", default=None, help="edges CSV of a graph in the MUSAE/FEATHER release format")
+    g.add_argument("--target", default=None, help="target CSV (node id column + label column) for --edges")
+    g.add_argument("--features", default=None, help="optional features JSON {node id: [feature ids]} for --edges")
+    g.add_argument("--target-col", default=None, help="label column of --target (default: auto-detected)")
+    g.add_argument("--id-col", default=None,
+                   help="node id column of --target (default: new_id, id, node_id, node, numeric_id, else the first "
+                        "column named *_id / *Id, else the first column)")
+    g.add_argument("--max-features", default=None,
+                   help="node sets: keep the N most frequent feature ids of a features file, or 'all' (default: "
+                        "all that fit a dense x of 1 GiB, with a warning when some are cut)")
+    g.add_argument("--tu-text", default=None,
+                   help="graph classification set: a file in the DGCNN/GIN text format, or the TU original "
+                        "format (a folder with NAME_A.txt, NAME_graph_indicator.txt, NAME_graph_labels.txt, or "
+                        "its NAME_A.txt)")
+    g.add_argument("--folds", type=int, default=None,
+                   help="k-fold cross-validation for graph classification (10 uses the dataset's "
+                        "10fold_idx files when present); reports mean ± std")
+    if "--baseline" not in parser._option_string_actions:  # shared with the molecule tasks
+        g.add_argument("--baseline", default="none",
+                       help="train a PyG model of the same depth and width instead of ours: "
+                            "social: gcn | gat | transformer (GCNConv, GATConv, TransformerConv); "
+                            "molecules: gine | gat")
+    g.add_argument("--mini-batch", nargs="?", const="partition", default=None, choices=("partition", "neighbor"),
+                   help="node classification in mini-batches (graphs too large for full batch): "
+                        "'partition' (the default) trains on induced subgraphs of graph partitions, "
+                        "'neighbor' on sampled neighbourhoods of 1024 seed nodes (GraphSAGE; --num-neighbors)")
+    g.add_argument("--num-neighbors", default=None,
+                   help="with --mini-batch neighbor: incoming edges sampled per node and hop, comma-separated "
+                        "(all or -1 = every edge, e.g. 10,all or --num-neighbors=-1,-1; default 10 per attention "
+                        "layer)")
+    g.add_argument("--attn-dropout", type=float, default=None, help="node sets: dropout on attention weights")
+    g.add_argument("--input-dropout", type=float, default=None,
+                   help="node sets: dropout on the input features (default: --dropout)")
+    g.add_argument("--propagation", type=int, default=None,
+                   help="node sets: K steps of APPNP propagation of our logits (0 = none)")
+    g.add_argument("--propagation-alpha", type=float, default=None, help="node sets: APPNP teleport a")
+    g.add_argument("--propagation-learned", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: learn the K+1 hop weights of the propagation (GPR-GNN), "
+                        "initialised to APPNP's")
+    g.add_argument("--gcn-weight", type=float, default=None,
+                   help="node sets: weight w in [0, 1) of a GCN branch next to our attention (SGFormer)")
+    g.add_argument("--gcn-layers", type=int, default=None, help="node sets: GCN layers of that branch (default 1)")
+    g.add_argument("--propagation-dropout", type=float, default=None,
+                   help="node sets: edge dropout on Â in each training propagation step (APPNP)")
+    g.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: each node also attends to itself")
+    g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
+                   help="node sets: training labels as input columns (UniMP), for every model alike")
+    g.add_argument("--consistency", type=int, default=None,
+                   help="node sets: S >= 2 dropout passes per training step with GRAND's consistency "
+                        "loss on every node (0 or 1 = off), for every model alike")
+    g.add_argument("--consistency-weight", type=float, default=None, help="node sets: weight of that loss (1.0)")
+    g.add_argument("--consistency-temperature", type=float, default=None,
+                   help="node sets: sharpening temperature in (0, 1] of its target (0.5)")
+
+
+# ----------------------------------------------------------------------------- train
+def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
+    hp = dict(defaults)
+    for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
+                 "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
+                 "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
+                 "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
+                 "local_mpnn", "readout"):
+        val = getattr(args, name, None)
+        if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
+            hp[name] = val
+    if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
+        hp["baseline_layers"] = None
+    if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
+        # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
+        hp["baseline_readout"] = None
+    hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
+    return hp
+
+
+def _threads_for(num_edges: int, args=None) -> None:
+    """One intra-op thread for small graphs: thread start-up costs more than the work (and
+    on a busy machine several threads per process make a 34-node epoch 50x slower); an
+    explicit ``--threads`` wins."""
+    if getattr(args, "threads", None) is None and num_edges < 20_000:
+        torch.set_num_threads(1)
+
+
+def _out_dir(args, name: str) -> Path:
+    return Path(args.out) if args.out else Path("runs") / name
+
+
+def train(args) -> int:
+    """``graphattn train`` for social datasets; prints one line per epoch and a summary."""
+    from graphattn.data.download import DataFileError
+
+    name = _key(args.dataset)
+    graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
+    try:  # everything that depends on the user's input; training errors keep their traceback
+        _check_inputs(args)
+        if (args.baseline or "none") not in SOCIAL_BASELINES:
+            raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
+                             f"got {args.baseline!r}")
+        if args.features and not args.edges:
+            raise ValueError("--features goes with --edges/--target (named datasets find their own files)")
+        if args.edges and not args.features and getattr(args, "max_features", None) is not None:
+            raise ValueError("--max-features cuts a --features file, which is not given (the features are "
+                             "structural)")
+        if getattr(args, "descriptors", None):
+            raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
+        if getattr(args, "ensemble", None) not in (None, 1):
+            raise ValueError("--ensemble is a molecule option (averaged probabilities of N models)")
+        if getattr(args, "readout", None) and not graph_level:
+            raise ValueError("--readout is for graph-level tasks (molecules, graph sets), not node classification")
+        if getattr(args, "local_mpnn", None) and not graph_level:
+            raise ValueError("--local-mpnn is a molecule / graph-set option (node sets: see --gcn-weight, "
+                             "--propagation)")
+        if graph_level:
+            cons = [f"--{k.replace('_', '-')}" for k in ("consistency", "consistency_weight", "consistency_temperature")
+                    if getattr(args, k, None) is not None]
+            if cons:
+                raise ValueError(f"{', '.join(cons)}: node classification option(s), not for graph sets")
+            if args.mini_batch:
+                raise ValueError("--mini-batch is for node classification on one large graph")
+            from graphattn.tasks.social.graph import prepare_graph
+
+            check_applicable(args, "graph", args.baseline or "none")
+            job = prepare_graph(args, name)
+        else:
+            if args.folds:
+                raise ValueError("--folds is for graph classification (a TU dataset or --tu-text)")
+            if getattr(args, "distributed", False) and not args.mini_batch:
+                raise ValueError("--distributed needs batches to share between the ranks: a full-batch node "
+                                 "set is one batch; add --mini-batch (partition mini-batches)")
+            check_applicable(args, "node", args.baseline or "none")
+            job = _prepare_node(args, data_spec(args, None if args.edges else name))
+    except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
+        hint = " (on the command line: --target-col NAME)" if "target_col" in _message(exc) else ""
+        print(f"graphattn train: {_message(exc)}{hint}", file=sys.stderr)
+        return 2
+    if graph_level:
+        from graphattn.tasks.social.graph import run_graph
+
+        return run_graph(args, *job)
+    return _train_node(args, *job)
+
+
+def _fanouts(text: Optional[str], layers: int) -> list:
+    """``--num-neighbors 10,5`` -> [10, 5]; default 10 per attention layer."""
+    if text is None:
+        return [10] * max(int(layers), 1)
+    try:
+        fan = [-1 if v.strip().lower() == "all" else int(v) for v in str(text).split(",")]
+    except ValueError:
+        fan = []
+    if not fan or any(v < -1 or v == 0 for v in fan):
+        raise ValueError(f"--num-neighbors must be comma-separated ints >= 1, or all / -1 (every edge), "
+                         f"got {text!r}")
+    return fan
+
+
+def _check_inputs(args) -> None:
+    """ValueError for options that contradict each other (instead of silently ignoring one)."""
+    given = [f for f, v in (("a dataset name", args.dataset), ("--edges", args.edges),
+                            ("--tu-text", args.tu_text)) if v]
+    if len(given) > 1:
+        raise ValueError(f"give one input: {' or '.join(given)}, not both")
+    if args.edges and not args.target:
+        raise ValueError("--edges needs --target (the node id + label CSV)")
+    for flag, val in (("--target", args.target), ("--target-col", args.target_col),
+                      ("--id-col", getattr(args, "id_col", None))):
+        if val and not args.edges:
+            raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels)")
+
+
+def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
+    """On ``--resume`` without ``--max-features``, the resumed run's own feature cut wins over
+    the default budget: a run from before the budget (or one that kept every id) re-reads all
+    feature ids instead of being refused as "another run" for its narrower ``x``."""
+    if not getattr(args, "resume", False) or "max_feature_bytes" not in spec:
+        return
+    last = _out_dir(args, spec["display"]) / "last.pt"
+    if not last.is_file():
+        return
+    from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        old = (load_checkpoint(last).get("meta") or {}).get("data") or {}
+    except CheckpointError:
+        return  # fit() reports an unreadable last.pt
+    if old.get("level") != "node":
+        return
+    spec.pop("max_feature_bytes")
+    if old.get("max_features") is not None:
+        spec["max_features"] = int(old["max_features"])
+
+
+def _prepare_node(args, spec: Dict[str, Any]):
+    _resumed_feature_cut(args, spec)
+    data = sn.load_node_data(spec)
+    present = data.y[data.y >= 0].unique()
+    if present.numel() < 2:
+        raise ValueError(f"{spec['display']}: every labelled node has the same class "
+                         f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
+    if not spec.get("name") and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
+        # a user's file (at training time only: checkpoints of such graphs still load)
+        raise ValueError(f"{spec['target']}: the stratified split leaves the validation or test set "
+                         f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
+                         "classes; the split is per class, so each class needs a few nodes) — does the "
+                         f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels?")
+    if getattr(args, "max_features", None) is not None and data.base_feature_source == "structural":
+        raise ValueError(f"--max-features cuts a features file; {spec['display']} has none here (its features "
+                         "are structural)")
+    if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
+        spec["feature_source"] = data.base_feature_source
+    if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
+            and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
+        spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
+    hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
+    if args.baseline != "none":
+        hp["pe_dim"] = 0
+    if args.mini_batch and hp.get("label_input"):
+        if getattr(args, "label_input", None):
+            raise ValueError("--label-input needs full-batch training (not --mini-batch)")
+        hp["label_input"] = False  # the partition loader has no masked label input
+    if getattr(args, "num_neighbors", None) is not None and args.mini_batch != "neighbor":
+        raise ValueError("--num-neighbors goes with --mini-batch neighbor")
+    if args.mini_batch == "neighbor":
+        if int(hp.get("propagation") or 0) > 0:
+            # K propagation hops reach far beyond the layers' sampled hops: trained on 2-hop samples,
+            # a K = 10 APPNP head scores 0.27 on GitHub's whole graph (majority class 0.74)
+            if getattr(args, "propagation", None) or getattr(args, "propagation_learned", None) \
+                    or getattr(args, "propagation_dropout", None):
+                raise ValueError("--propagation needs full-batch training or --mini-batch (partitions): "
+                                 "sampled neighbourhoods (--mini-batch neighbor) hold only as many hops as "
+                                 "--num-neighbors has entries, not the propagation's K")
+            hp.update(propagation=0, propagation_learned=False, propagation_dropout=0.0)
+        hp["num_neighbors"] = _fanouts(getattr(args, "num_neighbors", None), hp["layers"])
+    if args.mini_batch and int(hp.get("consistency") or 0) > 1:
+        if getattr(args, "consistency", None):
+            raise ValueError("--consistency needs full-batch training (not --mini-batch)")
+        hp["consistency"] = 0
+    if args.baseline == "none" and getattr(args, "propagation_alpha", None) is not None \
+            and not int(hp.get("propagation") or 0):
+        raise ValueError("--propagation-alpha needs --propagation K >= 1 (this run propagates no steps)")
+    cons = [f"--{k.replace('_', '-')}" for k in ("consistency_weight", "consistency_temperature")
+            if getattr(args, k, None) is not None]
+    if cons and not int(hp.get("consistency") or 0):
+        raise ValueError(f"{', '.join(cons)} needs --consistency S >= 1 (this run has no consistency loss)")
+    if hp.get("pe_dim") or hp.get("label_input"):
+        spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
+        data = sn.load_node_data(spec)
+    build_model(sn.node_model_spec(args.baseline, data, hp))  # option clashes fail here, as input errors
+    return spec, data, hp
+
+
+def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
+    from graphattn.train.loop import fit, resolve_device, set_seed
+
+    _threads_for(data.edge_index.size(1), args)
+    set_seed(args.seed)
+    model_spec = sn.node_model_spec(args.baseline, data, hp)
+    device = resolve_device(getattr(args, "device", None))
+    model = build_model(model_spec).to(device)
+    out = _out_dir(args, spec["display"])
+    meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
+            "feature_source": data.feature_source, "hparams": hp,
+            # full batch, partitions or sampled neighbourhoods: a resume must not switch it
+            "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(args.mini_batch or "", "full")}
+    print(describe_node(spec, data, model_spec, hp, args.mini_batch))
+    if args.mini_batch == "neighbor":
+        from graphattn.loader.neighbor_loader import neighbor_loaders
+
+        loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
+    elif args.mini_batch:
+        from graphattn.loader.partition import node_loaders
+
+        loaders, forward = node_loaders(data, model_spec, seed=args.seed)
+    else:
+        data = data.to(device)  # one full batch: moved once
+        loaders = {s: [data] for s in ("train", "val", "test")}
+        forward = sn.node_forward(model_spec)
+    res = fit(model, loaders, forward, kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
+              weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=args.seed,
+              out_dir=out, resume=args.resume, meta=meta, progress=not args.no_progress)
+    acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
+    print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
+          + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)
+          + f" | {res['seconds_per_epoch']:.2f} s/epoch"
+          + {None: "", "partition": " (on the partitions)",
+             "neighbor": " (on sampled neighbourhoods)"}[args.mini_batch])
+    if args.mini_batch:
+        # the numbers above come from the partition subgraphs (edges between parts are cut) or
+        # sampled neighbourhoods;
+        # evaluate / predict / explain read the whole graph, so report that too
+        full = _node_accuracy(model, meta, data)
+        res["full_graph"] = full
+        print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
+              + " | ".join(f"{s} acc {v:.4f}" for s, v in full.items()))
+        from graphattn.train import distributed
+        from graphattn.train.loop import write_metrics
+
+        if distributed.is_main():
+            write_metrics(out / "metrics.json", res, environment=True)
+    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- node runs
+
+def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+                  mini_batch: Optional[str] = None) -> str:
+    kw = model_spec["kwargs"]
+    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
+            f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
+            + (", self-loops" if kw.get("self_loops") else "")
+            + (f", {'learned (GPR) ' if kw.get('propagation_learned') else 'APPNP '}propagation "
+               f"K={kw['propagation']} a={kw['propagation_alpha']}" if kw.get("propagation") else "")
+            + (f", edge dropout {kw['propagation_dropout']}" if kw.get("propagation_dropout") else "")
+            + (f", GCN branch w={kw['gcn_weight']}" if kw.get("gcn_weight") else "")
+            + (f" ({kw['gcn_layers']} layers)" if kw.get("gcn_layers", 1) > 1 else ""))
+    counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
+    batching = {None: "full batch", "partition": "mini-batch (partitions)",
+                "neighbor": f"mini-batch (neighbour sampling {hp.get('num_neighbors')})"}[mini_batch or None]
+    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
+            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
+            f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
+            f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
+            f"dropout {hp['dropout']}; {batching}, "
+            + ("consistency loss S={samples} w={weight} T={temperature}, ".format(**model_spec["consistency"])
+               if model_spec.get("consistency") else "") +
+            f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
+
+
+def _max_features(text) -> Dict[str, Any]:
+    """``--max-features N | all`` -> the data spec's feature cut: ``max_features`` (a fixed
+    count) or ``max_feature_bytes`` (the default: a 1 GiB budget for the dense ``x``,
+    resolved to a count by :func:`_prepare_node` so a checkpoint rebuilds the same columns)."""
+    if text is None or str(text).lower() == "auto":
+        return {"max_feature_bytes": sn.FEATURE_BYTES}
+    if str(text).lower() == "all":
+        return {}
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--max-features must be a positive integer or 'all', got {text!r}")
+    return {"max_features": n}
+
+
+def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
+    """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
+    from graphattn.data.download import data_root, files_sha256, input_files
+
+    spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
+    spec.update(_max_features(getattr(args, "max_features", None)))
+    if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:
+        raise ValueError(f"--max-features cuts a MUSAE features file; {name} does not read one")
+    if name is not None:
+        spec.update(name=name, display=name, root=str(data_root().resolve()))
+        return spec
+    if not args.target:
+        raise ValueError("--edges needs --target (the CSV with node ids and labels)")
+    paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
+    for k, p in paths.items():
+        if p is not None and not Path(p).expanduser().is_file():
+            raise ValueError(f"--{k} {p}: no such file")
+    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
+                target_col=args.target_col, id_col=getattr(args, "id_col", None),
+                **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
+    spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
+    return spec

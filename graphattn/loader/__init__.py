@@ -1,0 +1,1 @@
+"""Mini-batching of large graphs: METIS-style partitions and neighbour sampling."""

@@ -1,0 +1,1 @@
+"""Models built from :mod:`graphattn.nn` layers: graph/node classifiers, ensembles, baselines."""

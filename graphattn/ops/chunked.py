@@ -1,0 +1,242 @@
+"""Chunked edge attention: the CSR-ordered autograd Function and its backward helpers shared by all edge paths."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graphattn.ops.csr import EdgeCSR
+
+__all__ = ["aggregate_backward", "score_backward", "edge_attention_autograd", "input_aliases",
+           "differentiable_grads", "CHUNK_BYTES"]
+
+#: Bytes of one chunk's per-edge ``(chunk, H, C)`` temporaries (bounds peak memory).
+CHUNK_BYTES = 16 * 2**20
+
+
+def _chunk_edges(num_heads: int, channels: int, itemsize: int, budget: Optional[int] = None) -> int:
+    """Edges per chunk so that one ``(chunk, H, C)`` temporary takes about ``budget`` bytes
+    (default :data:`CHUNK_BYTES`), and at least 256."""
+    budget = CHUNK_BYTES if budget is None else budget
+    return max(256, budget // max(1, num_heads * channels * itemsize))
+
+
+def _leaky_grad(z: Tensor, slope: float) -> Tensor:
+    return torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope))
+
+
+def aggregate_backward(grad_out: Tensor, alpha: Tensor, v: Tensor, edge_value: Optional[Tensor],
+                       csr: EdgeCSR, chunk: int, needs: Tuple[bool, bool, bool]):
+    """Gradients of ``out_i = Σ_e α_e (v_j + ev_e)`` w.r.t. ``(α, v, edge_value)``, chunked.
+
+    ``grad_out`` ``(N, H, C)``, ``alpha`` ``(E, H)`` in CSR order (the weights actually used).
+    Shared by every autograd path that aggregates values over edges.
+    """
+    need_a, need_v, need_ev = needs
+    ga = torch.empty_like(alpha) if need_a else None
+    gv = torch.zeros_like(v) if need_v else None
+    gev = torch.empty_like(edge_value) if need_ev else None
+    row, col = csr.row, csr.col
+    for s in range(0, csr.num_edges, chunk):
+        r, c = row[s:s + chunk], col[s:s + chunk]
+        go = grad_out[r]  # (chunk, H, C)
+        if need_a:
+            msg = v[c]
+            if edge_value is not None:
+                msg = msg + edge_value[s:s + chunk]
+            ga[s:s + chunk] = (go * msg).sum(-1)
+        if need_v or need_ev:
+            gm = go * alpha[s:s + chunk, :, None]
+            if need_v:
+                gv.index_add_(0, c, gm)
+            if need_ev:
+                gev[s:s + chunk] = gm
+    return ga, gv, gev
+
+
+def score_backward(gs: Tensor, q: Tensor, k: Tensor, edge_key: Optional[Tensor], att: Optional[Tensor],
+                   csr: EdgeCSR, score: str, scale: float, slope: float, chunk: int,
+                   needs: Tuple[bool, bool, bool, bool]):
+    """Gradients of the edge scores ``(E, H)`` w.r.t. ``(q, k, edge_key, att)``, chunked.
+
+    ``gs`` is dL/ds in CSR order; ``needs`` says which of the four are wanted (None otherwise).
+    Shared by every autograd path that computes dot or additive scores over edges.
+    """
+    need_q, need_k, need_ek, need_att = needs
+    gq = torch.zeros_like(q) if need_q else None
+    gk = torch.zeros_like(k) if need_k else None
+    gek = torch.empty_like(edge_key) if need_ek else None
+    gatt = torch.zeros_like(att) if need_att else None
+    if not any(needs):
+        return gq, gk, gek, gatt
+    row, col = csr.row, csr.col
+    for s in range(0, csr.num_edges, chunk):
+        r, c = row[s:s + chunk], col[s:s + chunk]
+        g = gs[s:s + chunk, :, None]  # (chunk, H, 1)
+        kk = k[c]  # (chunk, H, C)
+        if edge_key is not None:
+            kk = kk + edge_key[s:s + chunk]
+        if score == "dot":
+            g = g * scale
+            if need_q:
+                gq.index_add_(0, r, g * kk)
+            gkk = g * q[r] if (need_k or need_ek) else None
+        else:
+            z = q[r] + kk
+            if need_att:
+                gatt += (g * F.leaky_relu(z, slope)).sum(0)
+            gkk = g * att * _leaky_grad(z, slope)  # dL/dz, (chunk, H, C)
+            if need_q:
+                gq.index_add_(0, r, gkk)
+        if need_k:
+            gk.index_add_(0, c, gkk)
+        if need_ek:
+            gek[s:s + chunk] = gkk
+    return gq, gk, gek, gatt
+
+
+def edge_attention_autograd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                            edge_key: Optional[Tensor], edge_value: Optional[Tensor],
+                            att: Optional[Tensor], csr: EdgeCSR, score: str, scale: float,
+                            slope: float, keep: Optional[Tensor] = None, p_drop: float = 0.0) -> Tensor:
+    """Edge attention in plain differentiable torch ops (per-edge tensors in CSR order).
+
+    Materialises ``(E, H, C)`` messages, so it is only used to build the graph of a
+    *second-order* backward (``create_graph=True``) of the chunked and fused paths, whose
+    first-order backward passes are hand-written. ``keep`` is the ``(E, H)`` dropout mask.
+    """
+    row, col = csr.row, csr.col
+    N, H = q.shape[:2]
+    E = row.numel()
+    kk = k[col]  # (E, H, C)
+    if edge_key is not None:
+        kk = kk + edge_key
+    if score == "dot":
+        s = (q[row] * kk).sum(-1) * scale  # (E, H)
+    else:
+        s = (F.leaky_relu(q[row] + kk, slope) * att).sum(-1)  # (E, H)
+    if bias is not None:
+        s = s + bias
+    with torch.no_grad():  # the shift cancels in the softmax: a constant for autograd
+        m = s.new_full((N, H), float("-inf")).scatter_reduce_(0, row[:, None].expand(E, H), s, "amax")
+        m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    ex = (s - m[row]).exp()  # (E, H)
+    denom = ex.new_zeros(N, H).index_add(0, row, ex)
+    alpha = ex / denom.clamp_min(torch.finfo(ex.dtype).tiny)[row]
+    if keep is not None:
+        alpha = alpha * keep / (1.0 - p_drop)
+    msg = v[col]  # (E, H, C')
+    if edge_value is not None:
+        msg = msg + edge_value
+    return msg.new_zeros(N, H, v.size(-1)).index_add(0, row, msg * alpha[..., None])  # (N, H, C')
+
+
+def input_aliases(inputs) -> Tuple[int, ...]:
+    """For each input, the index of the first input that is the same tensor (``k is v``...)."""
+    return tuple(next(j for j in range(i + 1) if inputs[j] is t) if t is not None else i
+                 for i, t in enumerate(inputs))
+
+
+def differentiable_grads(inputs, needs, grad_out: Tensor, recompute, aliases):
+    """Gradients of ``recompute()`` w.r.t. the ``inputs`` flagged in ``needs``, themselves
+    differentiable (``create_graph=True``): the double-backward route of the autograd
+    Functions here and in :mod:`graphattn.ops.fused_cpp`. An input passed in several slots
+    (``aliases`` from :func:`input_aliases`) gets its whole gradient in its first slot only
+    (autograd sums the slots)."""
+    want = [False] * len(inputs)
+    for i, n in enumerate(needs):
+        if n and inputs[i] is not None:
+            want[aliases[i]] = True
+    with torch.enable_grad():
+        out = recompute()
+    idx = [i for i, w in enumerate(want) if w]
+    grads = [None] * len(inputs)
+    if idx:
+        got = torch.autograd.grad(out, [inputs[i] for i in idx], grad_out, create_graph=True,
+                                  allow_unused=True)
+        for i, g in zip(idx, got):
+            grads[i] = g if g is not None else torch.zeros_like(inputs[i])
+    return grads
+
+
+class _ChunkedEdgeAttention(torch.autograd.Function):
+    """Softmax attention over CSR-ordered edges, chunked, with a recomputing backward.
+
+    Saved for backward: inputs and the ``(E, H)`` attention weights (and dropout mask);
+    never the ``(E, H, C)`` messages. The first-order backward is hand-written and chunked;
+    under ``create_graph=True`` it is rebuilt from :func:`edge_attention_autograd`, so second
+    derivatives (gradient penalties) are exact, at the cost of ``(E, H, C)`` temporaries.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, edge_key, edge_value, att, csr: EdgeCSR, score: str,
+                scale: float, slope: float, p_drop: float, chunk: int):
+        row, col = csr.row, csr.col
+        N, H, C = q.shape
+        E = col.numel()
+        scores = q.new_empty(E, H)
+        for s in range(0, E, chunk):  # scores (E, H), chunk by chunk
+            r, c = row[s:s + chunk], col[s:s + chunk]
+            kk = k[c]  # (chunk, H, C)
+            if edge_key is not None:
+                kk = kk + edge_key[s:s + chunk]
+            if score == "dot":
+                scores[s:s + chunk] = (q[r] * kk).sum(-1) * scale
+            else:
+                scores[s:s + chunk] = (F.leaky_relu(q[r] + kk, slope) * att).sum(-1)
+        if bias is not None:
+            scores += bias
+        # Stable segment softmax: subtract the per-target max; -inf-only rows give 0.
+        rowmax = scores.new_full((N, H), float("-inf"))
+        rowmax.scatter_reduce_(0, row[:, None].expand(E, H), scores, "amax")
+        rowmax = torch.where(torch.isfinite(rowmax), rowmax, torch.zeros_like(rowmax))
+        alpha = scores.sub_(rowmax[row]).exp_()  # (E, H), reuses the scores buffer
+        denom = q.new_zeros(N, H).index_add_(0, row, alpha)
+        alpha.div_(denom.clamp_min(torch.finfo(alpha.dtype).tiny)[row])
+        keep = None
+        alpha_used = alpha
+        if p_drop > 0.0:
+            keep = torch.rand_like(alpha) >= p_drop  # (E, H) bool
+            alpha_used = alpha * keep / (1.0 - p_drop)
+        out = q.new_zeros(N, H, v.size(-1))  # (N, H, C'): v may have other channels than q, k
+        for s in range(0, E, chunk):
+            r, c = row[s:s + chunk], col[s:s + chunk]
+            msg = v[c]  # (chunk, H, C')
+            if edge_value is not None:
+                msg = msg + edge_value[s:s + chunk]
+            out.index_add_(0, r, msg * alpha_used[s:s + chunk, :, None])
+        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, att, alpha, keep)
+        ctx.csr, ctx.score, ctx.scale, ctx.slope, ctx.p_drop, ctx.chunk = csr, score, scale, slope, p_drop, chunk
+        ctx.shared = edge_key is not None and edge_value is edge_key
+        ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value, att))
+        ctx.mark_non_differentiable(alpha)
+        return out, alpha
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_alpha):
+        q, k, v, bias, edge_key, edge_value, att, alpha, keep = ctx.saved_tensors
+        row, chunk, score = ctx.csr.row, ctx.chunk, ctx.score
+        need_q, need_k, need_v, need_b, need_ek, need_ev, need_att = ctx.needs_input_grad[:7]
+        if torch.is_grad_enabled():  # create_graph=True: differentiable recomputation
+            ev = edge_key if ctx.shared else edge_value
+            grads = differentiable_grads(
+                (q, k, v, bias, edge_key, edge_value, att), ctx.needs_input_grad[:7], grad_out,
+                lambda: edge_attention_autograd(q, k, v, bias, edge_key, ev, att, ctx.csr, score,
+                                                ctx.scale, ctx.slope, keep, ctx.p_drop),
+                ctx.aliases)
+            return (*grads, None, None, None, None, None, None)
+        grad_out = grad_out.contiguous()
+        alpha_used = alpha if keep is None else alpha * keep / (1.0 - ctx.p_drop)
+        g_alpha, gv, gev = aggregate_backward(grad_out, alpha_used, v, edge_value, ctx.csr, chunk,
+                                              (True, need_v, need_ev))  # g_alpha = dL/d alpha_used
+        if keep is not None:
+            g_alpha = g_alpha * keep / (1.0 - ctx.p_drop)
+        # Softmax backward: gs = α (gα − Σ_j α gα).
+        dot = q.new_zeros(q.size(0), alpha.size(1)).index_add_(0, row, alpha * g_alpha)  # (N, H)
+        gs = alpha * (g_alpha - dot[row])  # (E, H)
+        gq, gk, gek, gatt = score_backward(gs, q, k, edge_key, att, ctx.csr, score, ctx.scale, ctx.slope,
+                                           chunk, (need_q, need_k, need_ek, need_att))
+        gb = gs if need_b else None
+        return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None

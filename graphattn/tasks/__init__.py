@@ -1,0 +1,1 @@
+"""Recipes: plain values in, results out: :mod:`graphattn.tasks.molecules` and :mod:`graphattn.tasks.social`."""

@@ -1,0 +1,1 @@
+"""Molecule property prediction: datasets to models to metrics, pretraining and fine-tuning."""

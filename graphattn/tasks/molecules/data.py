@@ -1,0 +1,308 @@
+"""Molecule data for the pipeline: dataset loading and featurizing, task-name resolution and splits."""
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+__all__ = ["SPLITS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
+           "featurize"]
+
+SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
+
+
+def cache_dir() -> Path:
+    """Where the pipeline's datasets cache their featurized molecules: ``$GRAPHATTN_CACHE`` if
+    set, else ``~/.cache/graphattn`` (:func:`graphattn.data.download.cache_root`). Never the
+    data root (``$GRAPHATTN_DATA``), which may be a read-only shared copy: whether it is
+    writable plays no part. A cache folder that cannot be created or written falls back to
+    ``~/.cache/graphattn`` (see :mod:`graphattn.data.molecules`)."""
+    from graphattn.data.download import cache_root
+
+    return cache_root()
+
+
+def _sniffed_suffix(head: bytes) -> str:
+    """The table kind of a pipe's first bytes as a file suffix (``.tsv``, ``.csv``, ``.smi``)."""
+    import zlib
+
+    if head[:2] == b"\x1f\x8b":  # gzipped: look at the start of its text
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
+        except zlib.error:
+            return ".csv"
+    from graphattn.data.molecules import sniff_table_kind
+
+    line = next((ln for ln in head.splitlines() if ln.strip()), b"").decode("utf-8", "replace").lstrip("\ufeff")
+    return {"tsv": ".tsv", "csv": ".csv", "smiles_list": ".smi"}[sniff_table_kind(line)]
+
+
+def spooled(path) -> str:
+    """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
+    the dataset reads its file more than once (hash, header, rows)."""
+    import atexit
+    import hashlib
+    import shutil
+    import tempfile
+
+    p = Path(path).expanduser()
+    if not p.exists() or p.is_file() or p.is_dir():  # a folder: the reader names it
+        return str(path)
+    folder = Path(tempfile.mkdtemp(prefix="graphattn-stdin-"))
+    atexit.register(shutil.rmtree, folder, True)
+    h, part, head = hashlib.sha256(), folder / "stdin.part", b""
+    with open(p, "rb") as src, open(part, "wb") as dst:  # streamed: a large pipe is not held in memory
+        for block in iter(lambda: src.read(1 << 20), b""):
+            h.update(block)
+            dst.write(block)
+            head = head or block
+    # named by content: the processed cache (keyed by the file's name) is reused, not re-made per run;
+    # the suffix says how to read it (a pipe has no name): tabs TSV, commas CSV, else a SMILES list
+    tmp = folder / f"stdin-{h.hexdigest()[:16]}{_sniffed_suffix(head)}"
+    part.rename(tmp)
+    return str(tmp)
+
+
+def _pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
+    """Laplacian PE of size ``k`` (none when 0) and RDKit descriptors ``descriptors`` (names;
+    none when None), composed; None when neither."""
+    steps = []
+    if k:
+        from graphattn.nn.encodings import AddLaplacianPE
+
+        steps.append(AddLaplacianPE(k))
+    if descriptors is not None:
+        from graphattn.data.descriptors import AddMolDescriptors
+
+        steps.append(AddMolDescriptors(descriptors))
+    if len(steps) < 2:
+        return steps[0] if steps else None
+    from torch_geometric.transforms import Compose
+
+    return Compose(steps)
+
+
+def descriptor_set(use: bool) -> Optional[List[str]]:
+    """The descriptor names a new model uses: all of the installed RDKit's, or None."""
+    if not use:
+        return None
+    from graphattn.data.descriptors import descriptor_names
+
+    return descriptor_names()
+
+
+class _SelectTasks:
+    """Transform keeping the label columns ``cols`` of ``data.y``."""
+
+    def __init__(self, cols: Sequence[int]):
+        self.cols = list(cols)
+
+    def __call__(self, data):
+        data = data.clone()
+        data.y = data.y[:, self.cols]
+        return data
+
+
+def _norm_task(name: str) -> str:
+    """Task-name key: case-folded, whitespace collapsed, none around commas."""
+    return re.sub(r"\s+", " ", re.sub(r"\s*,\s*", ",", name.strip())).lower()
+
+
+def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: str = "the data") -> List[str]:
+    """The names in ``known`` that ``tasks`` asks for, in its order.
+
+    ``tasks`` is a list of names or one comma-separated string (``--tasks``). Names match
+    case-insensitively, with whitespace stripped and ignored around commas. In a string,
+    task names that themselves contain commas (SIDER's "Neoplasms benign, malignant and
+    unspecified (incl cysts and polyps)") are found greedily: at each position the longest
+    run of comma-separated pieces that re-joined with "," is a known name wins. An exact
+    (case-sensitive) match wins over names that differ only in case.
+
+    Raises ``ValueError`` for unknown names (listing the known ones), for a task asked for
+    twice, for names matching several known ones, and when nothing is asked for.
+    """
+    table: Dict[str, List[str]] = {}
+    for k in known:
+        table.setdefault(_norm_task(k), []).append(k)
+
+    def lookup(text: str) -> Optional[str]:
+        hits = table.get(_norm_task(text))
+        if not hits:
+            return None
+        exact = [h for h in hits if h == text.strip()]
+        if len(hits) > 1 and not exact:
+            raise ValueError(f"task {text.strip()!r} is ambiguous in {what}: it matches {hits}")
+        return (exact or hits)[0]
+
+    out, unknown = [], []
+    if isinstance(tasks, str):
+        pieces, i = tasks.split(","), 0
+        while i < len(pieces):
+            for j in range(len(pieces), i, -1):  # longest run of pieces first
+                hit = lookup(",".join(pieces[i:j]))
+                if hit is not None:
+                    out.append(hit)
+                    i = j
+                    break
+            else:
+                if pieces[i].strip():
+                    unknown.append(pieces[i].strip())
+                i += 1
+    else:
+        for t in tasks:
+            hit = lookup(str(t))
+            (out if hit is not None else unknown).append(hit if hit is not None else str(t))
+    if unknown:
+        shown = list(known)[:40]
+        raise ValueError(f"unknown task(s) {unknown} for {what}; its tasks are {shown}"
+                         f"{' ...' if len(known) > 40 else ''} (matched case-insensitively)")
+    twice = sorted({t for t in out if out.count(t) > 1})
+    if twice:
+        raise ValueError(f"task(s) {twice} given more than once in the task list")
+    if not out:
+        raise ValueError(f"no task names given for {what}")
+    return out
+
+
+def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
+                 tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
+                 log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True):
+    """A toxicity set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
+    with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
+
+    ``tasks``: a list of task names or a comma-separated string, resolved against the
+    dataset's tasks (the CSV's columns) by :func:`resolve_tasks`; None = all tasks (for a
+    CSV: every binary column). ``binary``: a CSV's labels must be 0/1 (this pipeline
+    trains binary classifiers with BCE; :class:`~graphattn.data.MoleculeCSVDataset` itself
+    defaults to ``binary=False``, numeric labels); ``False`` keeps numeric columns. ``limit``: featurize only the first ``limit`` valid molecules
+    (cached separately from the whole file). Laplacian PE and the RDKit descriptors
+    ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
+    ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
+    """
+    from graphattn.data.molecules import MoleculeCSVDataset, ToxicityDataset, find_column, read_csv_table
+
+    if (name is None) == (csv_path is None):
+        raise ValueError("give either a dataset name or a CSV file, not "
+                         f"{'both' if name is not None else 'neither'} (name={name!r}, csv={csv_path!r})")
+    if tasks is not None and not isinstance(tasks, str):
+        tasks = list(tasks)
+    if tasks is not None and not tasks:
+        tasks = None
+    pre = _pre_transform(pe_dim, descriptors)
+    if csv_path is not None:
+        cols = None
+        if tasks is not None:
+            header, _ = read_csv_table(csv_path, header_only=True)
+            smiles_idx = find_column(header, smiles_col, csv_path, flag="smiles_col=, CLI --smiles-col")
+            cols = resolve_tasks(tasks, [h for i, h in enumerate(header) if i != smiles_idx], str(csv_path))
+        ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=cols, pre_transform=pre,
+                                cache_dir=cache_dir(), log=log, limit=limit, binary=binary)
+        names = list(ds.task_names)
+    else:
+        ds = ToxicityDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log, limit=limit)
+        names = list(ds.task_names)
+        if tasks is not None:
+            chosen = resolve_tasks(tasks, names, name)
+            ds.transform = _SelectTasks([names.index(t) for t in chosen])
+            names = chosen
+    ds.task_names = names
+    ds.descriptor_names = None if descriptors is None else list(descriptors)
+    return ds
+
+
+def warn_one_class_tasks(ds, source: str) -> None:
+    """A task whose labels are all one class has no ROC-AUC in any split: say so before training
+    (the per-split "undefined" messages come only after the first epoch). Training only:
+    evaluating a checkpoint on a small labelled file is not told about the loss."""
+    names = ds.task_names
+    y = ds._data.y if getattr(ds, "_data", None) is not None else None
+    if y is None or y.numel() == 0:
+        return
+    if isinstance(ds.transform, _SelectTasks):
+        y = y[:, ds.transform.cols]
+    one = []
+    for t, col in zip(names, y.T):
+        seen = col[~torch.isnan(col)].unique().tolist()
+        if len(seen) == 1:
+            one.append(f"{t!r} (all {int(seen[0])}, {int((~torch.isnan(col)).sum())} labels)")
+    if one:
+        warnings.warn(f"{source}: task(s) {', '.join(one)} hold one class only: their ROC-AUC / PR-AUC is "
+                      "undefined in every split and they are left out of the mean (they still add to the loss)",
+                      stacklevel=3)
+
+
+def check_split(split_idx, split: str = "scaffold") -> None:
+    """``ValueError`` when a split leaves no training molecules; a warning when it leaves no
+    validation or test molecules or less than half of them for training (a scaffold split of
+    a set dominated by one scaffold)."""
+    counts = [len(i) for i in split_idx]
+    n, sizes = sum(counts), "/".join(str(c) for c in counts)
+    if counts[0] == 0:
+        hint = "use --split random or more data" if split != "random" else "use more data"
+        raise ValueError(f"the {split} split of {n} molecule{'s' if n != 1 else ''} left no training molecules "
+                         f"(train/val/test {sizes}); {hint}")
+    problems = [f"no {part} molecules" for part, c in zip(("validation", "test"), counts[1:]) if c == 0]
+    if counts[0] < 0.5 * n:
+        problems.append(f"only {counts[0]} of {n} molecules for training")
+    if problems:
+        effect = {"no validation molecules": "no early stopping: the epoch with the lowest training loss is kept",
+                  "no test molecules": "no test metrics"}
+        why = "; ".join(f"{p} ({effect[p]})" if p in effect else p for p in problems)
+        warnings.warn(f"the {split} split of {n} molecules is lopsided (train/val/test {sizes}): {why}; "
+                      f"{'use --split random or ' if split != 'random' else ''}more data for a meaningful evaluation",
+                      UserWarning, stacklevel=3)
+
+
+def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(train, val, test)`` index tensors of split ``split`` (:data:`SPLITS`) of ``ds``;
+    ``check``: :func:`check_split` them (error when train is empty, warning when lopsided)."""
+    from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
+
+    if split in ("scaffold", "deepchem_scaffold"):
+        idx = scaffold_split(ds.smiles, order="deepchem" if split == "deepchem_scaffold" else "chemprop")
+    elif split == "balanced_scaffold":
+        idx = balanced_scaffold_split(ds.smiles, seed=seed)
+    elif split == "random":
+        idx = random_split(len(ds), seed=seed)
+    else:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if check:
+        check_split(idx, split)
+    return idx
+
+
+def featurize(smiles: Sequence[str], pe_dim: int = 0,
+              descriptors: Optional[Sequence[str]] = None) -> List[Union[Any, str]]:
+    """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim`` and the RDKit
+    descriptors ``descriptors``), or the error message (str) for a SMILES RDKit cannot parse."""
+    from graphattn.data.molecules import InvalidSmilesError, smiles_to_data
+
+    pe = _pre_transform(pe_dim, descriptors)
+    out = []
+    for s in smiles:
+        try:
+            data = smiles_to_data(s)
+        except InvalidSmilesError as exc:
+            out.append(exc.reason)
+            continue
+        out.append(pe(data) if pe is not None else data)
+    return out
+
+
+def unlabelled_tasks(ds) -> List[str]:
+    """Task names of ``ds`` without a single present label among its molecules: training on
+    such a task learns nothing (its loss is always masked out)."""
+    import torch
+
+    if len(ds) == 0 or not ds.task_names:
+        return []
+    y = getattr(getattr(ds, "_data", None), "y", None)  # an unsliced InMemoryDataset: one tensor
+    if y is None or getattr(ds, "_indices", None) is not None or y.numel() != len(ds) * len(ds.task_names):
+        y = torch.cat([d.y.view(1, -1) for d in ds])
+    y = y.view(len(ds), len(ds.task_names))
+    labelled = (~torch.isnan(y.float())).any(0)
+    return [t for t, ok in zip(ds.task_names, labelled.tolist()) if not ok]

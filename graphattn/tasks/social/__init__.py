@@ -1,0 +1,1 @@
+"""Social networks: node classification on one graph, graph classification on graph sets."""

