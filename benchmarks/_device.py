@@ -19,7 +19,7 @@ DEVICES = ("cpu", "cuda")
 
 # autograd node name fragment -> backend (first match wins)
 _BACKEND_NODES = (("Triton", "fused Triton"), ("Fused", "fused C++"), ("ChunkedEdgeAttention", "chunked PyTorch"),
-                  ("ScaledDotProduct", "SDPA"), ("_EdgeAggregate", "chunked PyTorch (relu/sigmoid)"))
+                  ("ScaledDotProduct", "SDPA"), ("EdgeAggregate", "chunked PyTorch (relu/sigmoid)"))
 
 
 def resolve_device(name: str):

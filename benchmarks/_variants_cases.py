@@ -141,7 +141,7 @@ def _graph_data(s):
             warnings.simplefilter("ignore")
             data = load_social_node_dataset(name, root=shared_data_dir(), download=False, max_features=256)
     else:
-        from graphattn.loader.partition import sbm_graph
+        from graphattn.testing import sbm_graph
 
         data = sbm_graph(s["sbm_nodes"], s["sbm_edges"], num_blocks=10, num_features=16, seed=s["seed"])
     data.x = data.x.float()
@@ -205,7 +205,7 @@ def _large_sbm(s):
     """The large SBM, generated once and kept in ``cache_dir`` (never the shared data folder)."""
     import torch
 
-    from graphattn.loader.partition import sbm_graph
+    from graphattn.testing import sbm_graph
 
     cache = s.get("cache_dir")
     path = Path(cache) / f"sbm_{s['sbm_nodes']}_{s['sbm_edges']}_s{s['seed']}.pt" if cache else None

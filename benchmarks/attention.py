@@ -62,16 +62,16 @@ def build_layer(row: dict, device: str = "cpu"):
             why = "" if triton_available(device) else "no triton: the chunked path runs"
         elif row["impl"] == "auto":
             try:
-                from graphattn.ops import fused_cpp as kernels
+                from graphattn.ops import extension
 
-                if kernels.fused_available():  # builds/loads the C++ kernel before the baseline
+                if extension.fused_available():  # builds/loads the C++ kernel before the baseline
                     why = ""
-                elif kernels._disabled():
+                elif extension.disabled():
                     why = "GRAPHATTN_NO_CPP set"
                 else:
-                    why = f"C++ build failed: {kernels._ERROR}"
+                    why = f"C++ build failed: {extension.build_error()}"
             except ImportError:
-                why = "no graphattn.ops.fused_cpp"
+                why = "no graphattn.ops.extension"
         return layer, why
     import torch_geometric
     from torch_geometric import typing as pyg_typing

@@ -172,7 +172,7 @@ def main(argv=None):
     import torch
     from tqdm import tqdm
 
-    from graphattn.ops.fused_cpp import fused_available
+    from graphattn.ops.extension import fused_available
     from graphattn.ops.fused_triton import triton_available
 
     torch.set_num_threads(a.threads)

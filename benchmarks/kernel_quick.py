@@ -47,7 +47,7 @@ def child(args) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from graphattn.ops import fused_cpp as kernels
+    from graphattn.ops import extension, fused_cpp as kernels
     from graphattn.ops.csr import to_csr
 
     gen = torch.Generator().manual_seed(0)
@@ -59,11 +59,11 @@ def child(args) -> dict:
     scale = C ** -0.5
     if args.impl == "fused":
         t0 = time.perf_counter()
-        ok = kernels.fused_available()
+        ok = extension.fused_available()
         build_s = time.perf_counter() - t0
         if not ok:
             return {"impl": args.impl, "error": "fused kernel unavailable"}
-        kernels._csc_arrays(csr)  # the kernel's source-major copy: static-graph preprocessing, cached
+        kernels.csc_arrays(csr)  # the kernel's source-major copy: static-graph preprocessing, cached
         fn = lambda: kernels.fused_edge_attention(q, k, v, csr, scale=scale)  # noqa: E731
     else:
         build_s = 0.0

@@ -30,8 +30,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
-from graphattn.loader.partition import node_loaders, saved_tensor_bytes, sbm_graph  # noqa: E402
-from graphattn.loader.neighbor_loader import neighbor_loaders  # noqa: E402
+from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders  # noqa: E402
+from graphattn.testing import saved_tensor_bytes, sbm_graph  # noqa: E402
 from graphattn.train import fit, task_loss  # noqa: E402
 
 

@@ -35,7 +35,7 @@ import _harness as H  # noqa: E402
 
 HIDDEN, LAYERS, HEADS, BATCH_SIZE = 128, 4, 4, 128
 MODELS = ("ours", "TransformerConv")
-TARGET = 1.5  # issue 6: an epoch >= 1.5x faster than the TransformerConv model
+TARGET = 1.5  # target: an epoch >= 1.5x faster than the TransformerConv model
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -96,7 +96,7 @@ def build_models(num_tasks: int, seed: int, which: str):
 
 def load_train_set(spec):
     from graphattn.data import ToxicityDataset
-    from graphattn.tasks.molecules.pipeline import split_indices
+    from graphattn.tasks.molecules.data import split_indices
 
     ds = ToxicityDataset(root=spec["data_root"], name="tox21", cache_dir=spec["cache_dir"],
                          download=False, log=False)

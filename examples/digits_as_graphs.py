@@ -129,7 +129,7 @@ def main(argv=None):
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from graphattn.ops.fused_cpp import fused_available
+    from graphattn.ops.extension import fused_available
 
     fused_available()  # builds (or loads) the C++ edge kernel now, not inside the first epoch
     images, labels, splits = load_splits(args.test_size, args.val_size, args.split_seed, args.limit)

@@ -31,15 +31,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn.tasks.social import graph as sg  # noqa: E402
+from graphattn.tasks.social import graph_data as gd  # noqa: E402
 from graphattn.tasks.social import node as sn  # noqa: E402
-from graphattn.cli.social_train import DATASETS, _hparams as hparams, _key, build_model  # noqa: E402
+from graphattn.cli.options import social_hparams as hparams  # noqa: E402
+from graphattn.cli.social_train import DATASETS, dataset_key  # noqa: E402
+from graphattn.nn.models.registry import build_model  # noqa: E402
 from graphattn.cli.options import DEVICE_HELP  # noqa: E402
 from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
 
@@ -105,9 +107,9 @@ def run_node(name, args, log):
 
 def run_graph(name, args, log):
     # the data spec of `graphattn train <name>` (node attributes and TU edge features included)
-    spec = sg.data_spec(SimpleNamespace(limit=None, seed=0, folds=args.folds, tu_text=None), name)
-    graphs = sg.load_graphs(spec)
-    edge_dim = sg.edge_dim_of(graphs)
+    spec = gd.graph_data_spec(name, folds=args.folds)
+    graphs = gd.load_graphs(spec)
+    edge_dim = gd.edge_dim_of(graphs)
     if edge_dim:
         log(f"{name}: {edge_dim} edge features (TU edge attributes/labels), used by ours, gat, transformer "
             "and gin (GINEConv); not by gcn")
@@ -116,7 +118,7 @@ def run_graph(name, args, log):
     histories = {m: [] for m in args.models}
     folds = args.fold_ids if args.fold_ids else list(range(args.folds))
     for fold in folds:
-        split = sg.graph_split(spec, graphs, fold)
+        split = gd.graph_split(spec, graphs, fold)
         for m in args.models:
             mspec = sg.graph_model_spec("none" if m == "ours" else m, graphs[0].num_features,
                                         graphs.num_classes, hp, edge_dim)
@@ -202,7 +204,7 @@ def main(argv=None):
     log = lambda s: print(s, flush=True)  # noqa: E731
     table = []
     for raw in args.datasets.split(","):
-        name = _key(raw)
+        name = dataset_key(raw)
         if name is None:
             p.error(f"unknown dataset {raw!r}; choose from {', '.join(DATASETS)}")
         if DATASETS[name] == "node":

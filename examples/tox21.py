@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from graphattn.tasks.molecules import data as md
+
 from graphattn.tasks.molecules import pipeline as mp
 
 
@@ -27,7 +29,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=mp.SPLITS)
+    p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=md.SPLITS)
     p.add_argument("--models", nargs="+", default=["ours", "baseline"], choices=["ours", "baseline"])
     p.add_argument("--baseline", default="gine", choices=["gine", "gat"], help="PyG baseline layer")
     d = mp.DEFAULTS
@@ -116,20 +118,21 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     hp = {k: getattr(args, k) for k in mp.DEFAULTS}
     if args.init:
-        from graphattn.tasks.molecules.pretrain import ARCH_KEYS, load_pretrained
+        from graphattn.tasks.molecules.finetune import load_pretrained
+        from graphattn.tasks.molecules.pretrain import ARCH_KEYS
 
         pre = load_pretrained(args.init)[1]["hparams"]
         hp.update({k: pre[k] for k in ARCH_KEYS})
         args.pe_dim = hp["pe_dim"]
-    descriptors = mp.descriptor_set(args.descriptors)
-    ds = mp.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
+    descriptors = md.descriptor_set(args.descriptors)
+    ds = md.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
                          log=args.progress, descriptors=descriptors)
     print(f"Tox21: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks | {vars(args)}")
     runs, t0 = [], time.time()
     for split in args.split:
         for seed in args.seeds:
-            idx = mp.split_indices(ds, split, seed)
+            idx = md.split_indices(ds, split, seed)
             for model in args.models:
                 spec = mp.model_spec("none" if model == "ours" else args.baseline, len(ds.task_names), hp,
                                      graph_feature_dim=len(descriptors or ()))

@@ -25,9 +25,8 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from graphattn.ops.chunked import (CHUNK_BYTES, _ChunkedEdgeAttention, _chunk_edges, _leaky_grad,
-                                   aggregate_backward, differentiable_grads, edge_attention_autograd,
-                                   input_aliases, score_backward)
+from graphattn.ops import extension, fused_cpp, fused_triton
+from graphattn.ops.chunked import SCORES, ChunkedEdgeAttention, chunk_edges
 from graphattn.ops.csr import EdgeCSR, to_csr
 from graphattn.ops.dense import complete_graph_sizes, prefer_dense, sdpa_attention
 from graphattn.ops.padding import check_batch
@@ -35,13 +34,8 @@ from graphattn.utils.validation import check_bias_dtype, check_edge_index, check
 
 __all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
-#: Moved to :mod:`graphattn.ops.chunked`, still importable from here. ``CHUNK_BYTES`` is
-#: re-exported too: :func:`edge_attention` passes this module's value to ``_chunk_edges``.
-_REEXPORTED = (_leaky_grad, aggregate_backward, differentiable_grads, edge_attention_autograd, input_aliases,
-               score_backward)
-
+#: The backends :func:`edge_attention` can be asked for (``impl=``).
 EDGE_IMPLS = ("auto", "dense", "fused", "chunked")
-SCORES = ("dot", "additive")
 
 
 def dense_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor,
@@ -133,12 +127,6 @@ def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) ->
     check_all_finite([(name, t, allow_neg_inf)])
 
 
-def _fused_ready() -> bool:
-    from graphattn.ops import fused_cpp as kernels
-
-    return kernels.fused_available()
-
-
 def fused_kind(device_type: str, dtype: torch.dtype, score: str, p_drop: float,
                return_weights: bool) -> Optional[str]:
     """Which fused kernel may compute a call (before availability is checked): ``"cpp"`` (CPU
@@ -215,6 +203,31 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     graphs) raises on double backward on CPU (PyTorch's flash kernel has no second
     derivative): pass ``impl="fused"`` or ``"chunked"`` there.
     """
+    csr = _checked_csr(q, k, v, edge_index, csr, batch, bias, edge_key, edge_value, score, att, dropout, impl,
+                       check_values=_check)
+    p_drop = dropout if training else 0.0
+    dtype = q.dtype
+    shared_kv = edge_value is not None and edge_value is edge_key  # one tensor, one gradient
+    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
+        up = lambda t: None if t is None else t.float()  # noqa: E731
+        q, k, v, bias, edge_key, att = map(up, (q, k, v, bias, edge_key, att))
+        edge_value = edge_key if shared_kv else up(edge_value)
+    res = _fast_path(q, k, v, csr, batch, bias, edge_key, edge_value, score, p_drop, return_attention_weights, impl)
+    if res is None:
+        res = _chunked_path(q, k, v, csr, bias, edge_key, edge_value, att, score, negative_slope, p_drop,
+                            return_attention_weights)
+    if return_attention_weights:
+        return res[0].to(dtype), res[1].to(dtype)
+    return res.to(dtype)
+
+
+def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], csr: Optional[EdgeCSR],
+                 batch: Optional[Tensor], bias: Optional[Tensor], edge_key: Optional[Tensor],
+                 edge_value: Optional[Tensor], score: str, att: Optional[Tensor], dropout: float, impl: str,
+                 check_values: bool) -> EdgeCSR:
+    """Check the arguments of :func:`edge_attention` (``ValueError`` / ``TypeError`` naming the
+    bad one; NaN/inf values too with ``check_values``) and return the graph's CSR view (built
+    from ``edge_index`` and cached when ``csr`` is None)."""
     if impl not in EDGE_IMPLS:
         raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
     if score not in SCORES:
@@ -246,29 +259,29 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         check_tensor_shape(att, (H, C), "att")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    if _check:  # callers that derive q, k, v, ... from checked inputs pass _check=False
+    if check_values:  # callers that derive q, k, v, ... from checked inputs pass _check=False
         check_all_finite([("q", q, False), ("k", k, False), ("v", v, False), ("edge_key", edge_key, False),
                           ("edge_value", None if edge_value is edge_key else edge_value, False),
                           ("att", att, False), ("bias", bias, True)])
-    p_drop = dropout if training else 0.0
+    return csr
 
-    dtype = q.dtype
-    shared_kv = edge_value is not None and edge_value is edge_key  # one tensor, one gradient
-    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
-        up = lambda t: None if t is None else t.float()  # noqa: E731
-        q, k, v, bias, edge_key, att = map(up, (q, k, v, bias, edge_key, att))
-        edge_value = edge_key if shared_kv else up(edge_value)
 
-    plain = score == "dot" and edge_key is None and edge_value is None and not return_attention_weights
-    kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_attention_weights)
+def _fast_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, batch: Optional[Tensor], bias: Optional[Tensor],
+               edge_key: Optional[Tensor], edge_value: Optional[Tensor], score: str, p_drop: float,
+               return_weights: bool, impl: str):
+    """SDPA for batches of complete graphs, else the fused C++ / Triton kernel where one applies
+    and runs here: its result (``out``, or ``(out, alpha)`` in the caller's edge order), or None
+    for the chunked path. Raises when ``impl="dense"`` / ``"fused"`` cannot be honoured."""
+    plain = score == "dot" and edge_key is None and edge_value is None and not return_weights
+    kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_weights)
     if impl in ("auto", "dense") and plain and bias is None:
         sizes = complete_graph_sizes(csr, batch)
         # Complete graphs go to SDPA unless padding them would waste more than the fused C++
         # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py, CPU only;
         # on CUDA complete graphs always take SDPA: that crossover has not been measured).
         if sizes is not None and (impl == "dense" or kind != "cpp" or prefer_dense(sizes)
-                                  or not _fused_ready()):
-            return sdpa_attention(q, k, v, sizes, dropout=p_drop).to(dtype)
+                                  or not extension.fused_available()):
+            return sdpa_attention(q, k, v, sizes, dropout=p_drop)
     if impl == "dense":
         raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
                          "given batch), score='dot', no bias, edge features or returned weights")
@@ -276,47 +289,49 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         raise ValueError("impl='fused' supports only score='dot' with no (active) dropout, on CPU "
                          "float32/float64 (C++ kernel) or CUDA float32 without returned weights "
                          "(Triton kernels)")
-    if impl != "chunked" and kind == "triton":
-        from graphattn.ops import fused_triton as triton_attention
-
-        if triton_attention.triton_available(q.device):
-            return triton_attention.triton_edge_attention(
-                q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
-                edge_value=edge_value).to(dtype)
+    if impl == "chunked" or kind is None:
+        return None
+    scale = 1.0 / math.sqrt(q.size(-1))
+    if kind == "triton":
+        if fused_triton.triton_available(q.device):
+            return fused_triton.triton_edge_attention(q, k, v, csr, bias=bias, scale=scale, edge_key=edge_key,
+                                                      edge_value=edge_value)
         if impl == "fused":
             raise RuntimeError("impl='fused' on CUDA needs the Triton kernels: triton installed "
                                "(pip install triton), GRAPHATTN_NO_TRITON unset, and a GPU they "
                                "compile and run on (see the warning of triton_available)")
-    if impl != "chunked" and kind == "cpp":
-        from graphattn.ops import fused_cpp as kernels
+        return None
+    if extension.fused_available():
+        # The C++ kernel takes bias / edge_key / edge_value and returns weights in the
+        # caller's edge order (it reads through csr.perm): no permuted per-edge copies.
+        return fused_cpp.fused_edge_attention(q, k, v, csr, bias=bias, scale=scale, edge_key=edge_key,
+                                              edge_value=edge_value, return_attention_weights=return_weights,
+                                              edge_order="input")
+    if impl == "fused":
+        raise RuntimeError("impl='fused' requested but the C++ kernel could not be built")
+    return None
 
-        if kernels.fused_available():
-            # The C++ kernel takes bias / edge_key / edge_value and returns weights in the
-            # caller's edge order (it reads through csr.perm): no permuted per-edge copies.
-            res = kernels.fused_edge_attention(
-                q, k, v, csr, bias=bias, scale=1.0 / math.sqrt(C), edge_key=edge_key,
-                edge_value=edge_value, return_attention_weights=return_attention_weights,
-                edge_order="input")
-            if return_attention_weights:
-                return res[0].to(dtype), res[1].to(dtype)
-            return res.to(dtype)
-        if impl == "fused":
-            raise RuntimeError("impl='fused' requested but the C++ kernel could not be built")
 
+def _chunked_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, bias: Optional[Tensor],
+                  edge_key: Optional[Tensor], edge_value: Optional[Tensor], att: Optional[Tensor], score: str,
+                  negative_slope: float, p_drop: float, return_weights: bool):
+    """The portable path, :class:`~graphattn.ops.chunked.ChunkedEdgeAttention` on CSR-ordered
+    per-edge tensors: ``out``, or ``(out, alpha)`` with ``alpha`` back in the caller's edge order."""
+    H, C = q.shape[1:]
     perm = csr.perm  # the chunked path works on CSR-ordered per-edge tensors
+    shared_kv = edge_value is not None and edge_value is edge_key
     if bias is not None:
         bias = bias[perm]
     if edge_key is not None:
         edge_key = edge_key[perm]
     if edge_value is not None:
         edge_value = edge_key if shared_kv else edge_value[perm]
-    chunk = _chunk_edges(H, max(C, v.size(-1)), q.element_size(), CHUNK_BYTES)
-    out, alpha = _ChunkedEdgeAttention.apply(
+    chunk = chunk_edges(H, max(C, v.size(-1)), q.element_size())
+    out, alpha = ChunkedEdgeAttention.apply(
         q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, edge_value, att, csr,
         score, 1.0 / math.sqrt(C), negative_slope, p_drop, chunk)
-    out = out.to(dtype)
-    if not return_attention_weights:
+    if not return_weights:
         return out
     alpha_orig = torch.empty_like(alpha)
     alpha_orig[perm] = alpha  # back to the caller's edge order
-    return out, alpha_orig.to(dtype)
+    return out, alpha_orig

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
-from graphattn.nn.encodings import _check_int, sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.nn.encodings import sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.utils.validation import check_int
 
 __all__ = ["SEQUENCE_PATTERNS", "IMAGE_PATTERNS", "sequence_graph", "image_graph",
            "sequences_to_batch", "images_to_batch"]
@@ -109,7 +110,7 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
 
     Shapes: returns ``(2, E)`` int64; row 0 = source j, row 1 = target i; sorted by (i, j).
     """
-    length = _check_int("length", length, 0)
+    length = check_int("length", length, 0)
     pats = _parse_patterns(pattern, SEQUENCE_PATTERNS)
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
@@ -119,7 +120,7 @@ def sequence_graph(length: int, pattern: PatternArg = "full", window: Optional[i
         if needed in pats:
             if value is None:
                 raise ValueError(f"pattern {needed!r} needs {name}=int >= {minimum}")
-            params[name] = _check_int(name, value, minimum)
+            params[name] = check_int(name, value, minimum)
         elif value is not None and value != unused:
             raise ValueError(f"{name}={value!r} is only used by pattern {needed!r}, got pattern {pattern!r}")
     parts = [_one_pattern(p, length, params.get("window"), params.get("stride"), params.get("num_global"),
@@ -151,15 +152,15 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
 
     Shapes: returns ``(2, E)`` int64; row 0 = source, row 1 = target; sorted by (target, source).
     """
-    height, width = _check_int("height", height, 0), _check_int("width", width, 0)
+    height, width = check_int("height", height, 0), check_int("width", width, 0)
     if not isinstance(pattern, str) or pattern not in IMAGE_PATTERNS:
         raise ValueError(f"pattern must be one of {list(IMAGE_PATTERNS)}, got {pattern!r}")
     if patch_size is not None:
-        p = _check_int("patch_size", patch_size, 1)
+        p = check_int("patch_size", patch_size, 1)
         if height % p or width % p:
             raise ValueError(f"patch_size={p} must divide height={height} and width={width}")
         height, width = height // p, width // p
-    _check_int("kernel_size", kernel_size, 1)  # a positive int for every pattern (unused by "full")
+    check_int("kernel_size", kernel_size, 1)  # a positive int for every pattern (unused by "full")
     if pattern == "full":
         n = height * width
         if n * n > MAX_EDGES:  # sequence_graph's own message would speak of tokens
@@ -183,7 +184,7 @@ def image_graph(height: int, width: int, pattern: str = "full", kernel_size: int
 def _pe_channels(pe_channels: Optional[int], feature_dim: int, multiple: int, kind: str) -> int:
     if pe_channels is None:  # the feature size, rounded up to what the encoding needs (RGB: 3 -> 4)
         return max(multiple, -(-int(feature_dim) // multiple) * multiple)
-    channels = _check_int("pe_channels", pe_channels, 1)
+    channels = check_int("pe_channels", pe_channels, 1)
     if channels < multiple or channels % multiple:
         raise ValueError(f"{kind} encodings need pe_channels divisible by {multiple}, got {channels}")
     return channels

@@ -233,7 +233,7 @@ def test_divergence_is_named_for_tuple_batches_with_missing_labels():
 def test_output_to_stdout_is_never_taken_for_an_input(run, capsys, tmp_path):
     from pathlib import Path
 
-    from graphattn.cli.options import check_output_not_input
+    from graphattn.utils.files import check_output_not_input
 
     check_output_not_input(Path("/dev/stdout"), {"the --csv input": "/dev/stdin"})  # not a regular file
     folder, src, _ = run

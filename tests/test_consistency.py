@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphattn.tasks.social import node as sn
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.train.metrics import consistency_loss
 from graphattn.train import fit, load_checkpoint
 
@@ -55,7 +55,7 @@ def _karate(samples):
     data = sn.load_node_data(spec)
     hp = dict(sn.node_defaults("karate", data.num_nodes), heads=2, consistency=samples)
     mspec = sn.node_model_spec("none", data, hp)
-    from graphattn.cli.social_train import build_model
+    from graphattn.nn.models.registry import build_model
 
     return data, hp, mspec, build_model(mspec)
 

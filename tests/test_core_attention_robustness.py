@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from graphattn import GraphSelfAttention
-from graphattn.ops import fused_cpp as kernels
+from graphattn.ops import extension
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias
 
-FUSED = kernels.fused_available()
+FUSED = extension.fused_available()
 IMPLS = ["chunked"] + (["fused"] if FUSED else [])
 needs_fused = pytest.mark.skipif(not FUSED, reason="fused C++ kernel unavailable")
 

@@ -9,8 +9,8 @@ pytest.importorskip("rdkit")
 from graphattn import GraphClassifier  # noqa: E402
 from graphattn.data import smiles_to_data  # noqa: E402
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors  # noqa: E402
-from graphattn.nn.models.graph_transformer import GraphFeatureNorm  # noqa: E402
-from graphattn.nn.models.molecule_baselines import MPNNBaseline  # noqa: E402
+from graphattn.nn.features import GraphFeatureNorm  # noqa: E402
+from graphattn.nn.models.baselines import MPNNBaseline  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
@@ -128,10 +128,11 @@ def test_social_tasks_refuse_descriptors(capsys):
 
 
 def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molecule_csv):
+    from graphattn.tasks.molecules import data as md
     from graphattn.tasks.molecules import pipeline as mp
 
-    ds = mp.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
+    ds = md.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
     hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
     spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
     with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):
-        mp.run_training(ds, mp.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)
+        mp.run_training(ds, md.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.train import resolve_device
 
 from test_social_tasks import _tu_text
@@ -51,15 +51,15 @@ def test_missing_or_unknown_devices_are_errors(monkeypatch, no_gpu):
 ])
 def test_cli_refuses_a_gpu_that_is_not_there_before_loading_data(argv, tmp_path, capsys, monkeypatch, no_gpu):
     import graphattn.cli.molecules_train
-    import graphattn.tasks.molecules.pretrain
-    import graphattn.tasks.social.graph
+    import graphattn.cli.pretrain
+    import graphattn.cli.social_train_graph
     import graphattn.tasks.social.node
 
     def loaded(*a, **k):
         raise AssertionError("data was loaded before --device was checked")
 
-    for mod, name in ((graphattn.tasks.social.node, "load_node_data"), (graphattn.tasks.social.graph, "load_graphs"),
-                      (graphattn.cli.molecules_train, "load_dataset"), (graphattn.tasks.molecules.pretrain, "molecule_pool")):
+    for mod, name in ((graphattn.tasks.social.node, "load_node_graph"), (graphattn.cli.social_train_graph, "load_graphs"),
+                      (graphattn.cli.molecules_train, "load_dataset"), (graphattn.cli.pretrain, "molecule_pool")):
         monkeypatch.setattr(mod, name, loaded)
     files = {"TOY": _tu_text(tmp_path / "TOY.txt"), "MOL": tmp_path / "m.csv"}
     (tmp_path / "m.csv").write_text("smiles,a\nCCO,1\nCCN,0\nCCC,1\nc1ccccc1,0\n")
@@ -114,7 +114,7 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
     _, meta, model = _load(tmp_path / "best.pt")
     data = _node_data(meta)
     want = sn.node_logits(model, meta["model"], data)
-    real, calls = sn._run, []
+    real, calls = sn.run_model, []
 
     def full_once(*args, **kwargs):
         calls.append(1)
@@ -122,7 +122,7 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sn, "_run", full_once)
+    monkeypatch.setattr(sn, "run_model", full_once)
     with pytest.warns(UserWarning, match="does not fit in the GPU's memory"):
         got = sn.node_logits(model, meta["model"], data)
     assert len(calls) == 2 and torch.equal(got, want)
@@ -132,7 +132,7 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
 def test_model_device_and_checkpoints_keep_their_structure(tmp_path):
     from collections import namedtuple
 
-    from graphattn.train.checkpoint import _on_cpu, load_checkpoint, save_checkpoint
+    from graphattn.train.checkpoint import on_cpu, load_checkpoint, save_checkpoint
     from graphattn.train import model_device
 
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters
@@ -145,5 +145,5 @@ def test_model_device_and_checkpoints_keep_their_structure(tmp_path):
     assert ck["rng"][0] == 1 and torch.equal(ck["rng"][1][1], torch.ones(2)) and ck["size"] == torch.Size([2, 3])
     assert isinstance(ck["rng"], tuple) and isinstance(ck["rng"][1], list)
     assert set(load_checkpoint(tmp_path / "c.pt")["model"]) == set(sd)
-    p = _on_cpu(Pair(torch.zeros(1), 2))  # namedtuples keep their type and fields
+    p = on_cpu(Pair(torch.zeros(1), 2))  # namedtuples keep their type and fields
     assert type(p) is Pair and p.b == 2 and torch.equal(p.a, torch.zeros(1))

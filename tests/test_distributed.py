@@ -178,7 +178,7 @@ def test_resumed_sharded_mini_batches_continue_the_epoch_sequence(tmp_path, monk
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer"),
 ])
 def test_bad_torchrun_environment_is_one_line(monkeypatch, capsys, tmp_path, env, message):
-    from graphattn.cli import main
+    from graphattn.cli.main import main
 
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"):
         monkeypatch.delenv(name, raising=False)

@@ -87,7 +87,7 @@ def test_planetoid_files_are_checked_local_and_downloaded(tmp_path, monkeypatch)
 
 
 def test_a_corrupt_gzip_is_a_data_file_error_naming_the_file(tmp_path):
-    from graphattn.data.molecules import read_csv_table
+    from graphattn.data.smiles_table import read_csv_table
     from graphattn.data.rawio import read_bytes
 
     bad = tmp_path / "bad.csv.gz"

@@ -3,7 +3,7 @@ import torch
 
 import graphattn.nn.dropout as D
 from graphattn.nn.dropout import Dropout, dropout, keep_mask
-from graphattn.ops.fused_cpp import fused_available
+from graphattn.ops.extension import fused_available
 
 ROUTES = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not fused_available(),
                                                                  reason="C++ extension not built"))]

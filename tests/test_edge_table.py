@@ -9,7 +9,7 @@ import torch
 from torch_geometric.nn import global_mean_pool
 
 from graphattn import GlobalTokens, GraphClassifier, GraphSelfAttention
-from graphattn.nn.models.graph_transformer import FeatureEncoder
+from graphattn.nn.features import FeatureEncoder
 
 VOCAB = [5, 3, 2]
 

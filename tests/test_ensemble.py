@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from graphattn import ProbabilityEnsemble
+from graphattn.tasks.molecules import data as md
 from graphattn.tasks.molecules import pipeline as mp
 
 
@@ -49,8 +50,8 @@ _HP = dict(mp.DEFAULTS, epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_
 
 
 def _small(molecule_csv):
-    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    return ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
+    ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    return ds, md.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
 
 
 def test_run_ensemble_members_curve_and_checkpoint(tmp_path, molecule_csv):
@@ -108,7 +109,7 @@ def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, cap
     assert len(rows) == 3 and "syntax error" in rows[2]
     assert rows[0] == "row,smiles,toxic,active,toxic_std,active_std,error"
     model, meta = mp.load_model(best)
-    member_prob = mp.predict_proba(model, mp.featurize(["CCO"], meta["pe"]["k"]), members=True)  # (2, 1, T)
+    member_prob = mp.predict_proba(model, md.featurize(["CCO"], meta["pe"]["k"]), members=True)  # (2, 1, T)
     values = [float(v) for v in rows[1].split(",")[2:6]]
     want = member_prob.mean(0)[0].tolist() + member_prob.std(0, unbiased=False)[0].tolist()
     assert values == pytest.approx(want, abs=2e-6) and min(values[2:]) >= 0
@@ -149,8 +150,8 @@ def test_pos_weight_warning_given_once_per_ensemble(tmp_path, molecule_csv):
     rows = molecule_csv.read_text().splitlines()
     csv = tmp_path / "m.csv"
     csv.write_text("\n".join([rows[0] + ",never"] + [r + ",0" for r in rows[1:]]) + "\n")
-    ds = mp.load_dataset(csv_path=str(csv), pe_dim=4, log=False)
-    idx, spec = mp.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
+    ds = md.load_dataset(csv_path=str(csv), pe_dim=4, log=False)
+    idx, spec = md.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mp.run_ensemble(ds, idx, spec, dict(_HP, epochs=1), size=3, pos_weight=True, progress=False,

@@ -3,13 +3,13 @@ import math
 import pytest
 import torch
 
-import graphattn.functional as GF
-from graphattn.ops import fused_cpp as kernels
+import graphattn.ops.chunked as chunked
+from graphattn.ops import extension
 from graphattn.ops.csr import clear_csr_cache, to_csr
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias, random_graph
 
-IMPLS = ["chunked"] + (["fused"] if kernels.fused_available() else [])
+IMPLS = ["chunked"] + (["fused"] if extension.fused_available() else [])
 
 
 def dense_ref(q, k, v, edge_index, bias=None):
@@ -33,7 +33,7 @@ def _cases():
 
 @pytest.fixture(params=[16 * 2**20, 64])  # default chunk, and tiny chunks (many chunks)
 def chunk_bytes(request, monkeypatch):
-    monkeypatch.setattr(GF, "CHUNK_BYTES", request.param)
+    monkeypatch.setattr(chunked, "CHUNK_BYTES", request.param)
     return request.param
 
 

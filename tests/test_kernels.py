@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from graphattn.ops.csr import to_csr
+from graphattn.ops import extension
 from graphattn.ops import fused_cpp as kernels
 
 pytestmark = pytest.mark.skipif(
-    not kernels.fused_available(),
-    reason=f"fused C++ kernel unavailable (no compiler/ninja or GRAPHATTN_NO_CPP=1): {kernels._ERROR}",
+    not extension.fused_available(),
+    reason=f"fused C++ kernel unavailable (no compiler/ninja or GRAPHATTN_NO_CPP=1): {extension.build_error()}",
 )
 
 
@@ -235,11 +236,11 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 def test_no_cpp_env_forces_fallback():
     res = _python("""
         import warnings
-        from graphattn import kernels
+        from graphattn.ops import extension
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            a = kernels.fused_available()  # must not even try (hence not warn)
-        print("AVAILABLE", a, "WARNINGS", len(w), "TRIED", kernels._TRIED)
+            a = extension.fused_available()  # must not even try (hence not warn)
+        print("AVAILABLE", a, "WARNINGS", len(w), "TRIED", extension._TRIED)
     """, GRAPHATTN_NO_CPP="1")
     assert res.returncode == 0, res.stderr
     assert "AVAILABLE False WARNINGS 0 TRIED False" in res.stdout, res.stdout + res.stderr
@@ -248,10 +249,10 @@ def test_no_cpp_env_forces_fallback():
 def test_build_failure_returns_false_and_warns_once(tmp_path):
     res = _python("""
         import warnings
-        from graphattn import kernels
+        from graphattn.ops import extension
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            a, b = kernels.fused_available(), kernels.fused_available()
+            a, b = extension.fused_available(), extension.fused_available()
         print("AVAILABLE", a, b, "WARNINGS", sum("fused C++" in str(x.message) for x in w))
     """, CXX="/nonexistent/c++", GRAPHATTN_BUILD_DIR=str(tmp_path), GRAPHATTN_NO_CPP="0")
     assert res.returncode == 0, res.stderr
@@ -262,9 +263,9 @@ def test_build_without_ninja(tmp_path):
     """The direct-compiler route (used when ninja is missing) builds a working kernel."""
     res = _python("""
         import torch
-        from graphattn import kernels
+        from graphattn.ops import extension, fused_cpp as kernels
         from graphattn.ops.csr import to_csr
-        assert kernels.fused_available(), kernels._ERROR
+        assert extension.fused_available(), extension.build_error()
         csr = to_csr(torch.tensor([[0, 1, 2, 2], [1, 0, 1, 1]]), 4)
         q = torch.randn(4, 2, 3, dtype=torch.float64, requires_grad=True)
         out = kernels.fused_edge_attention(q, q * 2, q * 3, csr)
@@ -393,7 +394,7 @@ def test_edge_features_multithreaded_deterministic():
     f32 = [t.detach().float().requires_grad_() for t in (q, k, v, bias, ek)]
     for a, b in zip(run(*f32), g1):
         torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-4)
-    cptr, cperm, ctgt = kernels._csc_arrays(csr)
+    cptr, cperm, ctgt = kernels.csc_arrays(csr)
     assert cperm.dtype == torch.int32 and ctgt.dtype == torch.int32
     csc = csr.csc  # the int64 CSC of graphattn.ops.csr, for comparison
     assert torch.equal(cptr, csc.rowptr) and torch.equal(cperm.long(), csc.perm)
@@ -401,8 +402,8 @@ def test_edge_features_multithreaded_deterministic():
 
 
 def test_graph_self_attention_with_edge_dim_uses_fused_kernel(monkeypatch):
-    import graphattn.functional as GF
     from graphattn import GraphSelfAttention
+    from graphattn.ops.chunked import ChunkedEdgeAttention
 
     calls = []
     real = kernels.fused_edge_attention
@@ -426,31 +427,31 @@ def test_graph_self_attention_with_edge_dim_uses_fused_kernel(monkeypatch):
     for (name, p), p_ref in zip(layer.named_parameters(), ref_layer.parameters()):
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
     # active dropout is the one thing that still takes the chunked path
-    monkeypatch.setattr(GF._ChunkedEdgeAttention, "apply", lambda *a: pytest.fail("chunked used"))
+    monkeypatch.setattr(ChunkedEdgeAttention, "apply", lambda *a: pytest.fail("chunked used"))
     GraphSelfAttention(16, 8, heads=4, edge_dim=D, dropout=0.5).eval()(x, ei, ea)
     assert len(calls) == 2
 
 
 # ------------------------------------------------------------------ stale build lock
 def test_stale_lock_is_removed_fresh_lock_is_waited_for(tmp_path):
-    assert kernels._clear_stale_lock(tmp_path) is False  # no lock: nothing to do
+    assert extension.clear_stale_lock(tmp_path) is False  # no lock: nothing to do
     lock = tmp_path / "lock"
     lock.touch()
     old = os.path.getmtime(lock) - 3600
     os.utime(lock, (old, old))
     with pytest.warns(RuntimeWarning, match="stale build lock"):
-        assert kernels._clear_stale_lock(tmp_path) is True
+        assert extension.clear_stale_lock(tmp_path) is True
     assert not lock.exists()
     lock.touch()  # a live build's lock: waited for until it is older than max_age
     with pytest.warns(RuntimeWarning, match="stale build lock"):
-        assert kernels._clear_stale_lock(tmp_path, max_age=0.3, poll=0.05) is True
+        assert extension.clear_stale_lock(tmp_path, max_age=0.3, poll=0.05) is True
     assert not lock.exists()
 
 
 def test_load_does_not_hang_on_a_stale_lock(tmp_path):
     import shutil
 
-    src = kernels.build_directory()
+    src = extension.build_directory()
     if not (src / "build.ninja").exists():
         pytest.skip("kernel was not built through ninja / cpp_extension.load")
     dst = tmp_path / src.name
@@ -458,8 +459,8 @@ def test_load_does_not_hang_on_a_stale_lock(tmp_path):
     (dst / "lock").touch()
     os.utime(dst / "lock", (0, 0))  # left behind by a build killed long ago
     res = _python("""
-        from graphattn import kernels
-        print("AVAILABLE", kernels.fused_available(), kernels._ERROR)
+        from graphattn.ops import extension
+        print("AVAILABLE", extension.fused_available(), extension.build_error())
     """, GRAPHATTN_BUILD_DIR=str(tmp_path), GRAPHATTN_NO_CPP="0")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "AVAILABLE True" in res.stdout and "stale build lock" in res.stderr, res.stdout + res.stderr

@@ -6,8 +6,9 @@ import torch
 
 from graphattn import NodeClassifier
 from graphattn.nn.models.baselines import ConvBaseline
-from graphattn.loader.partition import (PartitionBatches, node_loaders, partition_nodes, saved_tensor_bytes,
-                                        sbm_graph)
+from graphattn.loader.partition import PartitionBatches, partition_nodes
+from graphattn.tasks.social.minibatch import node_loaders
+from graphattn.testing import saved_tensor_bytes, sbm_graph
 from graphattn.train import fit, task_loss
 
 

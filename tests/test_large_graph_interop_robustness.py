@@ -6,7 +6,9 @@ import torch
 from torch_geometric.data import Data
 
 from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
-from graphattn.loader.partition import PartitionBatches, node_loaders, partition_nodes, sbm_graph
+from graphattn.loader.partition import PartitionBatches, partition_nodes
+from graphattn.tasks.social.minibatch import node_loaders
+from graphattn.testing import sbm_graph
 from graphattn.train import fit, task_loss
 
 
@@ -192,7 +194,7 @@ def test_sparse_adjacency_is_adj_t_for_the_layer_and_a_clear_error_elsewhere():
 
 
 def test_bench_without_such_script_lists_the_available_ones(capsys):
-    from graphattn.cli import main
+    from graphattn.cli.main import main
 
     assert main(["bench", "no_such_benchmark"]) == 2
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parents[1] / "graphattn"
 
 #: rank of each top-level unit of the package: a module may import its own unit or a lower rank
-RANKS = {"utils": 0, "ops": 1, "functional": 2, "data": 3, "loader": 4, "nn": 5, "patterns": 6, "testing": 6,
+RANKS = {"version": 0, "utils": 0, "ops": 1, "functional": 2, "data": 3, "loader": 4, "nn": 5, "patterns": 6, "testing": 6,
          "train": 7, "tasks": 8, "cli": 9, "__init__": 10, "__main__": 10}
 
 #: package-internal imports allowed inside functions, with the reason (everything else at the top)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.cli.options import out_path
+from graphattn.utils.files import out_path
 from graphattn.data import DataFileError, MoleculeCSVDataset, load_musae, load_tu_folds, load_tu_text
 from graphattn.data.ego_json import load_ego_json
 
@@ -99,7 +99,7 @@ def test_fold_numbering_gap_is_an_error(tmp_path):
 
 
 def test_stale_fold_files_ignored_without_folds(tmp_path):
-    from graphattn.tasks.social.graph import GRAPH_FEATURES, load_graphs
+    from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
 
     text = "6\n" + "".join(f"2 {i % 2}\n0 1 1\n0 1 0\n" for i in range(6))
     f = write(tmp_path / "x.txt", text)
@@ -205,11 +205,11 @@ def test_evaluate_warns_when_the_training_csv_changed(tmp_path):
 
 
 def test_moleculenet_file_with_upper_case_smiles_header(tmp_path):
-    from graphattn.data.molecules import SIDER_TASKS, _toxicity_tasks
+    from graphattn.data.molecules import SIDER_TASKS, toxicity_tasks
 
-    assert _toxicity_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
+    assert toxicity_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
     with pytest.raises(DataFileError, match="no 'smiles' column"):
-        _toxicity_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")
+        toxicity_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")
 
 
 def test_too_few_graphs_for_folds_names_the_option(tmp_path):

@@ -20,6 +20,7 @@ pytest.importorskip("rdkit")
 
 from graphattn.cli import main as cli
 from graphattn.cli import molecules_predict as molecule_commands
+from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.data import molecules  # noqa: E402
 from graphattn.data.molecules import (SIDER_TASKS, TOXICITY_DATASETS,  # noqa: E402
@@ -142,13 +143,13 @@ def test_single_row_csv_gives_a_clear_error(tmp_path, capsys, desc):
 def test_scaffold_split_of_one_big_scaffold_group_is_refused_and_lopsided_splits_warn(tmp_path):
     acyclic = ["C" * k + "O" for k in range(1, 11)]  # one (empty) scaffold: too big for train
     src = write_csv(tmp_path / "a.csv", ["smiles", "a"], [(s, i % 2) for i, s in enumerate(acyclic)])
-    ds = mp.load_dataset(csv_path=str(src), log=False)
+    ds = md.load_dataset(csv_path=str(src), log=False)
     with pytest.raises(ValueError, match="scaffold split of 10 molecules left no training"):
-        mp.split_indices(ds, "scaffold", 0)
+        md.split_indices(ds, "scaffold", 0)
     with pytest.warns(UserWarning, match="no validation molecules"):
-        mp.split_indices(ds[:5], "random", 0)  # 4/0/1
+        md.split_indices(ds[:5], "random", 0)  # 4/0/1
     hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0, batch_size=4)
-    dsd = mp.load_dataset(csv_path=str(src), log=False, descriptors=mp.descriptor_set(True))
+    dsd = md.load_dataset(csv_path=str(src), log=False, descriptors=md.descriptor_set(True))
     spec = mp.model_spec("none", 1, hp, graph_feature_dim=len(dsd.descriptor_names))
     empty = (torch.tensor([], dtype=torch.long), torch.arange(5), torch.arange(5, 10))
     with pytest.raises(ValueError, match="no training molecules"):
@@ -280,7 +281,7 @@ def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
     assert racemic_axis[0] == racemic_axis[1] and 9 not in {v for _, v in racemic_axis[0]}  # not P
     assert 1 in _canonical("C[C@H](N)C(=O)O |a:1|") + _canonical("C[C@@H](N)C(=O)O |a:1|")  # ABS: kept
     # the duplicate key (DuplicateSmilesWarning, pretraining's de-duplication) tells them apart too
-    key = molecules._canonical_key
+    key = molecules.canonical_key
     assert key(biaryl.format("U")) != key(biaryl.format("D"))
     assert key("C[C@H](N)C(=O)O |&1:1|") == key("C[C@@H](N)C(=O)O |&1:1|") != key("C[C@H](N)C(=O)O")
     assert key("C[C@H](N)C(=O)O") == key("N[C@@H](C)C(=O)O") == "C[C@H](N)C(=O)O"
@@ -378,13 +379,13 @@ def test_cache_dir_honours_graphattn_cache_with_a_read_only_data_root(tmp_path, 
     try:
         monkeypatch.setenv("GRAPHATTN_DATA", str(ro))
         monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "mine"))
-        assert mp.cache_dir() == tmp_path / "mine"
+        assert md.cache_dir() == tmp_path / "mine"
         monkeypatch.delenv("GRAPHATTN_CACHE")
         monkeypatch.setenv("HOME", str(tmp_path / "home"))
-        assert mp.cache_dir() == tmp_path / "home" / ".cache" / "graphattn"
+        assert md.cache_dir() == tmp_path / "home" / ".cache" / "graphattn"
     finally:
         ro.chmod(0o755)
-    assert "GRAPHATTN_CACHE" in mp.cache_dir.__doc__
+    assert "GRAPHATTN_CACHE" in md.cache_dir.__doc__
 
 
 # ----------------------------------------------------------------------------- 5. gz and headers
@@ -424,17 +425,17 @@ def test_predict_keeps_row_smiles_and_error_for_tasks_named_like_them(run, tmp_p
 # ----------------------------------------------------------------------------- 7. --tasks
 def test_resolve_tasks_with_commas_case_and_duplicates():
     neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
-    assert mp.resolve_tasks(f"{neo},eye DISORDERS", SIDER_TASKS) == [neo, "Eye disorders"]
-    assert mp.resolve_tasks("neoplasms benign,malignant and unspecified (incl cysts and polyps)",
+    assert md.resolve_tasks(f"{neo},eye DISORDERS", SIDER_TASKS) == [neo, "Eye disorders"]
+    assert md.resolve_tasks("neoplasms benign,malignant and unspecified (incl cysts and polyps)",
                             SIDER_TASKS) == [neo]
-    assert mp.resolve_tasks(["eye disorders", neo.upper()], SIDER_TASKS) == ["Eye disorders", neo]
+    assert md.resolve_tasks(["eye disorders", neo.upper()], SIDER_TASKS) == ["Eye disorders", neo]
     with pytest.raises(ValueError, match="more than once"):
-        mp.resolve_tasks("Eye disorders,eye disorders", SIDER_TASKS)
+        md.resolve_tasks("Eye disorders,eye disorders", SIDER_TASKS)
     with pytest.raises(ValueError, match=r"unknown task\(s\) \['Neoplasms benign'\]"):
-        mp.resolve_tasks("Neoplasms benign,Eye disorders", SIDER_TASKS)
-    assert mp.resolve_tasks("A", ["a", "A"]) == ["A"]
+        md.resolve_tasks("Neoplasms benign,Eye disorders", SIDER_TASKS)
+    assert md.resolve_tasks("A", ["a", "A"]) == ["A"]
     with pytest.raises(ValueError, match="ambiguous"):
-        mp.resolve_tasks("ab", ["Ab", "AB"])
+        md.resolve_tasks("ab", ["Ab", "AB"])
 
 
 def test_named_dataset_and_csv_tasks_with_commas(tmp_path, monkeypatch):
@@ -443,14 +444,14 @@ def test_named_dataset_and_csv_tasks_with_commas(tmp_path, monkeypatch):
     write_csv(tmp_path / "data" / "sider" / "sider.csv", ["smiles", *SIDER_TASKS],
               [(s, *[(i + j) % 2 for j in range(len(SIDER_TASKS))]) for i, s in enumerate(SMILES[:12])])
     monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
-    ds = mp.load_dataset("sider", tasks=f"{neo.lower()}, Eye Disorders", log=False)
+    ds = md.load_dataset("sider", tasks=f"{neo.lower()}, Eye Disorders", log=False)
     assert ds.task_names == [neo, "Eye disorders"] and ds[0].y.shape == (1, 2)
     assert ds[0].y.tolist() == [[float(SIDER_TASKS.index(neo) % 2), float(SIDER_TASKS.index("Eye disorders") % 2)]]
     src = write_csv(tmp_path / "c.csv", ["smiles", "x, y", "Z"], [(s, *_labels(s)) for s in SMILES])
-    ds = mp.load_dataset(csv_path=str(src), tasks="z,X,Y", log=False)
+    ds = md.load_dataset(csv_path=str(src), tasks="z,X,Y", log=False)
     assert ds.task_names == ["Z", "x, y"]
     with pytest.raises(ValueError, match="more than once"):
-        mp.load_dataset(csv_path=str(src), tasks="Z,z", log=False)
+        md.load_dataset(csv_path=str(src), tasks="Z,z", log=False)
 
 
 def test_cli_tasks_duplicates_and_case(tmp_path, capsys):
@@ -502,7 +503,7 @@ def test_limit_featurizes_only_the_first_molecules_and_keeps_caches_apart(tmp_pa
     with pytest.warns(molecules.InvalidSmilesWarning):
         again = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False, limit=4)
     assert calls == [] and len(again) == 4  # its own cache, untouched by the full run
-    ds = mp.load_dataset(csv_path=str(src), limit=2, log=False)
+    ds = md.load_dataset(csv_path=str(src), limit=2, log=False)
     assert len(ds) == 2 and ds.num_rows == 2
 
 
@@ -522,7 +523,7 @@ def test_named_dataset_and_csv_together_are_refused(run, capsys):
     assert cli.main(["train", "tox21", "--csv", str(run[1]), *TINY]) == 2
     assert "not both" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not both"):
-        mp.load_dataset("tox21", str(run[1]))
+        md.load_dataset("tox21", str(run[1]))
 
 
 # ----------------------------------------------------------------------------- files users have (session 13 QA)
@@ -695,7 +696,8 @@ def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
 
 def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
     from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import _canonical_key, read_csv_table
+    from graphattn.data.molecules import canonical_key
+    from graphattn.data.smiles_table import read_csv_table
 
     src = tmp_path / "x.csv"
     src.write_text("smiles,tox\nCCO,1\nCCN,#N/A\nCCC,?\nCCCC,0\n")
@@ -704,7 +706,7 @@ def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
     (tmp_path / "semi.csv").write_text("smiles;tox\nCCO;1,5\n")  # European Excel: decimal commas
     with pytest.raises(DataFileError, match="separated by semicolons"):
         read_csv_table(tmp_path / "semi.csv")
-    assert _canonical_key("C" * 6000) == "C" * 6000  # no canonical ranking of huge chains (RDKit segfaults)
+    assert canonical_key("C" * 6000) == "C" * 6000  # no canonical ranking of huge chains (RDKit segfaults)
 
 
 def test_resume_across_featurizer_versions_names_both(tmp_path, capsys):

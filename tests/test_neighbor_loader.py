@@ -84,7 +84,7 @@ def test_sampling_is_uniform_and_seeded():
 
 
 def test_trains_a_node_classifier_on_a_block_graph():
-    from graphattn.loader.partition import sbm_graph
+    from graphattn.testing import sbm_graph
 
     torch.manual_seed(0)
     data = sbm_graph(600, 6000, num_blocks=3, p_in=0.9)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from graphattn import NodeClassifier
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.train import load_checkpoint
 
 
@@ -106,17 +106,17 @@ def test_baselines_keep_their_own_depth_unless_layers_is_given():
     from types import SimpleNamespace
 
     from graphattn.tasks.social import node as sn
-    from graphattn.cli.social_train import _hparams
+    from graphattn.cli.options import social_hparams
 
     data = SimpleNamespace(class_names=list("abc"), num_features=5)
     hp = dict(sn.node_defaults("karate", 34), heads=2, layers=1, baseline_layers=2)
     assert sn.node_model_spec("gcn", data, hp)["kwargs"]["num_layers"] == 2
     assert sn.node_model_spec("none", data, hp)["kwargs"]["num_layers"] == 1
     args = SimpleNamespace(layers=3, heads=2)
-    hp3 = _hparams(args, hp)
+    hp3 = social_hparams(args, hp)
     assert sn.node_model_spec("gcn", data, hp3)["kwargs"]["num_layers"] == 3
     assert sn.node_model_spec("none", data, hp3)["kwargs"]["num_layers"] == 3
-    hp_default = _hparams(SimpleNamespace(heads=2), hp)  # no --layers: each keeps its own
+    hp_default = social_hparams(SimpleNamespace(heads=2), hp)  # no --layers: each keeps its own
     assert sn.node_model_spec("gcn", data, hp_default)["kwargs"]["num_layers"] == 2
 
 

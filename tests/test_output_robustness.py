@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from graphattn.cli import main as cli
-from graphattn.train.checkpoint import CheckpointError, save_checkpoint, write_csv
-from graphattn.cli import main
+from graphattn.train.checkpoint import CheckpointError, save_checkpoint
+from graphattn.utils.files import write_csv
+from graphattn.cli.main import main
 
 
 def test_checkpoint_write_failure_is_a_checkpoint_error_and_keeps_the_old_file(tmp_path, monkeypatch):
@@ -133,7 +134,7 @@ def test_csv_from_a_pipe(tmp_path):
     opened twice, and the first open consumed the pipe); evaluate spools a pipe to a file."""
     import threading
 
-    from graphattn.data.molecules import read_csv_table
+    from graphattn.data.smiles_table import read_csv_table
     from graphattn.cli.molecules_predict import _spooled
 
     fifo = tmp_path / "pipe"
@@ -161,16 +162,16 @@ def test_csv_from_a_pipe(tmp_path):
 
 def test_unwritable_caches_are_named(tmp_path, monkeypatch):
     from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import _writable_dir
+    from graphattn.data.molecules import writable_dir
 
     blocker = tmp_path / "afile"
     blocker.write_text("")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     with pytest.warns(UserWarning, match="not writable; processing into"):
-        assert _writable_dir(blocker, "csv/x") == tmp_path / "home" / ".cache" / "graphattn" / "csv" / "x"
+        assert writable_dir(blocker, "csv/x") == tmp_path / "home" / ".cache" / "graphattn" / "csv" / "x"
     monkeypatch.setenv("HOME", str(blocker))  # the fallback cannot be made either
     with pytest.raises(DataFileError, match="GRAPHATTN_CACHE"):
-        _writable_dir(blocker, "csv/x")
+        writable_dir(blocker, "csv/x")
 
 
 def test_write_csv_to_our_own_stdout_appends(tmp_path, monkeypatch):
@@ -229,7 +230,7 @@ def test_write_csv_appends_to_other_descriptors_and_replaces_link_targets(tmp_pa
 
     log = tmp_path / "log.txt"
     log.write_text("old\n")
-    code = ("import sys; from graphattn.train.checkpoint import write_csv; print('e', file=sys.stderr, flush=True); "
+    code = ("import sys; from graphattn.utils.files import write_csv; print('e', file=sys.stderr, flush=True); "
             "write_csv('/dev/stderr', ['a'], [{'a': 1}])")
     with open(log, "a") as err:
         subprocess.run([sys.executable, "-c", code], stderr=err, check=True)

@@ -4,8 +4,12 @@ import torch
 from torch_geometric.data import Batch
 
 from graphattn.cli import main as cli
+from graphattn.tasks.molecules import data as md
 from graphattn.tasks.molecules import pipeline as mp
+from graphattn.nn.models.pretrainer import MoleculePretrainer
+from graphattn.tasks.molecules import finetune as ft
 from graphattn.tasks.molecules import pretrain as pt
+from graphattn.tasks.molecules import pretrain_data as pdata
 from graphattn.data.descriptors import descriptor_names
 
 _SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C", "CCN(CC)CC", "O=C(O)c1ccccc1OC(C)=O", "C1CCCCC1",
@@ -22,13 +26,13 @@ def _private_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def graphs():
-    return mp.featurize(_SMILES, 4, descriptor_names())
+    return md.featurize(_SMILES, 4, descriptor_names())
 
 
 def _model(graphs, **hp):
-    bb = pt._arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP, **hp})
+    bb = pt.arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP, **hp})
     torch.manual_seed(0)
-    return pt.MoleculePretrainer(bb, graphs[0].mol_desc.size(1))
+    return MoleculePretrainer(bb, graphs[0].mol_desc.size(1))
 
 
 def test_atom_mask_rate_every_molecule_and_seeded():
@@ -63,11 +67,12 @@ def test_masked_atoms_are_hidden_from_the_whole_model(graphs):
     assert not torch.allclose(model(changed, mask)[1], d1)
     assert a1.shape == (3, sum(model.vocab_sizes)) and d1.shape == (4, graphs[0].mol_desc.size(1))
     # outside the pretrainer's forward the backbone is a plain GraphTransformer again
+    from graphattn.nn.encodings import pe_inputs
     from graphattn.nn.models.graph_transformer import GraphTransformer
 
-    plain = GraphTransformer(**pt._arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP})).eval()
+    plain = GraphTransformer(**pt.arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP})).eval()
     plain.load_state_dict(model.backbone.state_dict())
-    kw = dict(num_graphs=batch.num_graphs, **mp.pe_inputs(batch))
+    kw = dict(num_graphs=batch.num_graphs, **pe_inputs(batch))
     assert torch.allclose(model.backbone(batch.x, batch.edge_index, batch.edge_attr, batch.batch, **kw)[0],
                           plain(batch.x, batch.edge_index, batch.edge_attr, batch.batch, **kw)[0])
     with pytest.raises(ValueError, match="atom_mask"):
@@ -89,44 +94,42 @@ def test_pretraining_learns_both_tasks(graphs):
 
 def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molecule_csv):
     pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
-    state, meta = pt.load_pretrained(tmp_path / "pre" / "best.pt")
+    state, meta = ft.load_pretrained(tmp_path / "pre" / "best.pt")
     assert meta["pipeline"] == "pretrain" and all(not k.startswith("backbone.") for k in state)
-    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
     hp = dict(mp.DEFAULTS, **_HP, descriptors=False)
     spec = mp.model_spec("none", len(ds.task_names), hp)
     model = mp.build_model(spec)
     fresh_head = {k: v.clone() for k, v in model.head.state_dict().items()}
-    pt.load_pretrained_backbone(model, tmp_path / "pre" / "best.pt")
+    ft.load_pretrained_backbone(model, tmp_path / "pre" / "best.pt")
     for k, v in model.backbone.state_dict().items():
         assert torch.equal(v, state[k]), k
     assert all(torch.equal(v, fresh_head[k]) for k, v in model.head.state_dict().items())
     # the training run records where it started from
-    res = mp.run_training(ds, mp.split_indices(ds, "random", 0), spec, dict(hp, epochs=1), progress=False,
+    res = mp.run_training(ds, md.split_indices(ds, "random", 0), spec, dict(hp, epochs=1), progress=False,
                           log=lambda m: None, init=tmp_path / "pre" / "best.pt")
     assert res["meta"]["init"]["sha256"] and res["meta"]["init"]["checkpoint"].endswith("best.pt")
     # another width is refused with the settings named
     wide = mp.build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
     with pytest.raises(ValueError, match="hidden_channels"):
-        pt.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
-    from graphattn.nn.models.molecule_baselines import MPNNBaseline
+        ft.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
+    from graphattn.nn.models.baselines import MPNNBaseline
 
     with pytest.raises(ValueError, match="GraphClassifier"):
-        pt.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
+        ft.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
 
 
 def test_load_pretrained_refuses_other_checkpoints(tmp_path, graphs, molecule_csv, monkeypatch):
     pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
-    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
     hp = dict(mp.DEFAULTS, **dict(_HP, epochs=1), descriptors=False)
-    mp.run_training(ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
+    mp.run_training(ds, md.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                     log=lambda m: None, out_dir=tmp_path / "ft")
     with pytest.raises(ValueError, match="not a pretraining checkpoint"):
-        pt.load_pretrained(tmp_path / "ft" / "best.pt")
-    import graphattn.data.molecules as molecules
-
-    monkeypatch.setattr(molecules, "FEATURIZER_VERSION", "999")
+        ft.load_pretrained(tmp_path / "ft" / "best.pt")
+    monkeypatch.setattr(ft, "FEATURIZER_VERSION", "999")  # this version of graphattn featurizes otherwise
     with pytest.raises(ValueError, match="featurizer version"):
-        pt.load_pretrained(tmp_path / "pre" / "best.pt")
+        ft.load_pretrained(tmp_path / "pre" / "best.pt")
 
 
 def test_molecule_pool_dedupes_excludes_and_counts(tmp_path):
@@ -136,7 +139,7 @@ def test_molecule_pool_dedupes_excludes_and_counts(tmp_path):
     b.write_text("mol,Class\nC(C)O,1\nc1ccncc1,0\n")
     ex = tmp_path / "test_set.csv"
     ex.write_text("smiles,y\nNCC,1\n")
-    graphs, rep = pt.molecule_pool([a, b], ["smiles", "mol"], pe_dim=4, exclude=[str(ex)], log=False)
+    graphs, rep = pdata.molecule_pool([a, b], ["smiles", "mol"], pe_dim=4, exclude=[str(ex)], log=False)
     assert sorted(g.smiles for g in graphs) == ["CCO", "c1ccccc1", "c1ccncc1"]
     fa, fb = rep["files"]
     assert (fa["smiles_col"], fa["invalid"], fa["invalid_rows"], fa["duplicates"], fa["excluded"], fa["used"]) == \
@@ -144,18 +147,18 @@ def test_molecule_pool_dedupes_excludes_and_counts(tmp_path):
     assert (fb["smiles_col"], fb["duplicates"], fb["used"]) == ("mol", 1, 1)
     assert all(not hasattr(g, "y") or g.y is None for g in graphs) and graphs[0].mol_desc.shape[0] == 1
     with pytest.raises(ValueError, match="SMILES column"):
-        pt.molecule_pool([b], ["smiles"], log=False)
+        pdata.molecule_pool([b], ["smiles"], log=False)
     # exclusion also catches the test molecules' stereoisomers and salt / charge forms
     c = tmp_path / "c.csv"
     c.write_text("smiles\nC[C@H](N)O\n[Na+].CC(=O)[O-]\nCCCC\n")
     ex2 = tmp_path / "test2.csv"
     ex2.write_text("smiles\nCC(N)O\nCC(=O)O\n")
-    graphs, rep = pt.molecule_pool([c], ["smiles"], pe_dim=0, exclude=[str(ex2)], log=False)
+    graphs, rep = pdata.molecule_pool([c], ["smiles"], pe_dim=0, exclude=[str(ex2)], log=False)
     assert [g.smiles for g in graphs] == ["CCCC"] and rep["files"][0]["excluded"] == 2
     with pytest.raises(ValueError, match="no molecules left"):
-        pt.molecule_pool([ex], ["smiles"], exclude=[str(ex)], log=False)
+        pdata.molecule_pool([ex], ["smiles"], exclude=[str(ex)], log=False)
     with pytest.raises(ValueError, match="no such file"):
-        pt.molecule_pool([tmp_path / "missing.csv"], log=False)
+        pdata.molecule_pool([tmp_path / "missing.csv"], log=False)
 
 
 def test_cli_pretrain_then_train_init_then_evaluate(tmp_path, molecule_csv, capsys):
@@ -223,12 +226,12 @@ def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molec
     assert "drop --heads 4 (pretrained: 2)" in capsys.readouterr().err
     assert cli.main(base + ["--heads", "2", "--hidden", "16", "--out", str(tmp_path / "ok")]) == 0  # agreeing
     # through the API the head count is compared too (same parameter shapes, other grouping)
-    ds = mp.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
+    ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
     hp = dict(mp.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
     with pytest.raises(ValueError, match="heads"):  # also without the spec
-        pt.load_pretrained_backbone(mp.build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
+        ft.load_pretrained_backbone(mp.build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
     with pytest.raises(ValueError, match="heads"):
-        mp.run_training(ds, mp.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
+        mp.run_training(ds, md.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                         log=lambda m: None, init=pre / "best.pt")
 
 
@@ -266,8 +269,8 @@ def test_smiles_column_ambiguous_case(tmp_path):
     f = tmp_path / "two.csv"
     f.write_text("Smiles,SMILES\nCCO,CCN\n")
     with pytest.raises(ValueError, match="ambiguous"):
-        pt.molecule_pool([f], ["smiles"], log=False)
-    graphs, _ = pt.molecule_pool([f], ["SMILES"], pe_dim=0, log=False)  # the exact name wins
+        pdata.molecule_pool([f], ["smiles"], log=False)
+    graphs, _ = pdata.molecule_pool([f], ["SMILES"], pe_dim=0, log=False)  # the exact name wins
     assert [g.smiles for g in graphs] == ["CCN"]
 
 
@@ -304,7 +307,7 @@ def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
     first = ToxicityDataset(name="tox21", log=False).smiles[0]  # a Tox21 molecule
     f = tmp_path / "pool.csv"
     f.write_text(f"smiles\n{first}\nCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO\n")
-    graphs, rep = pt.molecule_pool([f], pe_dim=0, exclude=["tox21"], log=False)
+    graphs, rep = pdata.molecule_pool([f], pe_dim=0, exclude=["tox21"], log=False)
     assert [g.smiles for g in graphs] == ["CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO"] and rep["files"][0]["excluded"] == 1
 
 
@@ -394,24 +397,24 @@ def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
 
 
 def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
-    from graphattn.train.checkpoint import CheckpointError, _check_same_run
+    from graphattn.train.checkpoint import CheckpointError, check_same_run
 
     init = {"checkpoint": "/old/P/best.pt", "sha256": "a" * 64, "molecules": 10}
     moved = dict(init, checkpoint="/new/P/best.pt", excluded_sources=["tox21"])  # a later record's extra key
-    _check_same_run(tmp_path, {"init": init}, {"init": moved})
+    check_same_run(tmp_path, {"init": init}, {"init": moved})
     with pytest.raises(CheckpointError, match="differing from this run's: init\\)"):
-        _check_same_run(tmp_path, {"init": init}, {"init": dict(moved, sha256="b" * 64)})
+        check_same_run(tmp_path, {"init": init}, {"init": dict(moved, sha256="b" * 64)})
     pool = {"files": [{"path": "/a/pool.smi", "sha256": "c" * 64, "rows": 5}], "molecules": 5}
-    _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
-                                                        "molecules": 5}})
+    check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
+                                                       "molecules": 5}})
     with pytest.raises(CheckpointError, match="differing from this run's: pool\\)"):  # same name and size, other molecules
-        _check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], sha256="d" * 64)],
-                                                            "molecules": 5}})
+        check_same_run(tmp_path, {"pool": pool}, {"pool": {"files": [dict(pool["files"][0], sha256="d" * 64)],
+                                                           "molecules": 5}})
     old = {"files": [{"path": "/a/pool.smi", "rows": 5}], "molecules": 5}  # before files were hashed
     with pytest.raises(CheckpointError, match="differing from this run's: pool\\)"):
-        _check_same_run(tmp_path, {"pool": old}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
-                                                           "molecules": 5}})
-    _check_same_run(tmp_path, {"pool": old}, {"pool": pool})
+        check_same_run(tmp_path, {"pool": old}, {"pool": {"files": [dict(pool["files"][0], path="/b/x.smi")],
+                                                          "molecules": 5}})
+    check_same_run(tmp_path, {"pool": old}, {"pool": pool})
 
 
 def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
@@ -426,7 +429,7 @@ def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
         f.write("smiles zinc_id\nC1CCCCC1 ZINC1\nN#Cc1ccccc1 ZINC2\n")
     tsv = tmp_path / "chembl.tsv"
     tsv.write_text("chembl_id\tcanonical_smiles\nCHEMBL1\tc1ccncc1\nCHEMBL2\tClC(Cl)Cl\n")
-    graphs, rep = pt.molecule_pool([plain, headed, tsv], ["smiles", "canonical_smiles"], pe_dim=0, log=False)
+    graphs, rep = pdata.molecule_pool([plain, headed, tsv], ["smiles", "canonical_smiles"], pe_dim=0, log=False)
     assert sorted(g.smiles for g in graphs) == sorted(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CCCCC1",
                                                       "N#Cc1ccccc1", "c1ccncc1", "ClC(Cl)Cl"])
     a, b, c = rep["files"]
@@ -459,13 +462,13 @@ def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
 
 @pytest.mark.parametrize("first", ["c1ccnc1", "C1CC", "c1cc1", "Cl2"])
 def test_a_headerless_smiles_list_starting_with_an_invalid_smiles_keeps_that_row(tmp_path, first):
-    from graphattn.data.molecules import read_csv_table
+    from graphattn.data.smiles_table import read_csv_table
 
     f = tmp_path / "l.smi"
     f.write_text(f"{first} bad\nCCO ethanol\nc1ccccc1 benzene\n")
     header, rows = read_csv_table(f)
     assert header == ["smiles", "name"] and [r[1][0] for r in rows] == [first, "CCO", "c1ccccc1"]
-    graphs, rep = pt.molecule_pool([f], ["smiles"], pe_dim=0, log=False)
+    graphs, rep = pdata.molecule_pool([f], ["smiles"], pe_dim=0, log=False)
     assert rep["files"][0]["invalid_rows"] == [1] and len(graphs) == 2
     # plain words RDKit cannot parse and no SMILES could be spelled with stay headers
     for word in ("SMILES", "Name", "ID", "CID", "zinc_id", "compound"):
@@ -489,11 +492,11 @@ def test_incomplete_pretraining_checkpoint_is_a_clear_error(tmp_path):
     save_checkpoint(tmp_path / "odd.pt", {"model": {}, "meta": {"pipeline": "pretrain",
                                                                  "featurizer_version": FEATURIZER_VERSION}})
     with pytest.raises(ValueError, match="incomplete pretraining checkpoint"):
-        pt.load_pretrained(tmp_path / "odd.pt")
+        ft.load_pretrained(tmp_path / "odd.pt")
 
 
 def test_comma_files_named_like_smiles_lists_stay_csv_and_cxsmiles_stay_whole(tmp_path):
-    from graphattn.data.molecules import read_csv_table
+    from graphattn.data.smiles_table import read_csv_table
 
     (tmp_path / "c.smi").write_text("smiles,p_np\nCCO,1\nCCN,0\n")  # a CSV saved as .smi (worked before)
     (tmp_path / "c.tsv").write_text("smiles,p_np\nCCO,1\n")
@@ -533,8 +536,8 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
     import os
     import threading
 
-    from graphattn.train.checkpoint import _check_same_run
-    from graphattn.data.molecules import read_csv_table, sniff_table_kind
+    from graphattn.train.checkpoint import check_same_run
+    from graphattn.data.smiles_table import read_csv_table, sniff_table_kind
     from graphattn.tasks.molecules.data import spooled
 
     assert [sniff_table_kind(s) for s in ("smiles,y", "C[C@H](F)Cl |&1:1,2| a", "CCO\tethanol", "smiles\tname",
@@ -554,13 +557,13 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
     # an --exclude file recorded by name (older runs) and by contents (now) is the same run
     old = {"pool": {"excluded_sources": ["excl.csv"], "molecules": 3}}
     new = {"pool": {"excluded_sources": [{"path": "/x/excl.csv", "sha256": "a" * 64}], "molecules": 3}}
-    _check_same_run(tmp_path, old, new)
+    check_same_run(tmp_path, old, new)
 
 
 def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
-    from graphattn.train.checkpoint import CheckpointError, _check_same_run
+    from graphattn.train.checkpoint import CheckpointError, check_same_run
     from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import find_column, read_csv_table
+    from graphattn.data.smiles_table import find_column, read_csv_table
     from graphattn.tasks.molecules.data import _sniffed_suffix
 
     # B3DB's TSV header (first field "NO.") and a plain word RDKit parses ("BBB") stay TSV headers
@@ -573,16 +576,16 @@ def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
     with pytest.raises(DataFileError, match="separated by semicolons"):
         find_column(header, "smiles", tmp_path / "semi")
     with pytest.raises(CheckpointError):  # a set name is not a file recorded by contents
-        _check_same_run(tmp_path, {"pool": {"excluded_sources": ["tox21"]}},
-                        {"pool": {"excluded_sources": [{"path": "/x/other.csv", "sha256": "a" * 64}]}})
+        check_same_run(tmp_path, {"pool": {"excluded_sources": ["tox21"]}},
+                       {"pool": {"excluded_sources": [{"path": "/x/other.csv", "sha256": "a" * 64}]}})
 
 
 def test_target_id_fallback_takes_a_named_integer_column_else_the_index(tmp_path):
     import warnings
 
-    from graphattn.data.musae import _read_target
+    from graphattn.data.musae import read_target
 
     (tmp_path / "t.csv").write_text(",name,label\n0,alice,1\n1,bob,0\n2,carol,1\n")  # names are no ids
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert _read_target(tmp_path / "t.csv", None)[0].tolist() == [0, 1, 2]
+        assert read_target(tmp_path / "t.csv", None)[0].tolist() == [0, 1, 2]

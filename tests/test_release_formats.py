@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.data import load_musae, load_tu_dataset, load_tu_folder, load_tu_text
 from graphattn.data.download import DataFileError
 from graphattn.data.social import load_social_node_dataset
@@ -191,7 +191,7 @@ def test_tiny_graph_sets_split_and_fold_messages(tmp_path, capsys):
     _write_tu(tmp_path / "t", "T", graphs)
     assert main(["train", "--tu-text", str(tmp_path / "t"), "--epochs", "1", "--out", str(tmp_path / "r"),
                  "--no-progress", "--threads", "1"]) == 0  # 80/10/10 of 5 per class rounds val/test to 0
-    from graphattn.tasks.social.graph import graph_split
+    from graphattn.tasks.social.graph_data import graph_split
 
     parts = graph_split({"split_seed": 0}, load_tu_folder(tmp_path / "t"), None)
     assert all(p.numel() > 0 for p in parts) and sum(p.numel() for p in parts) == 15
@@ -583,7 +583,7 @@ def test_graph_set_folds_are_pinned_to_their_fold_files(tmp_path, capsys):
 
 
 def test_tu_raw_layout_finds_the_fold_files_beside_raw_and_hashes_only_its_own_files(tmp_path, capsys):
-    from graphattn.data.download import input_files
+    from graphattn.tasks.social.inputs import input_files
 
     graphs = _two_label_sets()
     _write_tu(tmp_path / "B" / "raw", "B", graphs)
@@ -647,7 +647,7 @@ def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
 
 def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
     # the class is in the edge labels only (every graph a 5-node path with the same node labels)
-    from graphattn.tasks.social.graph import load_graphs
+    from graphattn.tasks.social.graph_data import load_graphs
 
     graphs = [(5, [(i, i + 1) for i in range(4)], k % 2, [0] * 5) for k in range(40)]
     _write_tu(tmp_path / "P", "P", graphs)

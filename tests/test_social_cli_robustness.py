@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.train import load_checkpoint
 
 
@@ -15,7 +15,7 @@ def _offline(monkeypatch, tmp_path):
     monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "no-data-here"))
 
 
-def _err(capsys, *argv):
+def usage_error(capsys, *argv):
     assert main([*map(str, argv)]) == 2
     return capsys.readouterr().err
 
@@ -37,7 +37,7 @@ def _train(tmp_path, edges, target, out, *extra):
 
 
 def test_aliases_of_the_data_modules_reach_the_cli():
-    from graphattn.cli.social_train import _key
+    from graphattn.cli.social_train import dataset_key as _key
 
     for alias, name in (("lastfm", "lastfm_asia"), ("deezer", "deezer_europe"), ("imdbbinary", "imdb-binary"),
                         ("redditbinary", "reddit-binary"), ("deezer_ego_nets", "deezer-ego"),
@@ -49,30 +49,30 @@ def test_aliases_of_the_data_modules_reach_the_cli():
 
 def test_clashing_and_out_of_range_options(tmp_path, capsys):
     edges, target = _graph(tmp_path)
-    assert "not both" in _err(capsys, "train", "karate", "--edges", edges, "--target", target)
-    assert "not both" in _err(capsys, "train", "--edges", edges, "--target", target, "--tu-text", edges)
-    assert "not both" in _err(capsys, "train", "karate", "--tu-text", edges)
-    assert "--target goes with --edges" in _err(capsys, "train", "--target", target)
-    assert "--target-col goes with --edges" in _err(capsys, "train", "karate", "--target-col", "kind")
-    assert "--edges needs --target" in _err(capsys, "train", "--edges", edges)
-    assert "--epochs must be >= 1" in _err(capsys, "train", "karate", "--epochs", 0)
-    assert "--folds must be >= 2" in _err(capsys, "train", "karate", "--folds", -2)
-    assert "--limit must be >= 1" in _err(capsys, "train", "karate", "--limit", 0)
-    assert "--dropout must be in [0, 1)" in _err(capsys, "train", "karate", "--dropout", 1.5)
-    assert "--lr must be a finite number > 0" in _err(capsys, "train", "karate", "--lr", 0)
-    assert "--lr must be a finite number > 0" in _err(capsys, "train", "karate", "--lr", "inf")
-    assert "--weight-decay must be a finite number >= 0" in _err(capsys, "train", "karate", "--weight-decay", "nan")
+    assert "not both" in usage_error(capsys, "train", "karate", "--edges", edges, "--target", target)
+    assert "not both" in usage_error(capsys, "train", "--edges", edges, "--target", target, "--tu-text", edges)
+    assert "not both" in usage_error(capsys, "train", "karate", "--tu-text", edges)
+    assert "--target goes with --edges" in usage_error(capsys, "train", "--target", target)
+    assert "--target-col goes with --edges" in usage_error(capsys, "train", "karate", "--target-col", "kind")
+    assert "--edges needs --target" in usage_error(capsys, "train", "--edges", edges)
+    assert "--epochs must be >= 1" in usage_error(capsys, "train", "karate", "--epochs", 0)
+    assert "--folds must be >= 2" in usage_error(capsys, "train", "karate", "--folds", -2)
+    assert "--limit must be >= 1" in usage_error(capsys, "train", "karate", "--limit", 0)
+    assert "--dropout must be in [0, 1)" in usage_error(capsys, "train", "karate", "--dropout", 1.5)
+    assert "--lr must be a finite number > 0" in usage_error(capsys, "train", "karate", "--lr", 0)
+    assert "--lr must be a finite number > 0" in usage_error(capsys, "train", "karate", "--lr", "inf")
+    assert "--weight-decay must be a finite number >= 0" in usage_error(capsys, "train", "karate", "--weight-decay", "nan")
 
 
 def test_key_error_messages_keep_their_quotes(tmp_path, capsys):
     edges, target = _graph(tmp_path)
-    err = _err(capsys, "train", "--edges", edges, "--target", target, "--target-col", "nope", "--epochs", 1)
+    err = usage_error(capsys, "train", "--edges", edges, "--target", target, "--target-col", "nope", "--epochs", 1)
     assert "nope" in err and err.count("'") % 2 == 0
 
 
 def test_single_class_target_is_refused(tmp_path, capsys):
     edges, target = _graph(tmp_path, labels=("human", "human"))
-    assert "same class" in _err(capsys, "train", "--edges", edges, "--target", target, "--target-col", "kind",
+    assert "same class" in usage_error(capsys, "train", "--edges", edges, "--target", target, "--target-col", "kind",
                                 "--epochs", 1)
 
 
@@ -86,18 +86,18 @@ def test_one_node_graph_gives_finite_features():
 def test_tiny_graph_set_is_a_clear_error_not_a_swallowed_keyerror(tmp_path, capsys):
     txt = tmp_path / "TWO.txt"
     txt.write_text("2\n2 0\n0 1 1\n0 1 0\n2 1\n0 1 1\n0 1 0\n")
-    err = _err(capsys, "train", "--tu-text", txt, "--epochs", 1, "--no-progress")
+    err = usage_error(capsys, "train", "--tu-text", txt, "--epochs", 1, "--no-progress")
     assert "too few" in err and "val" in err
 
 
 def test_text_file_as_checkpoint_and_resume_into_another_model(tmp_path, capsys):
     bad = tmp_path / "notes.txt"
     bad.write_text("this is not a checkpoint\n" * 20)
-    assert "not a graphattn checkpoint" in _err(capsys, "evaluate", "--checkpoint", bad)
+    assert "not a graphattn checkpoint" in usage_error(capsys, "evaluate", "--checkpoint", bad)
     edges, target = _graph(tmp_path)
     out = tmp_path / "run"
     _train(tmp_path, edges, target, out)
-    err = _err(capsys, "train", "karate", "--epochs", 4, "--out", out, "--resume", "--no-progress")
+    err = usage_error(capsys, "train", "karate", "--epochs", 4, "--out", out, "--resume", "--no-progress")
     assert "--resume" in err and "another run" in err
 
 
@@ -106,11 +106,11 @@ def test_changed_or_moved_input_files(tmp_path, capsys):
     out = tmp_path / "run"
     _train(tmp_path, edges, target, out)
     target.write_text(target.read_text().replace("bot", "robot"))
-    assert "differ from the classes" in _err(capsys, "predict", "--checkpoint", out / "best.pt")
+    assert "differ from the classes" in usage_error(capsys, "predict", "--checkpoint", out / "best.pt")
     edges.rename(tmp_path / "moved.csv")
-    err = _err(capsys, "evaluate", "--checkpoint", out / "best.pt")
+    err = usage_error(capsys, "evaluate", "--checkpoint", out / "best.pt")
     assert "e.csv" in err and "Traceback" not in err
-    assert "molecule checkpoints" in _err(capsys, "predict", "--checkpoint", out / "best.pt", "--smiles", "CCO")
+    assert "molecule checkpoints" in usage_error(capsys, "predict", "--checkpoint", out / "best.pt", "--smiles", "CCO")
 
 
 def test_explain_takes_file_node_ids(tmp_path, capsys):
@@ -124,8 +124,8 @@ def test_explain_takes_file_node_ids(tmp_path, capsys):
     assert main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "155", "--out", str(tmp_path)]) == 0
     assert main(["predict", "--checkpoint", str(out / "best.pt"), "--out", str(tmp_path)]) == 0
     assert (tmp_path / "explain_node155.png").is_file() and (tmp_path / "predictions.csv").is_file()
-    assert "not a node id" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 16)
-    assert "--hops must be >= 1" in _err(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 155,
+    assert "not a node id" in usage_error(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 16)
+    assert "--hops must be >= 1" in usage_error(capsys, "explain", "--checkpoint", out / "best.pt", "--node", 155,
                                           "--hops", 0)
 
 
@@ -158,14 +158,14 @@ def test_mini_batch_reports_whole_graph_accuracy(tmp_path, capsys):
 
 
 def test_metrics_json_is_strict(tmp_path):
-    from graphattn.train import write_metrics
+    from graphattn.train.checkpoint import write_metrics
 
     write_metrics(tmp_path / "m.json", {"a": float("nan"), "b": [1.0, math.inf], "c": {"d": 2}})
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": None, "b": [1.0, None], "c": {"d": 2}}
 
 
 def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
-    from graphattn.tasks.social import graph as sg
+    from graphattn.tasks.social import graph_data as sg
 
     lines = ["6"]
     for g in range(6):
@@ -230,17 +230,17 @@ def test_failed_download_leaves_no_folders_and_disabled_download_says_so(tmp_pat
 
 
 def test_resume_tolerates_a_moved_data_root_and_newer_spec_keys(tmp_path):
-    from graphattn.train import CheckpointError, _check_same_run
+    from graphattn.train.checkpoint import CheckpointError, check_same_run
 
     old = {"pipeline": "node", "data": {"name": "lastfm_asia", "root": "/a", "split_seed": 0},
            "model": {"class": "NodeClassifier", "kwargs": {"hidden": 64}}}
     moved = {**old, "data": {**old["data"], "root": "/b", "feature_source": "structural"}}
-    _check_same_run(tmp_path / "last.pt", old, moved)  # no error
+    check_same_run(tmp_path / "last.pt", old, moved)  # no error
     with pytest.raises(CheckpointError, match="data"):
-        _check_same_run(tmp_path / "last.pt", old, {**old, "data": {**old["data"], "split_seed": 1}})
+        check_same_run(tmp_path / "last.pt", old, {**old, "data": {**old["data"], "split_seed": 1}})
     with pytest.raises(CheckpointError, match="model"):
-        _check_same_run(tmp_path / "last.pt", old, {**old, "model": {"class": "NodeClassifier",
-                                                                     "kwargs": {"hidden": 64, "gcn_weight": 0.5}}})
+        check_same_run(tmp_path / "last.pt", old, {**old, "model": {"class": "NodeClassifier",
+                                                                    "kwargs": {"hidden": 64, "gcn_weight": 0.5}}})
 
 
 def test_explain_without_node_draws_the_first_row(tmp_path, capsys):
@@ -268,11 +268,11 @@ def test_graph_checkpoint_refuses_files_with_other_classes_or_widths(tmp_path, c
     for labels in ([0, 1, 2] * 7, [0, 5] * 10):  # a new class (was an IndexError); relabelled (silently wrong)
         other = _rings(tmp_path / "other.txt", labels)
         for command in ("predict", "evaluate"):
-            err = _err(capsys, command, "--checkpoint", ck, "--tu-text", other)
+            err = usage_error(capsys, command, "--checkpoint", ck, "--tu-text", other)
             assert "differ from the classes" in err and "Traceback" not in err, (labels, command, err)
     attr = tmp_path / "attr.txt"  # the same graphs with a node attribute column: another feature width
     attr.write_text("\n".join(line + (" 0.5" if line.startswith("0 2") else "") for line in two.read_text().splitlines()))
-    assert "columns, the model was trained on" in _err(capsys, "evaluate", "--checkpoint", ck, "--tu-text", attr)
+    assert "columns, the model was trained on" in usage_error(capsys, "evaluate", "--checkpoint", ck, "--tu-text", attr)
 
 
 def test_predict_numbers_a_limited_graph_set_by_file_position(tmp_path, capsys):
@@ -304,12 +304,12 @@ def test_features_file_of_edges_runs_moved_unused_or_shrunk(tmp_path, capsys):
     _train(tmp_path, edges, target, plain)
     full = tmp_path / "full.json"
     full.write_text(json.dumps({str(i): [i % 3, 3 + i % 2] for i in range(40)}))
-    assert "not trained on --features files" in _err(capsys, "evaluate", "--checkpoint", plain / "best.pt",
+    assert "not trained on --features files" in usage_error(capsys, "evaluate", "--checkpoint", plain / "best.pt",
                                                      "--features", full)
     used = tmp_path / "used"  # trained on the file, which then covers too few nodes: said so
     _train(tmp_path, edges, target, used, "--features", full)
     full.write_text(json.dumps({"0": [1]}))
-    err = _err(capsys, "evaluate", "--checkpoint", used / "best.pt")
+    err = usage_error(capsys, "evaluate", "--checkpoint", used / "best.pt")
     assert "covers too few" in err and "data root" not in err
     edges.rename(tmp_path / "moved.csv")  # a moved input names the flag that gives its new place
-    assert "give their new place with --edges" in _err(capsys, "predict", "--checkpoint", used / "best.pt")
+    assert "give their new place with --edges" in usage_error(capsys, "predict", "--checkpoint", used / "best.pt")

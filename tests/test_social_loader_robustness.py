@@ -490,16 +490,16 @@ def test_duplicated_target_column_names_are_refused(tmp_path):
 
 def test_dataset_names_match_with_underscores_or_hyphens_as_the_cli_does():
     from graphattn.data.rawio import canonical_name
-    from graphattn.data.social import _ALIASES
-    from graphattn.data.tu import _GRAPH_ALIASES, SOCIAL_GRAPH_DATASETS
+    from graphattn.data.social import SOCIAL_NODE_ALIASES
+    from graphattn.data.tu import SOCIAL_GRAPH_ALIASES, SOCIAL_GRAPH_DATASETS
 
     node = (*SOCIAL_NODE_DATASETS, "karate")
     for name, want in (("twitch_engb", "twitch-engb"), ("Twitch_EN", "twitch-engb"), ("TWITCH-DE", "twitch-de"),
                        ("lastfm-asia", "lastfm_asia"), ("Deezer-Europe", "deezer_europe"), ("github", "github")):
-        assert canonical_name(name, _ALIASES, node) == want, name
+        assert canonical_name(name, SOCIAL_NODE_ALIASES, node) == want, name
     for name, want in (("IMDB_MULTI", "imdb-multi"), ("reddit_threads", "reddit-threads"),
                        ("deezer_ego_nets", "deezer-ego"), ("COLLAB", "collab")):
-        assert canonical_name(name, _GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS)) == want, name
-    assert canonical_name("no_such-set", _ALIASES, node) == "no_such-set"
+        assert canonical_name(name, SOCIAL_GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS)) == want, name
+    assert canonical_name("no_such-set", SOCIAL_NODE_ALIASES, node) == "no_such-set"
     with pytest.raises(KeyError, match="unknown social node dataset 'no_such'"):
         load_social_node_dataset("no_such")

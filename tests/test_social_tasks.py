@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.cli import main
+from graphattn.cli.main import main
 from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import load_checkpoint
 
@@ -225,7 +225,7 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 
 
 def test_dataset_names_are_canonicalised():
-    from graphattn.cli.social_train import DATASETS, _key
+    from graphattn.cli.social_train import DATASETS, dataset_key as _key
 
     assert _key("Twitch_DE") == "twitch-de" and _key("LastFM-Asia") == "lastfm_asia"
     assert _key("IMDB-BINARY") == "imdb-binary" and _key("karate") == "karate" and _key("tox21") is None

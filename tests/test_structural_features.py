@@ -42,7 +42,7 @@ def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
     from test_social_tasks import _tu_text
 
     from graphattn.cli import main as cli
-    from graphattn.tasks.social.graph import GRAPH_FEATURES, load_graphs
+    from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
     from graphattn.train import load_checkpoint
 
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))

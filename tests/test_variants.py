@@ -12,7 +12,7 @@ import torch
 
 from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_codes, cluster_graph
 from graphattn.functional import dense_attention, edge_attention
-from graphattn.loader.partition import saved_tensor_bytes
+from graphattn.testing import saved_tensor_bytes
 from graphattn.nn.variants.linear_attention import (LinearGlobalAttention, linear_attention,
                                                     orthogonal_features)
 from graphattn.ops.normalization import edge_normalize, normalized_edge_attention

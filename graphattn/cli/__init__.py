@@ -1,4 +1,1 @@
-"""The ``graphattn`` command line: one module per command."""
-from graphattn.cli.main import build_parser, main
-
-__all__ = ["main", "build_parser"]
+"""The ``graphattn`` command line: :mod:`graphattn.cli.main` parses, one module per command runs."""

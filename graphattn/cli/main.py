@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import errno
 import os
+import runpy
 import sys
+import warnings
+from pathlib import Path
 from typing import List, Optional
 
+import torch
+
 from graphattn.cli.options import DEVICE_HELP
+from graphattn.cli import molecules_train as molecule_tasks, pretrain as pretrain_commands, social_train as social_tasks
+from graphattn.cli.options import given_options
+from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.train import distributed
+from graphattn.train.distributed import DistributedSetupError
+from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device
+from graphattn.utils.files import check_out_folder
+from graphattn.cli.options import check_paths, check_train_numbers, usage_error
 
 __all__ = ["main", "build_parser"]
 
@@ -56,59 +68,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                         "default: per dataset)")
 
 
-_AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
-             "folds": 2, "threads": 1, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
-             "consistency": 0, "consistency_weight": 0}
-_FRACTIONS = ("dropout", "attn_dropout", "input_dropout", "propagation_dropout")
-
-
-def check_train_numbers(args) -> None:
-    """ValueError naming the option when a numeric ``train`` option is out of its range."""
-    for name, low in _AT_LEAST.items():
-        val = getattr(args, name, None)
-        if val is not None and val < low:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {val}")
-    for name in _FRACTIONS:
-        val = getattr(args, name, None)
-        if val is not None and not 0.0 <= val < 1.0:
-            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {val}")
-    for name in ("lr",):
-        val = getattr(args, name, None)
-        if val is not None and not (math.isfinite(val) and val > 0):
-            raise ValueError(f"--lr must be a finite number > 0, got {val}")
-    val = getattr(args, "consistency_weight", None)
-    if val is not None and not math.isfinite(val):
-        raise ValueError(f"--consistency-weight must be a finite number >= 0, got {val}")
-    val = getattr(args, "consistency_temperature", None)
-    if val is not None and not 0.0 < val <= 1.0:
-        raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")
-    val = getattr(args, "weight_decay", None)
-    if val is not None and not (math.isfinite(val) and val >= 0):
-        raise ValueError(f"--weight-decay must be a finite number >= 0, got {val}")
-    val = getattr(args, "seed", None)
-    if val is not None and not 0 <= val < 2 ** 32:  # NumPy's and scikit-learn's seed range, for every pipeline
-        raise ValueError(f"--seed must be in 0..{2 ** 32 - 1}, got {val}")
-    val, cpus = getattr(args, "threads", None), os.cpu_count() or 1
-    if val is not None and val > max(256, 4 * cpus):
-        raise ValueError(f"--threads {val}: far more than this machine's {cpus} CPUs")
-
-
-#: options naming files or folders: an empty value is a mistake (it would mean the current folder)
-_PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude")
-
-
-def check_paths(args) -> None:
-    """ValueError naming the option given an empty path (``--out ""``, ``--csv ""``)."""
-    for name in _PATH_OPTIONS:
-        val = getattr(args, name, None)
-        for v in (val if isinstance(val, list) else [val]):
-            if isinstance(v, str) and not v.strip():
-                raise ValueError(f"--{name.replace('_', '-')}: empty path")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from graphattn.cli import molecules_train as molecule_tasks, social_train as social_tasks
-
     parser = argparse.ArgumentParser(prog="graphattn", description="Graph self-attention toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a model and write OUT/metrics.json and OUT/best.pt")
@@ -134,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
-    from graphattn.cli import pretrain as pretrain_commands
 
     pretrain_commands.add_parser(sub)
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
@@ -145,12 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _pipeline_of(checkpoint: str) -> str:
-    from graphattn.train.loop import load_checkpoint
-
     meta = load_checkpoint(checkpoint).get("meta")
     if not isinstance(meta, dict) or "pipeline" not in meta:
-        from graphattn.train.loop import CheckpointError
-
         raise CheckpointError(f"{checkpoint} is not a graphattn training checkpoint (no 'meta.pipeline')")
     return meta["pipeline"]
 
@@ -175,8 +130,6 @@ def _stdout_is_broken() -> bool:
 @contextlib.contextmanager
 def _quiet_unless_main():
     """stdout to /dev/null on the ranks other than 0 of a torchrun job (a no-op otherwise)."""
-    from graphattn.train import distributed
-
     if distributed.is_main():
         yield
         return
@@ -233,101 +186,102 @@ def _stdout_to_devnull() -> None:
 
 
 def _main(argv: Optional[List[str]] = None) -> int:
+    """Parse, check the paths, run the command (each command: validate -> build -> run)."""
     args = build_parser().parse_args(argv)
     try:
         check_paths(args)
     except ValueError as exc:
-        print(f"graphattn {args.command}: {exc}", file=sys.stderr)
-        return 2
-    import warnings
-
+        return usage_error(args.command, str(exc))
     warnings.formatwarning = _one_line_warning
-    from graphattn.cli import molecules_train as molecule_tasks, social_train as social_tasks
+    return COMMANDS[args.command](args)
 
-    from graphattn.train.loop import CheckpointError, resolve_device
 
-    if args.command == "train":
-        from graphattn.cli.options import check_out_folder, given_options
+def _check_train(args):
+    """Validate ``train``'s options and set up its device and threads: the device, or ValueError."""
+    args.given_options = given_options(args, build_parser().parse_args(["train"]))
+    check_train_numbers(args)
+    check_out_folder(args.out)
+    device = resolve_device(args.device)
+    if args.distributed and device.type == "cuda" and device.index is not None:
+        raise ValueError(f"--device {args.device} with --distributed: each torchrun process uses the "
+                         "GPU of its LOCAL_RANK; give --device cuda (or auto)")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return device
 
-        args.given_options = given_options(args, build_parser().parse_args(["train"]))
-        try:
-            check_train_numbers(args)
-            check_out_folder(args.out)
-            device = resolve_device(args.device)
-            if args.distributed and device.type == "cuda" and device.index is not None:
-                raise ValueError(f"--device {args.device} with --distributed: each torchrun process uses the "
-                                 "GPU of its LOCAL_RANK; give --device cuda (or auto)")
-            if args.threads is not None:
-                import torch
 
-                torch.set_num_threads(args.threads)
-        except ValueError as exc:
-            print(f"graphattn train: {exc}", file=sys.stderr)
-            return 2
-        if args.distributed:
-            from graphattn.train import distributed
-
-            if "WORLD_SIZE" not in os.environ:
-                print("graphattn train --distributed must be launched by torchrun, e.g. "
-                      "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
-                return 2
-            try:
-                distributed.init_from_env(device=device)
-            except distributed.DistributedSetupError as exc:
-                print(f"graphattn train: {exc}", file=sys.stderr)
-                return 2
-        from graphattn.train.distributed import DistributedSetupError
-
-        try:
-            # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
-            with _quiet_unless_main():
-                if molecule_tasks.handles(args):
-                    return molecule_tasks.train(args)
-                if social_tasks.handles(args):
-                    return social_tasks.train(args)
-        # --resume into another model's folder; divergence; ranks that cannot share the batches
-        except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
-            print(f"graphattn train: {exc}", file=sys.stderr)
-            return 2
-        known = sorted(molecule_tasks.DATASETS) + sorted(social_tasks.DATASETS)
-        what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
-        print(f"graphattn train: {what}; choose one of {', '.join(known)} "
-              "or give --csv FILE, --edges E --target T, or --tu-text FILE", file=sys.stderr)
+def _start_distributed(device) -> Optional[int]:
+    """Join the torchrun job (None), or the exit status of a job that cannot start."""
+    if "WORLD_SIZE" not in os.environ:
+        print("graphattn train --distributed must be launched by torchrun, e.g. "
+              "torchrun --nproc_per_node 2 -m graphattn train ... --distributed", file=sys.stderr)
         return 2
-    if args.command == "pretrain":
-        from graphattn.cli import pretrain as pretrain_commands
+    try:
+        distributed.init_from_env(device=device)
+    except DistributedSetupError as exc:
+        return usage_error("train", str(exc))
+    return None
 
-        return pretrain_commands.pretrain(args)
-    if args.command == "bench":
-        import runpy
-        from pathlib import Path
 
-        script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{args.name}.py"
-        if not script.exists():
-            known = sorted(f.stem for f in script.parent.glob("[!_]*.py")) if script.parent.is_dir() else []
-            print(f"graphattn bench: no benchmark {args.name!r} in {script.parent}"
-                  + (f"; choose one of {', '.join(known)}" if known else
-                     " (the benchmarks ship with the source checkout, not with the wheel)"), file=sys.stderr)
-            return 2
-        sys.argv = [str(script), *args.rest]
-        runpy.run_path(str(script), run_name="__main__")
-        return 0
+def _train(args) -> int:
+    """``graphattn train``: the molecule or the social pipeline, chosen by dataset name or input option."""
+    try:
+        device = _check_train(args)
+    except ValueError as exc:
+        return usage_error("train", str(exc))
+    if args.distributed:
+        failed = _start_distributed(device)
+        if failed is not None:
+            return failed
+    try:
+        # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
+        with _quiet_unless_main():
+            if molecule_tasks.handles(args):
+                return molecule_tasks.train(args)
+            if social_tasks.handles(args):
+                return social_tasks.train(args)
+    # --resume into another model's folder; divergence; ranks that cannot share the batches
+    except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
+        return usage_error("train", str(exc))
+    known = sorted(TOXICITY_DATASETS) + sorted(social_tasks.DATASETS)
+    what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
+    return usage_error("train", f"{what}; choose one of {', '.join(known)} "
+                                "or give --csv FILE, --edges E --target T, or --tu-text FILE")
+
+
+def _bench(args) -> int:
+    """``graphattn bench NAME ...``: run ``benchmarks/NAME.py`` of the source checkout."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / f"{args.name}.py"
+    if not script.exists():
+        known = sorted(f.stem for f in script.parent.glob("[!_]*.py")) if script.parent.is_dir() else []
+        return usage_error("bench", f"no benchmark {args.name!r} in {script.parent}"
+                           + (f"; choose one of {', '.join(known)}" if known else
+                              " (the benchmarks ship with the source checkout, not with the wheel)"))
+    sys.argv = [str(script), *args.rest]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def _checkpoint_command(args) -> int:
+    """``evaluate`` / ``predict`` / ``explain``: the pipeline that wrote the checkpoint runs it."""
     try:
         pipeline = _pipeline_of(args.checkpoint)
     except CheckpointError as exc:
-        print(f"graphattn {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(args.command, str(exc))
     if pipeline == "pretrain":
-        print(f"graphattn {args.command}: {args.checkpoint} is a pretraining checkpoint (no task head); "
-              f"fine-tune it first: graphattn train tox21 --init {args.checkpoint}", file=sys.stderr)
-        return 2
+        return usage_error(args.command, f"{args.checkpoint} is a pretraining checkpoint (no task head); "
+                                         f"fine-tune it first: graphattn train tox21 --init {args.checkpoint}")
     moved = [f"--{k.replace('_', '-')}" for k in ("edges", "target", "features", "tu_text") if getattr(args, k, None)]
     if pipeline == "molecules" and moved:
-        print(f"graphattn {args.command}: {', '.join(moved)}: for social-network checkpoints (where their input "
-              "files are now); a molecule checkpoint reads --csv / --smiles", file=sys.stderr)
-        return 2
+        return usage_error(args.command, f"{', '.join(moved)}: for social-network checkpoints (where their input "
+                                         "files are now); a molecule checkpoint reads --csv / --smiles")
     module = molecule_tasks if pipeline == "molecules" else social_tasks
     return getattr(module, args.command)(args)
+
+
+#: what runs each command (after parsing and the path check)
+COMMANDS = {"train": _train, "pretrain": pretrain_commands.pretrain, "bench": _bench,
+            "evaluate": _checkpoint_command, "predict": _checkpoint_command, "explain": _checkpoint_command}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,30 +11,26 @@ from typing import List, Tuple
 import torch
 from torch import nn
 
-from graphattn.train.checkpoint import write_csv
-from graphattn.cli.options import check_output_not_input, out_path
+from graphattn.utils.files import check_output_not_input, out_path, write_csv
 from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
-from graphattn.tasks.molecules.pipeline import (featurize, load_dataset, load_model, predict_proba,
-                                                split_indices, split_metrics)
+from graphattn.tasks.molecules.data import featurize, load_dataset, split_indices
+from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
 from graphattn.train.loop import resolve_device
+from graphattn.tasks.molecules.data import file_sha256
+from graphattn.data.download import DataFileError
+from graphattn.data.smiles_table import find_column, read_csv_table
+from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, draw_molecule_attention, molecule_attention
+from graphattn.cli.options import usage_error
 
 __all__ = ["evaluate", "predict", "explain"]
 
 _PREDICT_CHUNK = 10_000  # molecules featurized at a time by predict
 
 
-def _err(command: str, msg: str) -> int:
-    print(f"graphattn {command}: {msg}", file=sys.stderr)
-    return 2
-
-
 def _smiles_column(header: List[str], args, meta: dict, path, command: str) -> int:
     """Index of the SMILES column of --csv: ``--smiles-col``; when that was not given and the
     file has no ``smiles`` column, the column the checkpoint was trained with (a model trained
     with ``--smiles-col mol`` predicts on its own training file as it is; a note says so)."""
-    from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import find_column
-
     try:
         return find_column(header, args.smiles_col, path, flag="--smiles-col")
     except DataFileError:
@@ -55,15 +51,10 @@ def _read_smiles_csv(path, args, meta: dict, command: str, with_lines: bool = Fa
     """The SMILES column (:func:`_smiles_column`) of a CSV / .csv.gz, read and matched as the
     datasets do (with ``with_lines``: also each record's file line, the row number
     train/evaluate report)."""
-    from graphattn.data.molecules import read_csv_table
-
     header, rows = read_csv_table(path)
     j = _smiles_column(header, args, meta, path, command)
     smiles = [fields[j] for _, fields in rows]
     return (smiles, [line for line, _ in rows]) if with_lines else smiles
-
-
-_out_path = out_path  # shared with the social commands (graphattn.cli.options)
 
 
 def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
@@ -102,17 +93,13 @@ def evaluate(args) -> int:
     """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
     from torch_geometric.loader import DataLoader
 
-    from graphattn.data.download import DataFileError
-
     try:
         model, meta = load_model(args.checkpoint)
     except (ValueError, RuntimeError) as exc:
-        return _err("evaluate", str(exc))
+        return usage_error("evaluate", str(exc))
     tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
     try:
         if args.csv:
-            from graphattn.data.molecules import read_csv_table
-
             csv_path = _spooled(args.csv)
             header, _ = read_csv_table(csv_path, header_only=True)
             smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
@@ -122,14 +109,14 @@ def evaluate(args) -> int:
             present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
             clash = next((t for t in tasks if t not in header and len(folded.get(t.lower(), [])) > 1), None)
             if clash is not None:
-                return _err("evaluate", f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
+                return usage_error("evaluate", f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
                                         f"{clash!r} (letter case aside): rename all but one")
             if present and len(present) < len(tasks):
                 print(f"graphattn evaluate: {args.csv} has no column for the model's task(s) "
                       f"{[t for t in tasks if t not in present]}; evaluating the other {len(present)}",
                       file=sys.stderr)
             if not present:
-                return _err("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
+                return usage_error("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
                                         f"(columns: {header})")
             ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col, pe_dim=k,
                               tasks=[t if t in header else folded[t.lower()][0] for t in present],
@@ -141,16 +128,15 @@ def evaluate(args) -> int:
             ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, k, d["limit"],
                               log=not args.no_progress, descriptors=meta.get("descriptors"))
             present = tasks
-            from graphattn.cli.molecules_train import _file_sha256
 
-            if d.get("sha256") and _file_sha256(ds) not in (None, d["sha256"]):
+            if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
                 warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
                               "(sha256 differs): the validation/test split is rebuilt from the new "
                               "rows, so these numbers are not those of training", stacklevel=2)
             idx = split_indices(ds, d["split"], d["seed"])
             parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
     except (DataFileError, ValueError, OSError) as exc:
-        return _err("evaluate", str(exc))
+        return usage_error("evaluate", str(exc))
     model = model.to(resolve_device("auto"))  # evaluate: the GPU when there is one
     result = {"checkpoint": str(args.checkpoint), "tasks": present}
     if args.csv:
@@ -193,12 +179,12 @@ def predict(args) -> int:
     :func:`_output_columns`; a note goes to stderr)."""
     try:
         if args.out and args.out != "-":
-            check_output_not_input(_out_path(args.out, "predictions.csv"),
+            check_output_not_input(out_path(args.out, "predictions.csv"),
                                    {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
         model, meta = load_model(args.checkpoint)
         smiles, lines = _inputs(args, meta, "predict", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
-        return _err("predict", str(exc))
+        return usage_error("predict", str(exc))
     tasks = meta["task_names"]
     # in chunks: a screening file of a million molecules is never featurized all at once
     # (~13 KB per featurized molecule), only its probabilities are kept
@@ -226,11 +212,11 @@ def predict(args) -> int:
         if std_cols:
             rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
     fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
-    out = _out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
+    out = out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
     try:
         write_csv(out, fields, rows)
     except OSError as exc:
-        return _err("predict", f"cannot write {out}: {exc}")
+        return usage_error("predict", f"cannot write {out}: {exc}")
     if out != "-":
         print(f"Wrote {len(rows)} predictions ({len(rows) - len(ok)} invalid SMILES) to {out}")
     for r in rows:
@@ -250,29 +236,27 @@ def explain(args) -> int:
     --out (default ``explain.png``; ``OUT/explain.png`` when OUT is a folder; with several
     molecules ``<stem>_<i>.png``). An invalid SMILES is reported on stderr and skipped; the
     exit status is 2 only when no molecule could be drawn."""
-    from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, draw_molecule_attention, molecule_attention
-
     try:
         model, meta = load_model(args.checkpoint)
         smiles, file_rows = _inputs(args, meta, "explain", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:
-        return _err("explain", str(exc))
+        return usage_error("explain", str(exc))
     social = [f for f, v in (("--node", getattr(args, "node", None) is not None),
                              ("--hops", getattr(args, "hops", 1) != 1)) if v]
     if social:
-        return _err("explain", f"{', '.join(social)}: for social-network checkpoints (a node's ego-graph); "
+        return usage_error("explain", f"{', '.join(social)}: for social-network checkpoints (a node's ego-graph); "
                                "a molecule checkpoint explains --smiles / --csv")
     if meta["model"]["class"] != "GraphClassifier":
-        return _err("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
+        return usage_error("explain", "attention pictures need our GraphClassifier, not a --baseline checkpoint")
     if int(meta["model"]["kwargs"].get("num_layers", 1)) < 1:
-        return _err("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
-    out = _out_path(args.out or "explain.png", "explain.png")
+        return usage_error("explain", "the model has 0 transformer layers (--layers 0): there is no attention to draw")
+    out = out_path(args.out or "explain.png", "explain.png")
     if out.suffix.lower() not in ("", ".png", ".svg"):
-        return _err("explain", f"--out {out}: molecule pictures are written as .png or .svg, not {out.suffix}")
+        return usage_error("explain", f"--out {out}: molecule pictures are written as .png or .svg, not {out.suffix}")
     if not out.suffix:  # a PNG under a name that says so (as social explain writes)
         out = out.with_suffix(".png")
     if not smiles:
-        return _err("explain", "no molecules to draw (the input has no rows)")
+        return usage_error("explain", "no molecules to draw (the input has no rows)")
     graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"))
     drawn = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):
@@ -291,7 +275,7 @@ def explain(args) -> int:
         try:
             draw_molecule_attention(s, scores, path, legend=legend)
         except OSError as exc:  # unwritable --out (a file as folder, read-only, disk full)
-            return _err("explain", f"cannot write {path}: {exc.strerror or exc}")
+            return usage_error("explain", f"cannot write {path}: {exc.strerror or exc}")
         top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), meta["task_names"]), reverse=True)[:3])
         print(f"{s}: highest probabilities {top}; most attended atom #{int(scores.argmax())}. Wrote {path}")
         drawn += 1

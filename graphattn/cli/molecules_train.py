@@ -5,7 +5,7 @@ evaluate, predict and explain with the checkpoint.
 featurizes the molecules (:mod:`graphattn.data.molecules`, cached), adds Laplacian PE,
 splits them (scaffold by default), trains a :class:`~graphattn.GraphClassifier` with one
 global token — or, with ``--baseline gine|gat``, a PyG model of the same width and depth
-(:class:`~graphattn.nn.models.molecule_baselines.MPNNBaseline`) — through the shared loop
+(:class:`~graphattn.nn.models.baselines.MPNNBaseline`) — through the shared loop
 :func:`graphattn.train.fit`, and writes ``OUT/metrics.json`` and ``OUT/best.pt``. The
 checkpoint's ``meta`` holds the model class and constructor kwargs, the featurizer
 version, the task names, the PE size and the data/split settings, so ``evaluate``,
@@ -18,21 +18,27 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.tasks.molecules.data import unlabelled_tasks, warn_one_class_tasks
-from graphattn.tasks.molecules.pipeline import (BASELINES, DEFAULTS, SPLITS, build_model, descriptor_set,
-                                                load_dataset, model_spec, run_ensemble, split_indices)
+from graphattn.tasks.molecules.data import SPLITS, descriptor_set, load_dataset, split_indices
+from graphattn.tasks.molecules.pipeline import BASELINES, DEFAULTS, build_model, model_spec, run_ensemble
 
 from graphattn.cli.options import check_applicable
-from graphattn.cli.molecules_predict import _err, evaluate, explain, predict
+from graphattn.cli.molecules_predict import evaluate, explain, predict
+from graphattn.cli.options import usage_error
+from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.download import DataFileError, sha256sum
+from graphattn.tasks.molecules.finetune import load_pretrained
+from graphattn.tasks.molecules.pretrain import ARCH_KEYS
+from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device, write_metrics
+from graphattn.tasks.molecules.data import file_sha256
 
-__all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
+__all__ = ["handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
 
-DATASETS = {"tox21", "toxcast", "clintox", "sider"}
 
 
 def handles(args) -> bool:
     """True when ``train`` is ours: a MoleculeNet toxicity set name or ``--csv``."""
     name = getattr(args, "dataset", None)
-    return (name is not None and name.lower() in DATASETS) or getattr(args, "csv", None) is not None
+    return (name is not None and name.lower() in TOXICITY_DATASETS) or getattr(args, "csv", None) is not None
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,86 +95,118 @@ _SOCIAL_ONLY = ("mini_batch", "num_neighbors", "attn_dropout", "input_dropout", 
                 "label_input", "consistency", "consistency_weight", "consistency_temperature", "folds")
 
 
-def train(args) -> int:
-    """``graphattn train``: prints one line per epoch and a final summary."""
-    from graphattn.data.download import DataFileError
-    from graphattn.train.loop import CheckpointError, resolve_device
-
-    hp = _hparams(args)
-    baseline = getattr(args, "baseline", "none") or "none"
+def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
+    """ValueError for a molecule ``train`` option that is wrong, contradicts another, or is not for molecules."""
     if baseline not in BASELINES:
-        return _err("train", f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
+        raise ValueError(f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
     if args.csv is not None and args.dataset is not None:
-        return _err("train", f"give either a dataset name ({args.dataset!r}) or --csv ({args.csv!r}), not both")
+        raise ValueError(f"give either a dataset name ({args.dataset!r}) or --csv ({args.csv!r}), not both")
     if args.csv is not None and Path(args.csv).exists() and not (Path(args.csv).is_file() or Path(args.csv).is_dir()):
-        return _err("train", f"--csv {args.csv} is a pipe, not a file: a run reads its CSV again later (evaluate, "
-                             "predict and --resume rebuild the split from it), so save it to a file first "
-                             "(gzipped CSVs are read as they are)")
+        raise ValueError(f"--csv {args.csv} is a pipe, not a file: a run reads its CSV again later (evaluate, "
+                         "predict and --resume rebuild the split from it), so save it to a file first "
+                         "(gzipped CSVs are read as they are)")
     if args.csv is None and "smiles_col" in getattr(args, "given_options", frozenset()):
-        return _err("train", f"--smiles-col {args.smiles_col} names a column of --csv; {args.dataset} has its own")
+        raise ValueError(f"--smiles-col {args.smiles_col} names a column of --csv; {args.dataset} has its own")
     if args.tasks is not None and not args.tasks.strip():
-        return _err("train", "--tasks is empty; leave it out to train on every task column")
-    if args.csv is None and args.dataset.lower() not in DATASETS:
-        return _err("train", f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(DATASETS)}")
+        raise ValueError("--tasks is empty; leave it out to train on every task column")
+    if args.csv is None and args.dataset.lower() not in TOXICITY_DATASETS:
+        raise ValueError(f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(TOXICITY_DATASETS)}")
     social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]
     if social:  # parsed for the social tasks: refuse rather than silently ignore them
-        return _err("train", f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
-                             "option(s), not used for molecules")
-    try:
-        check_applicable(args, "molecule", baseline)
-        device = resolve_device(getattr(args, "device", None))
-    except ValueError as exc:
-        return _err("train", str(exc))
+        raise ValueError(f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
+                         "option(s), not used for molecules")
+    check_applicable(args, "molecule", baseline)
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
-        return _err("train", "--readout token needs --global-tokens >= 1")
+        raise ValueError("--readout token needs --global-tokens >= 1")
+
+
+def _architecture(args, hp: Dict[str, Any], out: Path):
+    """``(hp, ensemble size, init)``: a resumed run keeps its ensemble size and backbone, a fine-tuned
+    one (``--init``) the pretrained backbone's settings."""
     init = getattr(args, "init", None)
-    name = args.dataset.lower() if args.csv is None else Path(args.csv).name
+    ensemble = _resumed_ensemble_size(out, args.ensemble) if args.resume else args.ensemble
+    ensemble = 1 if ensemble is None else ensemble
+    if ensemble < 1:
+        raise ValueError(f"--ensemble must be >= 1, got {ensemble}")
+    if init is None and args.resume:  # a fine-tuned run (or ensemble) resumed without --init
+        init = _resumed_init(out, ensemble)
+    if init is not None:
+        hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()),
+                              resumed=getattr(args, "init", None) is None)
+    elif args.resume:
+        last = next((p for p in (out / "last.pt", out / "member0" / "last.pt") if p.is_file()), None)
+        if last is not None:
+            hp = _resumed_arch(hp, last, getattr(args, "given_options", frozenset()))
+    return hp, ensemble, init
+
+
+def _load(args, name: str, pe_dim: int, descriptors):
+    """``(dataset, split indices)`` of the run; ValueError when there is nothing to learn."""
+    ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None, pe_dim,
+                      args.limit, log=not args.no_progress, descriptors=descriptors)
+    if not ds.task_names:
+        raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
+    warn_one_class_tasks(ds, name)
+    empty = unlabelled_tasks(ds) if args.tasks else []  # named by the user: nothing to learn
+    if empty:
+        raise ValueError(f"{name}: task column(s) {empty} hold no label for any of the {len(ds)} "
+                         "molecules read (every cell empty or missing"
+                         + (f"; only the first {args.limit} were read, --limit" if args.limit else "")
+                         + "); leave them out of --tasks")
+    return ds, split_indices(ds, args.split, args.seed)
+
+
+def _summary(args, name: str, data: Dict[str, Any], ds, spec, baseline: str, res: Dict[str, Any]) -> Dict[str, Any]:
+    """The contents of ``OUT/metrics.json``."""
+    skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]
+    summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
+               "pos_weight": bool(args.pos_weight),
+               "task_names": list(ds.task_names), "num_molecules": len(ds),
+               "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
+               **res}
+    for part in ("val", "test"):  # a split too small for validation/test molecules: null, not absent
+        summary.setdefault(part, None)
+    return summary
+
+
+def _print_result(args, name: str, res: Dict[str, Any], ensemble: int, skipped, out: Path) -> None:
+    val, test = res.get("val") or {}, res.get("test") or {}
+    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+    best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
+            f"ensemble of {ensemble} (best epochs {res['best_epoch']})")
+    print(f"{name} ({args.split} split, seed {args.seed}): {best} | "
+          f"val ROC-AUC {fmt(val.get('roc_auc'))} | test ROC-AUC {fmt(test.get('roc_auc'))} | "
+          f"test PR-AUC {fmt(test.get('pr_auc'))} | {res['seconds_per_epoch']:.1f} s/epoch")
+    if skipped:
+        print(f"Skipped {len(skipped)} invalid SMILES (file rows {', '.join(str(s['row']) for s in skipped)})")
+    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
+
+
+def train(args) -> int:
+    """``graphattn train`` for molecules: validate the options, load and split, build, train (one line
+    per epoch), write ``OUT/metrics.json`` and print a summary."""
+    hp = _hparams(args)
+    baseline = getattr(args, "baseline", "none") or "none"
+    name = args.dataset.lower() if args.csv is None and args.dataset else Path(args.csv or "").name
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     try:
-        ensemble = _resumed_ensemble_size(out, args.ensemble) if args.resume else args.ensemble
-        ensemble = 1 if ensemble is None else ensemble
-        if ensemble < 1:
-            raise ValueError(f"--ensemble must be >= 1, got {ensemble}")
-        if init is None and args.resume:  # a fine-tuned run (or ensemble) resumed without --init
-            init = _resumed_init(out, ensemble)
-        if init is not None:
-            hp = _pretrained_arch(hp, init, getattr(args, "given_options", frozenset()),
-                                  resumed=getattr(args, "init", None) is None)
-        elif args.resume:
-            last = next((p for p in (out / "last.pt", out / "member0" / "last.pt") if p.is_file()), None)
-            if last is not None:
-                hp = _resumed_arch(hp, last, getattr(args, "given_options", frozenset()))
+        _check_options(args, hp, baseline)
+        device = resolve_device(getattr(args, "device", None))
+        hp, ensemble, init = _architecture(args, hp, out)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:
-        return _err("train", str(exc))
-    pe_dim = hp["pe_dim"] if baseline == "none" else 0
+        return usage_error("train", str(exc))
     descriptors = descriptor_set(hp["descriptors"])
     try:
-        ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None, pe_dim,
-                          args.limit, log=not args.no_progress, descriptors=descriptors)
-        if not ds.task_names:
-            raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
-        warn_one_class_tasks(ds, name)
-        empty = unlabelled_tasks(ds) if args.tasks else []  # named by the user: nothing to learn
-        if empty:
-            raise ValueError(f"{name}: task column(s) {empty} hold no label for any of the {len(ds)} "
-                             "molecules read (every cell empty or missing"
-                             + (f"; only the first {args.limit} were read, --limit" if args.limit else "")
-                             + "); leave them out of --tasks")
-        split_idx = split_indices(ds, args.split, args.seed)
+        ds, split_idx = _load(args, name, hp["pe_dim"] if baseline == "none" else 0, descriptors)
+        spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
+        build_model(spec)  # option clashes (e.g. --hidden not divisible by --heads) are input errors
     except (DataFileError, ValueError) as exc:
-        return _err("train", str(exc))
-    tasks = list(ds.task_names) if args.tasks else None
-    spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
-    try:  # option clashes (e.g. --hidden not divisible by --heads) are input errors, not tracebacks
-        build_model(spec)
-    except ValueError as exc:
-        return _err("train", str(exc))
+        return usage_error("train", str(exc))
     data = {"dataset": None if args.csv else name,
             "csv": str(Path(args.csv).expanduser().resolve()) if args.csv else None,
-            "smiles_col": args.smiles_col, "tasks": tasks, "split": args.split, "seed": args.seed,
-            "limit": args.limit, "sha256": _file_sha256(ds)}
-    skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]
-    print(f"{name}: {len(ds)} molecules ({len(skipped)} of {ds.num_rows} skipped: invalid SMILES), "
+            "smiles_col": args.smiles_col, "tasks": list(ds.task_names) if args.tasks else None,
+            "split": args.split, "seed": args.seed, "limit": args.limit, "sha256": file_sha256(ds)}
+    print(f"{name}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks, {args.split} split "
           f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
@@ -182,34 +220,15 @@ def train(args) -> int:
                        meta={"data": data, "pos_weight": bool(args.pos_weight)},
                        init=init, device=device)
     res.pop("model")
-    summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
-               "pos_weight": bool(args.pos_weight),
-               "task_names": list(ds.task_names), "num_molecules": len(ds),
-               "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
-               **res}
-    for part in ("val", "test"):  # a split too small for validation/test molecules: null, not absent
-        summary.setdefault(part, None)
-    from graphattn.train.loop import write_metrics
-
+    summary = _summary(args, name, data, ds, spec, baseline, res)
     write_metrics(out / "metrics.json", summary, environment=True)  # strict JSON: a one-class task's NaN AUC -> null
-    val, test = res.get("val") or {}, res.get("test") or {}
-    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
-    best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
-            f"ensemble of {ensemble} (best epochs {res['best_epoch']})")
-    print(f"{name} ({args.split} split, seed {args.seed}): {best} | "
-          f"val ROC-AUC {fmt(val.get('roc_auc'))} | test ROC-AUC {fmt(test.get('roc_auc'))} | "
-          f"test PR-AUC {fmt(test.get('pr_auc'))} | {res['seconds_per_epoch']:.1f} s/epoch")
-    if skipped:
-        print(f"Skipped {len(skipped)} invalid SMILES (file rows {', '.join(str(s['row']) for s in skipped)})")
-    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
+    _print_result(args, name, res, ensemble, summary["skipped"]["molecules"], out)
     return 0
 
 
 def _fixed_arch(hp: Dict[str, Any], pre: Dict[str, Any], given, what: str, short: str) -> Dict[str, Any]:
     """``hp`` with the backbone settings of ``pre``; an option the user gave (``given``) that
     contradicts them is an error naming ``what`` fixed them, rather than silently overridden."""
-    from graphattn.tasks.molecules.pretrain import ARCH_KEYS
-
     clash = [f"--{k.replace('_', '-')} {hp[k]} ({short}: {pre[k]})" for k in ARCH_KEYS
              if k in given and k in pre and hp.get(k) != pre[k]]
     if clash:
@@ -220,8 +239,6 @@ def _fixed_arch(hp: Dict[str, Any], pre: Dict[str, Any], given, what: str, short
 def _pretrained_arch(hp: Dict[str, Any], init, given, resumed: bool = False) -> Dict[str, Any]:
     """``hp`` with the backbone settings of the pretrain checkpoint ``init`` (``resumed``: named
     by the resumed run's record, not by ``--init``)."""
-    from graphattn.tasks.molecules.finetune import load_pretrained
-
     if not Path(init).exists():
         raise ValueError(f"--init {init}: no such file")
     what = f"the resumed run (fine-tuned from {init})" if resumed else f"--init {init}"
@@ -233,8 +250,6 @@ def _resumed_ensemble_size(out: Path, given: Optional[int]) -> Optional[int]:
     ``member*/`` folders), and a ``ValueError`` for a flag that contradicts the folder's layout (a
     single run cannot be resumed as an ensemble, nor an ensemble as one model; growing an
     ensemble is fine)."""
-    from graphattn.train.loop import load_checkpoint
-
     members = sorted(int(p.name[6:]) for p in out.glob("member*") if p.name[6:].isdigit() and p.is_dir())
     single = (out / "last.pt").is_file()
     if members and single:  # two runs wrote here (an ensemble, then one model, or the reverse)
@@ -269,9 +284,6 @@ def _resumed_init(out: Path, size: int) -> Optional[str]:
     names, so that members not started yet begin from it too (not from random weights). None
     for a run trained from scratch; a ``ValueError`` when that file is gone or changed and a
     member still has to start."""
-    from graphattn.data.download import sha256sum
-    from graphattn.train.loop import load_checkpoint
-
     lasts = [out / "last.pt"] if size == 1 else [out / f"member{k}" / "last.pt" for k in range(size)]
     record = next(((load_checkpoint(p).get("meta") or {}).get("init") for p in lasts if p.is_file()), None)
     if not record or not record.get("checkpoint"):
@@ -290,8 +302,6 @@ def _resumed_init(out: Path, size: int) -> Optional[str]:
 def _resumed_arch(hp: Dict[str, Any], last, given) -> Dict[str, Any]:
     """``hp`` with the backbone settings of the run in ``last`` when that run was fine-tuned
     from a pretrained backbone (``--resume`` then needs neither ``--init`` nor its flags)."""
-    from graphattn.train.loop import load_checkpoint
-
     meta = load_checkpoint(last).get("meta") or {}
     if not meta.get("init"):
         return hp
@@ -299,10 +309,3 @@ def _resumed_arch(hp: Dict[str, Any], last, given) -> Dict[str, Any]:
                        f"{meta['init'].get('checkpoint')})", "resumed run")
 
 
-def _file_sha256(ds):
-    """sha256 of the CSV a dataset was read from (``None`` if unknown): ``evaluate`` re-reads
-    that file to rebuild the split and warns when it has changed since training."""
-    from graphattn.data.download import sha256sum
-
-    path = getattr(ds, "raw_path", None)
-    return sha256sum(path) if path is not None and Path(path).is_file() else None

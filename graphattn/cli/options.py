@@ -8,12 +8,14 @@ called directly with a namespace) nothing is checked.
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Dict, FrozenSet, Iterable
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "out_path", "check_out_folder",
-           "check_output_not_input", "DEVICE_HELP"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
@@ -73,42 +75,89 @@ def check_applicable(args, task: str, baseline: str = "none") -> None:
             raise ValueError(f"{_flags(bad)}: option(s) of our model, not used by --baseline {baseline}")
 
 
-def check_output_not_input(out: Path, inputs: Dict[str, object]) -> None:
-    """ValueError when writing ``out`` would replace one of the command's ``inputs`` (``{what:
-    path}``: the checkpoint, the ``--csv`` file, ...) or any existing checkpoint (``*.pt``)."""
-    if not out.is_file():  # a new file, or /dev/stdout, a terminal, a pipe: nothing to replace
-        return
-    for what, path in inputs.items():
-        try:
-            same = path is not None and os.path.samefile(out, path)
-        except OSError:
-            same = False
-        if same:
-            raise ValueError(f"--out {out} is {what}: writing there would replace it; choose another file")
-    if out.suffix == ".pt":
-        raise ValueError(f"--out {out} is an existing checkpoint file (.pt); write predictions to a .csv")
+def usage_error(command: str, msg: str) -> int:
+    print(f"graphattn {command}: {msg}", file=sys.stderr)
+    return 2
 
 
-def out_path(out, default_name: str) -> Path:
-    """``out``, or ``out/default_name`` when ``out`` is an existing folder or ends with a slash
-    (a folder not made yet): what ``predict`` / ``explain`` write to."""
-    path = Path(out)
-    if path.is_dir() or str(out).endswith(("/", "\\")):
-        return path / default_name
-    return path
+def message_of(exc: BaseException) -> str:
+    """An exception's message; a KeyError's without the quotes ``str`` adds."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        return str(exc.args[0])
+    return str(exc)
 
 
-def check_out_folder(out, name: str = "--out") -> None:
-    """ValueError when ``out`` (a run's output folder; ``name``: how the caller spells it, e.g.
-    ``fit``'s ``out_dir``) names an existing file, lies under one, or is not writable: found
-    before any data is read or epoch trained, not at the first checkpoint."""
-    if out is None:
-        return
-    if Path(out).exists() and not Path(out).is_dir():
-        raise ValueError(f"{name} {out} is a file, not a folder")
-    parent = next((p for p in Path(out).parents if p.exists()), None)  # the nearest existing ancestor
-    if parent is not None and not parent.is_dir():
-        raise ValueError(f"{name} {out}: {parent} is a file, so no folder can be made under it")
-    here = Path(out) if Path(out).is_dir() else parent
-    if here is not None and not os.access(here, os.W_OK | os.X_OK):  # read-only mount or permissions
-        raise ValueError(f"{name} {out}: {here} is not writable")
+_AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
+             "folds": 2, "threads": 1, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
+             "consistency": 0, "consistency_weight": 0}
+
+
+_FRACTIONS = ("dropout", "attn_dropout", "input_dropout", "propagation_dropout")
+
+
+def check_train_numbers(args) -> None:
+    """ValueError naming the option when a numeric ``train`` option is out of its range."""
+    for name, low in _AT_LEAST.items():
+        val = getattr(args, name, None)
+        if val is not None and val < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {val}")
+    for name in _FRACTIONS:
+        val = getattr(args, name, None)
+        if val is not None and not 0.0 <= val < 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {val}")
+    for name in ("lr",):
+        val = getattr(args, name, None)
+        if val is not None and not (math.isfinite(val) and val > 0):
+            raise ValueError(f"--lr must be a finite number > 0, got {val}")
+    val = getattr(args, "consistency_weight", None)
+    if val is not None and not math.isfinite(val):
+        raise ValueError(f"--consistency-weight must be a finite number >= 0, got {val}")
+    val = getattr(args, "consistency_temperature", None)
+    if val is not None and not 0.0 < val <= 1.0:
+        raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")
+    val = getattr(args, "weight_decay", None)
+    if val is not None and not (math.isfinite(val) and val >= 0):
+        raise ValueError(f"--weight-decay must be a finite number >= 0, got {val}")
+    val = getattr(args, "seed", None)
+    if val is not None and not 0 <= val < 2 ** 32:  # NumPy's and scikit-learn's seed range, for every pipeline
+        raise ValueError(f"--seed must be in 0..{2 ** 32 - 1}, got {val}")
+    val, cpus = getattr(args, "threads", None), os.cpu_count() or 1
+    if val is not None and val > max(256, 4 * cpus):
+        raise ValueError(f"--threads {val}: far more than this machine's {cpus} CPUs")
+
+
+#: options naming files or folders: an empty value is a mistake (it would mean the current folder)
+_PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude")
+
+
+def check_paths(args) -> None:
+    """ValueError naming the option given an empty path (``--out ""``, ``--csv ""``)."""
+    for name in _PATH_OPTIONS:
+        val = getattr(args, name, None)
+        for v in (val if isinstance(val, list) else [val]):
+            if isinstance(v, str) and not v.strip():
+                raise ValueError(f"--{name.replace('_', '-')}: empty path")
+
+
+# ----------------------------------------------------------------------------- train
+def social_hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
+    hp = dict(defaults)
+    for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
+                 "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
+                 "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
+                 "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
+                 "local_mpnn", "readout"):
+        val = getattr(args, name, None)
+        if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
+            hp[name] = val
+    if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
+        hp["baseline_layers"] = None
+    if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
+        # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
+        hp["baseline_readout"] = None
+    hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
+    return hp
+
+
+def out_dir_for(args, name: str) -> Path:
+    return Path(args.out) if args.out else Path("runs") / name

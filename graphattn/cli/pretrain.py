@@ -7,13 +7,19 @@ import sys
 from pathlib import Path
 
 from graphattn.cli.options import DEVICE_HELP
+from graphattn.cli.options import check_train_numbers
+from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.download import DataFileError
+from graphattn.tasks.molecules.data import spooled
+from graphattn.tasks.molecules.pretrain import PRETRAIN_DEFAULTS as D, run_pretraining
+from graphattn.tasks.molecules.pretrain_data import molecule_pool
+from graphattn.train.loop import CheckpointError, resolve_device, write_metrics
+from graphattn.utils.files import check_out_folder
 
 __all__ = ["add_parser", "pretrain"]
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    from graphattn.tasks.molecules.pretrain import PRETRAIN_DEFAULTS as D
-
     p = sub.add_parser("pretrain", help="pretrain the molecule backbone on unlabelled SMILES files "
                                         "(masked atoms + RDKit descriptors); fine-tune with train --init")
     p.add_argument("--csv", nargs="+", required=True, metavar="FILE",
@@ -54,11 +60,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def _check(args) -> None:
     """ValueError naming the first out-of-range option (the ``train`` rules, plus the
     pretraining fractions)."""
-    from graphattn.cli.main import check_train_numbers
-    from graphattn.cli.options import check_out_folder
-
-    from graphattn.train.loop import resolve_device
-
     check_train_numbers(args)
     resolve_device(args.device)
     for name in ("mask_rate", "val_fraction"):
@@ -68,12 +69,6 @@ def _check(args) -> None:
 
 
 def pretrain(args) -> int:
-    from graphattn.data.download import DataFileError
-    from graphattn.tasks.molecules.data import spooled
-    from graphattn.cli.molecules_train import DATASETS
-    from graphattn.tasks.molecules.pretrain import molecule_pool, run_pretraining
-    from graphattn.train.loop import CheckpointError, write_metrics
-
     try:
         _check(args)
     except ValueError as exc:
@@ -86,7 +81,7 @@ def pretrain(args) -> int:
     cols = [c for c in args.smiles_col.split(",") if c.strip()] or ["smiles"]
     try:
         # pipes (<(...), /dev/stdin) are read more than once: spooled into temporary files
-        exclude = [src if str(src).lower() in DATASETS else spooled(src) for src in args.exclude]
+        exclude = [src if str(src).lower() in TOXICITY_DATASETS else spooled(src) for src in args.exclude]
         graphs, report = molecule_pool([spooled(p) for p in args.csv], cols, pe_dim=args.pe_dim, exclude=exclude,
                                        limit=args.limit, log=not args.no_progress)
     except (DataFileError, ValueError) as exc:

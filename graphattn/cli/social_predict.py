@@ -9,30 +9,18 @@ from typing import Any, Dict
 
 import torch
 
+from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
-from graphattn.cli.options import check_output_not_input, out_path
-from graphattn.train.checkpoint import write_csv
+from graphattn.utils.files import check_output_not_input, out_path, write_csv
+from graphattn.data.download import DataFileError
+from graphattn.tasks.social.graph import evaluate_graph, predict_graph
+from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
+from graphattn.train.loop import load_checkpoint
+from graphattn.cli.options import message_of
+from graphattn.tasks.social.node import node_accuracy
 
-__all__ = ["build_model", "evaluate", "predict", "explain"]
-
-
-def _message(exc: BaseException) -> str:
-    """An exception's message; a KeyError's without the quotes ``str`` adds."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1:
-        return str(exc.args[0])
-    return str(exc)
-
-
-def build_model(model_spec: Dict[str, Any]) -> torch.nn.Module:
-    """Rebuild a model from the ``meta["model"]`` of a checkpoint."""
-    from graphattn.nn.models.baselines import ConvBaseline
-    from graphattn.nn.models.graph_transformer import GraphClassifier, NodeClassifier
-
-    classes = {"NodeClassifier": NodeClassifier, "GraphClassifier": GraphClassifier,
-               "ConvBaseline": ConvBaseline}
-    if model_spec["class"] not in classes:
-        raise ValueError(f"unknown model class {model_spec['class']!r}")
-    return classes[model_spec["class"]](**model_spec["kwargs"])
+__all__ = ["evaluate", "predict", "explain"]
 
 
 #: evaluate / predict / explain flags that say where a run's own input files are now
@@ -41,8 +29,6 @@ RELOCATE_FLAGS = ("edges", "target", "features", "tu_text")
 
 def _load(checkpoint, args=None):
     """Checkpoint, meta and model; ``args``: the command's flags (files moved, see :func:`_relocate`)."""
-    from graphattn.train.loop import load_checkpoint
-
     ck = load_checkpoint(checkpoint)
     meta = ck["meta"]
     if args is not None:
@@ -84,8 +70,6 @@ def _social_command(fn):
 
     @functools.wraps(fn)
     def run(args) -> int:
-        from graphattn.data.download import DataFileError
-
         command = fn.__name__
         smiles_col = getattr(args, "smiles_col", "smiles")
         for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None)),
@@ -97,7 +81,7 @@ def _social_command(fn):
         try:
             return fn(args)
         except (DataFileError, FileNotFoundError, KeyError, ValueError) as exc:
-            print(f"graphattn {command}: {_message(exc)}", file=sys.stderr)
+            print(f"graphattn {command}: {message_of(exc)}", file=sys.stderr)
             return 2
         except OSError as exc:  # unreadable input or unwritable output (a folder, read-only, disk full)
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
@@ -106,25 +90,14 @@ def _social_command(fn):
     return run
 
 
-def _node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
-    logits = sn.node_logits(model, meta["model"], data)
-    res = {}
-    for s in ("train", "val", "test"):
-        m = data[f"{s}_mask"] & (data.y >= 0)
-        res[s] = float((logits[m].argmax(-1) == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
-    return res
-
-
 @_social_command
 def evaluate(args) -> int:
     """Accuracy of a checkpoint on the train/val/test split it was trained with."""
     ck, meta, model = _load(args.checkpoint, args)
     if meta["pipeline"] == "graph":
-        from graphattn.tasks.social.graph import evaluate_graph
-
         res = evaluate_graph(model, meta)
     else:
-        res = _node_accuracy(model, meta, _node_data(meta))
+        res = node_accuracy(model, meta, _node_data(meta))
     print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
     print(json.dumps({"checkpoint": str(args.checkpoint),
                       "accuracy": {s: (None if v != v else v) for s, v in res.items()}}))
@@ -139,15 +112,12 @@ def predict(args) -> int:
     names = meta["class_names"]
     out = ("-" if args.out == "-" else out_path(args.out, "predictions.csv") if args.out  # "-": stdout
            else Path(args.checkpoint).with_name("predictions.csv"))
-    from graphattn.data.download import input_files
 
     if out != "-":
         check_output_not_input(out, {"the checkpoint": args.checkpoint,
                                      **{"an input file of the run": p for p in input_files(meta.get("data") or {})
                                         if p}})
     if meta["pipeline"] == "graph":
-        from graphattn.tasks.social.graph import predict_graph
-
         rows = predict_graph(model, meta)
     else:
         data = _node_data(meta)
@@ -191,7 +161,6 @@ def explain(args) -> int:
         raise ValueError("attention pictures need our model (not a --baseline checkpoint)")
     if args.hops < 1:
         raise ValueError(f"--hops must be >= 1, got {args.hops}")
-    from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 
     data = _node_data(meta)
     if args.node is None:  # the first node (row 0), whatever its id in the files

@@ -17,36 +17,38 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-import torch
 
 from graphattn.tasks.social import node as sn
-from graphattn.cli.social_predict import _message, _node_accuracy, build_model, evaluate, explain, predict
+from graphattn.cli.social_predict import message_of, node_accuracy, build_model, evaluate, explain, predict
 from graphattn.cli.options import check_applicable
-from graphattn.tasks.social.graph import GRAPH_DATASETS
+from graphattn.tasks.social.graph_data import GRAPH_DATASETS
+from graphattn.cli.social_train_graph import prepare_graph, run_graph
+from graphattn.data.download import DataFileError, data_root, files_sha256
+from graphattn.data.social import SOCIAL_NODE_ALIASES as node_aliases
+from graphattn.data.tu import SOCIAL_GRAPH_ALIASES as graph_aliases
+from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
+from graphattn.train import distributed
+from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+from graphattn.train.loop import fit, resolve_device, set_seed, write_metrics
+from graphattn.cli.options import out_dir_for, social_hparams
+from graphattn.train.loop import threads_for
 
-__all__ = ["DATASETS", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain",
-           "build_model"]
+__all__ = ["DATASETS", "dataset_key", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
 
 DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
 SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer", "gin")
-_ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "git": "github",
-            "github_developers": "github", "deezer": "deezer_europe", "twitch-en": "twitch-engb",
-            "twitch-pt": "twitch-ptbr", "imdb": "imdb-binary", "reddit": "reddit-binary",
-            "karate_club": "karate", "karateclub": "karate"}
 
 
 def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
-def _key(name: Optional[str]) -> Optional[str]:
+def dataset_key(name: Optional[str]) -> Optional[str]:
     """Canonical dataset name (``Twitch_DE`` -> ``twitch-de``, ``LastFM-Asia`` -> ``lastfm_asia``)."""
     if name is None:
         return None
-    from graphattn.data.social import _ALIASES as node_aliases
-    from graphattn.data.tu import _GRAPH_ALIASES as graph_aliases
-
-    table = {_norm(a): _norm(b) for a, b in {**node_aliases, **graph_aliases, **_ALIASES}.items()}
+    table = {_norm(a): _norm(b) for a, b in {**node_aliases, **graph_aliases}.items()}
     n = _norm(name)
     n = table.get(n, n)
     return next((k for k in DATASETS if _norm(k) == n), None)
@@ -55,7 +57,7 @@ def _key(name: Optional[str]) -> Optional[str]:
 def handles(args) -> bool:
     """True when the train command is ours: a social dataset name, --edges or --tu-text."""
     return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None)
-                or _key(args.dataset) in DATASETS)
+                or dataset_key(args.dataset) in DATASETS)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,43 +118,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="node sets: sharpening temperature in (0, 1] of its target (0.5)")
 
 
-# ----------------------------------------------------------------------------- train
-def _hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
-    hp = dict(defaults)
-    for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
-                 "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
-                 "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
-                 "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
-                 "local_mpnn", "readout"):
-        val = getattr(args, name, None)
-        if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
-            hp[name] = val
-    if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
-        hp["baseline_layers"] = None
-    if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout
-        # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
-        hp["baseline_readout"] = None
-    hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
-    return hp
-
-
-def _threads_for(num_edges: int, args=None) -> None:
-    """One intra-op thread for small graphs: thread start-up costs more than the work (and
-    on a busy machine several threads per process make a 34-node epoch 50x slower); an
-    explicit ``--threads`` wins."""
-    if getattr(args, "threads", None) is None and num_edges < 20_000:
-        torch.set_num_threads(1)
-
-
-def _out_dir(args, name: str) -> Path:
-    return Path(args.out) if args.out else Path("runs") / name
-
-
 def train(args) -> int:
     """``graphattn train`` for social datasets; prints one line per epoch and a summary."""
-    from graphattn.data.download import DataFileError
-
-    name = _key(args.dataset)
+    name = dataset_key(args.dataset)
     graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
     try:  # everything that depends on the user's input; training errors keep their traceback
         _check_inputs(args)
@@ -180,7 +148,6 @@ def train(args) -> int:
                 raise ValueError(f"{', '.join(cons)}: node classification option(s), not for graph sets")
             if args.mini_batch:
                 raise ValueError("--mini-batch is for node classification on one large graph")
-            from graphattn.tasks.social.graph import prepare_graph
 
             check_applicable(args, "graph", args.baseline or "none")
             job = prepare_graph(args, name)
@@ -193,12 +160,10 @@ def train(args) -> int:
             check_applicable(args, "node", args.baseline or "none")
             job = _prepare_node(args, data_spec(args, None if args.edges else name))
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
-        hint = " (on the command line: --target-col NAME)" if "target_col" in _message(exc) else ""
-        print(f"graphattn train: {_message(exc)}{hint}", file=sys.stderr)
+        hint = " (on the command line: --target-col NAME)" if "target_col" in message_of(exc) else ""
+        print(f"graphattn train: {message_of(exc)}{hint}", file=sys.stderr)
         return 2
     if graph_level:
-        from graphattn.tasks.social.graph import run_graph
-
         return run_graph(args, *job)
     return _train_node(args, *job)
 
@@ -237,10 +202,9 @@ def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
     feature ids instead of being refused as "another run" for its narrower ``x``."""
     if not getattr(args, "resume", False) or "max_feature_bytes" not in spec:
         return
-    last = _out_dir(args, spec["display"]) / "last.pt"
+    last = out_dir_for(args, spec["display"]) / "last.pt"
     if not last.is_file():
         return
-    from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 
     try:
         old = (load_checkpoint(last).get("meta") or {}).get("data") or {}
@@ -254,8 +218,10 @@ def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
 
 
 def _prepare_node(args, spec: Dict[str, Any]):
+    """(data spec, graph, hyperparameters, model) of a node-classification run; every input error raises
+    ``ValueError`` here, before anything is written. The model is built once, from ``--seed``."""
     _resumed_feature_cut(args, spec)
-    data = sn.load_node_data(spec)
+    data = sn.load_node_graph(spec)
     present = data.y[data.y >= 0].unique()
     if present.numel() < 2:
         raise ValueError(f"{spec['display']}: every labelled node has the same class "
@@ -274,7 +240,7 @@ def _prepare_node(args, spec: Dict[str, Any]):
     if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
             and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
         spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
-    hp = _hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
+    hp = social_hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
     if args.baseline != "none":
         hp["pe_dim"] = 0
     if args.mini_batch and hp.get("label_input"):
@@ -307,32 +273,26 @@ def _prepare_node(args, spec: Dict[str, Any]):
         raise ValueError(f"{', '.join(cons)} needs --consistency S >= 1 (this run has no consistency loss)")
     if hp.get("pe_dim") or hp.get("label_input"):
         spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
-        data = sn.load_node_data(spec)
-    build_model(sn.node_model_spec(args.baseline, data, hp))  # option clashes fail here, as input errors
-    return spec, data, hp
-
-
-def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
-    from graphattn.train.loop import fit, resolve_device, set_seed
-
-    _threads_for(data.edge_index.size(1), args)
+    data = sn.add_node_encodings(data, spec)
+    threads_for(data.edge_index.size(1), getattr(args, "threads", None))
     set_seed(args.seed)
+    model = build_model(sn.node_model_spec(args.baseline, data, hp))  # option clashes fail here, as input errors
+    return spec, data, hp, model
+
+
+def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> int:
     model_spec = sn.node_model_spec(args.baseline, data, hp)
     device = resolve_device(getattr(args, "device", None))
-    model = build_model(model_spec).to(device)
-    out = _out_dir(args, spec["display"])
+    model = model.to(device)
+    out = out_dir_for(args, spec["display"])
     meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp,
             # full batch, partitions or sampled neighbourhoods: a resume must not switch it
             "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(args.mini_batch or "", "full")}
     print(describe_node(spec, data, model_spec, hp, args.mini_batch))
     if args.mini_batch == "neighbor":
-        from graphattn.loader.neighbor_loader import neighbor_loaders
-
         loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
     elif args.mini_batch:
-        from graphattn.loader.partition import node_loaders
-
         loaders, forward = node_loaders(data, model_spec, seed=args.seed)
     else:
         data = data.to(device)  # one full batch: moved once
@@ -351,12 +311,10 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> int:
         # the numbers above come from the partition subgraphs (edges between parts are cut) or
         # sampled neighbourhoods;
         # evaluate / predict / explain read the whole graph, so report that too
-        full = _node_accuracy(model, meta, data)
+        full = node_accuracy(model, meta, data)
         res["full_graph"] = full
         print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
               + " | ".join(f"{s} acc {v:.4f}" for s, v in full.items()))
-        from graphattn.train import distributed
-        from graphattn.train.loop import write_metrics
 
         if distributed.is_main():
             write_metrics(out / "metrics.json", res, environment=True)
@@ -409,8 +367,6 @@ def _max_features(text) -> Dict[str, Any]:
 
 def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
-    from graphattn.data.download import data_root, files_sha256, input_files
-
     spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
     spec.update(_max_features(getattr(args, "max_features", None)))
     if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:

@@ -11,8 +11,9 @@ from graphattn.data.rawio import canonical_label
 from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS,
                                       BOND_FEATURE_NAMES, FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS,
                                       InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset,
-                                      TaskColumnWarning, ToxicityDataset, DuplicateSmilesWarning, find_column,
-                                      mol_to_data, parse_smiles, read_csv_table, smiles_to_data)
+                                      TaskColumnWarning, ToxicityDataset, DuplicateSmilesWarning, mol_to_data,
+                                      parse_smiles, smiles_to_data)
+from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid,
                                    load_social_node_dataset, random_walk_pe, stratified_masks,
                                    structural_node_features)

@@ -22,9 +22,14 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
+import warnings
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
+
+from graphattn.data.featurize import parse_smiles
+from graphattn.ops.spectral import single_thread_blas
 
 __all__ = ["descriptor_names", "mol_descriptors", "AddMolDescriptors"]
 
@@ -45,7 +50,7 @@ SATURATED = math.log1p(sys.float_info.max)
 
 
 def _functions() -> Dict[str, object]:
-    from rdkit.Chem import Descriptors
+    from rdkit.Chem import Descriptors  # optional dependency: `import graphattn` works without RDKit
 
     return dict(Descriptors._descList)
 
@@ -68,29 +73,23 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
     their ``AvgIpc`` is 0). Raises ``ValueError`` naming the
     descriptors the installed RDKit does not have.
     """
-    from rdkit import rdBase
+    from rdkit import rdBase  # optional dependency, as above
 
     fns = _functions()
     names = list(fns) if names is None else list(names)
     missing = [n for n in names if n not in fns]
     if missing:
-        import rdkit
+        import rdkit  # optional dependency, as above
 
         raise ValueError(f"RDKit {rdkit.__version__} has no descriptor(s) {missing[:10]}"
                          f"{' ...' if len(missing) > 10 else ''}: the model was trained with another "
                          "RDKit version; install that one or retrain")
-    import warnings
-
-    import numpy as np
-
     out = []
     big = mol.GetNumAtoms() > SLOW_MAX_ATOMS
-    # RDKit logs on exotic atoms; numpy warns on overflow inside some descriptors (huge molecules)
-    from graphattn.ops.spectral import _single_thread_blas
-
+    # RDKit logs on exotic atoms; numpy warns on overflow inside some descriptors (huge molecules);
     # one BLAS thread: Ipc/AvgIpc (eigenvalues) differ in the 4th digit between thread counts, and the
     # processed cache would depend on OMP_NUM_THREADS of the process that built it
-    with rdBase.BlockLogs(), np.errstate(all="ignore"), warnings.catch_warnings(), _single_thread_blas(10 ** 6):
+    with rdBase.BlockLogs(), np.errstate(all="ignore"), warnings.catch_warnings(), single_thread_blas(10 ** 6):
         warnings.simplefilter("ignore", RuntimeWarning)
         for n in names:
             if big and n in _SLOW:
@@ -120,8 +119,6 @@ class AddMolDescriptors:
         self.names = descriptor_names() if names is None else list(names)
 
     def __call__(self, data):
-        from graphattn.data.featurize import parse_smiles
-
         smiles = getattr(data, "smiles", None)
         if not isinstance(smiles, str):
             raise ValueError("AddMolDescriptors needs data.smiles (a str); graphs made by "
@@ -130,7 +127,7 @@ class AddMolDescriptors:
         return data
 
     def __repr__(self) -> str:
-        import rdkit
+        import rdkit  # optional dependency, as above
 
         digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:10]
         return f"{type(self).__name__}(rdkit={rdkit.__version__}, D={len(self.names)}, names={digest})"

@@ -19,10 +19,14 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
-import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
+
+from tqdm.auto import tqdm
+
+from graphattn.utils.files import plain_mode
 
 PathLike = Union[str, os.PathLike]
 
@@ -85,36 +89,6 @@ def files_sha256(paths) -> Optional[str]:
 _DIGESTS: dict = {}
 
 
-def input_files(spec) -> list:
-    """The user files a ``graphattn train`` data spec reads (``--edges/--target/--features``,
-    ``--tu-text`` — for the TU original format every ``NAME_*`` file of its set)."""
-    if spec.get("tu_text"):
-        from graphattn.data.tu_folder import find_tu_prefix
-
-        from graphattn.data.tu_folder import _ANY_FILE
-
-        tu = find_tu_prefix(spec["tu_text"])
-        if tu is None:
-            return [spec["tu_text"]]
-        # the set's own files only (NAME_A.txt, NAME_graph_labels.txt, ...): not NAME_full_A.txt of another set
-        return sorted(p for p in Path(tu[0]).glob(f"{tu[1]}_*") if p.is_file()
-                      and (m := _ANY_FILE.match(p.name)) is not None and m.group("prefix") == tu[1])
-    return [spec.get(k) for k in ("edges", "target", "features")]
-
-
-def warn_if_inputs_changed(spec) -> None:
-    """Warn when the user files of a recorded data spec (``spec["sha256"]``) changed since
-    training: the split and the metrics then come from the new contents."""
-    want = spec.get("sha256") if isinstance(spec, dict) else None
-    if not want:
-        return
-    files = [p for p in input_files(spec) if p is not None]
-    got = files_sha256(files)
-    if got is not None and got != want:
-        warnings.warn(f"{', '.join(str(p) for p in files)}: changed since this model was trained (sha256 "
-                      "differs): the split and the metrics are rebuilt from the new contents", stacklevel=3)
-
-
 def git_blob_sha1(path: PathLike, chunk: int = 1 << 20) -> str:
     """Git's blob id of a file: sha1 of ``b"blob <size>\\0"`` + its bytes. A file fetched from
     ``raw.githubusercontent.com/<owner>/<repo>/<commit>/<path>`` has the blob id that
@@ -130,8 +104,6 @@ _STALE_PART_SECONDS = 24 * 3600  # a .part file this old is left over from a kil
 
 
 def _remove_stale_parts(dest: Path) -> None:
-    import time
-
     for p in dest.parent.glob(f"{glob.escape(dest.name)}.*.part"):
         try:
             if time.time() - p.stat().st_mtime > _STALE_PART_SECONDS:
@@ -153,8 +125,6 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
     ``url`` and ``dest``. Leftovers of killed downloads (``dest.*.part`` older than a day) are
     removed.
     """
-    from tqdm.auto import tqdm
-
     dest = Path(dest)
     created = [d for d in [dest.parent, *dest.parent.parents] if not d.exists()]  # removed again on failure
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -195,9 +165,7 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
             except DataFileError as exc:  # the check names the temporary file, which is removed below
                 msg = str(exc).replace(str(tmp), dest.name).replace("; delete it to re-download", "")
                 raise DataFileError(f"{rejected}: {msg}") from None
-        from graphattn.train.checkpoint import _plain_mode
-
-        _plain_mode(tmp)  # as a plain write would (mkstemp creates 0600; shared data roots)
+        plain_mode(tmp)  # as a plain write would (mkstemp creates 0600; shared data roots)
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -94,25 +94,7 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
     ``y`` (1,) and ``num_nodes``.
     """
     graphs = Path(graphs)
-    if graphs.suffix == ".zip":
-        try:
-            with zipfile.ZipFile(graphs) as zf:
-                names = zf.namelist()
-                # skip macOS resource-fork entries (__MACOSX/..., ._name) a re-zipped archive holds
-                jname = next((n for n in names if n.endswith(".json") and not n.startswith("__MACOSX/")
-                              and not Path(n).name.startswith("._")), None)
-                if jname is None or str(target) not in names:
-                    raise DataFileError(f"{graphs}: expected a .json member and {target}; "
-                                        f"has {names}")
-                jtext, ttext = zf.read(jname).decode("utf-8-sig"), zf.read(str(target)).decode("utf-8-sig")
-        except zipfile.BadZipFile as exc:
-            raise DataFileError(f"{graphs}: corrupt zip ({exc})") from exc
-        except UnicodeDecodeError as exc:
-            raise DataFileError(f"{graphs}: a member is not UTF-8 text ({exc.reason})") from exc
-        jwhat, twhat = f"{graphs}:{jname}", f"{graphs}:{target}"
-    else:
-        jtext, ttext = read_text(graphs), read_text(target)
-        jwhat, twhat = str(graphs), str(target)
+    jtext, ttext, jwhat, twhat = _read_files(graphs, target)
     ids, lists = _edge_lists(parse_json(jtext, jwhat), jwhat)
     header, rows = csv_rows(ttext, twhat)
     targets = _targets(header, rows, twhat)
@@ -123,6 +105,54 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
                             f"(first graphs without target: {missing[:3]}; targets without "
                             f"graph: {extra})")
     label_values, y = sorted_unique(np.array([targets[i] for i in ids]), return_inverse=True)
+    pairs, g_of_e, sizes = _local_edges(ids, lists, jwhat)
+    n_empty = int(np.count_nonzero(sizes == 0))
+    if n_empty:
+        first = [ids[i] for i in np.flatnonzero(sizes == 0)[:5].tolist()]
+        warnings.warn(f"{jwhat}: {n_empty} of {len(ids)} graphs have no edges, hence 0 nodes "
+                      f"(ids {first}...); kept as empty graphs", stacklevel=2)
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    src, dst = pairs[:, 0] + off[g_of_e], pairs[:, 1] + off[g_of_e]
+    loops_total = int(np.count_nonzero(src == dst))
+    ei, _ = undirected_edge_index(src, dst, int(off[-1]), remove_self_loops=remove_self_loops)
+    e_off = np.searchsorted(ei[0], off)
+    out = GraphList()
+    for g in range(len(ids)):
+        a, b = int(off[g]), int(off[g + 1])
+        local = torch.from_numpy(ei[:, e_off[g]:e_off[g + 1]] - a)
+        out.append(Data(edge_index=local, y=torch.tensor([int(y[g])]), num_nodes=b - a))
+    out.name = graphs.name.split(".")[0]
+    out.label_values = [int(v) for v in label_values]
+    out.tag_values = [0]
+    out.num_self_loops_removed = loops_total if remove_self_loops else 0
+    return out
+
+
+def _read_files(graphs: Path, target: PathLike) -> Tuple[str, str, str, str]:
+    """``(JSON text, target CSV text, how to name each in errors)``, from the two files or from
+    the members of the ``.zip`` ``graphs`` (``target``: the CSV member's name)."""
+    if graphs.suffix != ".zip":
+        return read_text(graphs), read_text(target), str(graphs), str(target)
+    try:
+        with zipfile.ZipFile(graphs) as zf:
+            names = zf.namelist()
+            # skip macOS resource-fork entries (__MACOSX/..., ._name) a re-zipped archive holds
+            jname = next((n for n in names if n.endswith(".json") and not n.startswith("__MACOSX/")
+                          and not Path(n).name.startswith("._")), None)
+            if jname is None or str(target) not in names:
+                raise DataFileError(f"{graphs}: expected a .json member and {target}; "
+                                    f"has {names}")
+            jtext, ttext = zf.read(jname).decode("utf-8-sig"), zf.read(str(target)).decode("utf-8-sig")
+    except zipfile.BadZipFile as exc:
+        raise DataFileError(f"{graphs}: corrupt zip ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{graphs}: a member is not UTF-8 text ({exc.reason})") from exc
+    return jtext, ttext, f"{graphs}:{jname}", f"{graphs}:{target}"
+
+
+def _local_edges(ids: List[int], lists: List[list], jwhat: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pairs (E, 2) of local node ids, each edge's graph, nodes per graph)``; the node ids of
+    every graph must cover 0..n-1 (n = its largest id + 1), else a :class:`DataFileError`."""
     lens = np.fromiter((len(e) for e in lists), dtype=np.int64, count=len(lists))
     try:
         flat = np.fromiter(chain.from_iterable(chain.from_iterable(lists)), dtype=np.int64,
@@ -145,23 +175,4 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
     if np.any(gap):
         g = int(np.flatnonzero(gap)[0])
         raise DataFileError(f"{jwhat}: graph {ids[g]} node ids are not 0..{sizes[g] - 1}")
-    n_empty = int(np.count_nonzero(sizes == 0))
-    if n_empty:
-        first = [ids[i] for i in np.flatnonzero(sizes == 0)[:5].tolist()]
-        warnings.warn(f"{jwhat}: {n_empty} of {len(ids)} graphs have no edges, hence 0 nodes "
-                      f"(ids {first}...); kept as empty graphs", stacklevel=2)
-    off = np.concatenate([[0], np.cumsum(sizes)])
-    src, dst = pairs[:, 0] + off[g_of_e], pairs[:, 1] + off[g_of_e]
-    loops_total = int(np.count_nonzero(src == dst))
-    ei, _ = undirected_edge_index(src, dst, int(off[-1]), remove_self_loops=remove_self_loops)
-    e_off = np.searchsorted(ei[0], off)
-    out = GraphList()
-    for g in range(len(ids)):
-        a, b = int(off[g]), int(off[g + 1])
-        local = torch.from_numpy(ei[:, e_off[g]:e_off[g + 1]] - a)
-        out.append(Data(edge_index=local, y=torch.tensor([int(y[g])]), num_nodes=b - a))
-    out.name = graphs.name.split(".")[0]
-    out.label_values = [int(v) for v in label_values]
-    out.tag_values = [0]
-    out.num_self_loops_removed = loops_total if remove_self_loops else 0
-    return out
+    return pairs, g_of_e, sizes

@@ -108,7 +108,7 @@ def _looks_sanitized(mol) -> bool:
     hybridization (a molecule read with ``sanitize=False`` and ring-perceived some other way has
     none: no aromaticity, Kekulé bonds). Sanitized molecules always pass (16.6k Tox21 / ToxCast /
     BACE molecules checked); a false "no" only costs a re-sanitization of a copy."""
-    from rdkit import Chem, rdBase
+    from rdkit import Chem, rdBase  # optional dependency: `import graphattn` works without RDKit
 
     with rdBase.BlockLogs():
         try:
@@ -132,7 +132,7 @@ def _legacy_stereo_perception():
     set and restored: our own calls hold a lock, but another thread that parses with RDKit
     meanwhile while it asked for the new perception gets the legacy one (a no-op in RDKit's default
     legacy mode)."""
-    from rdkit import Chem
+    from rdkit import Chem  # optional dependency: `import graphattn` works without RDKit
 
     with _STEREO_SWITCH:
         legacy = Chem.GetUseLegacyStereoPerception()
@@ -154,8 +154,8 @@ def _cip_labelled(mol):
     (the "other" bucket). A fragment the labeller gives up on (its iteration limit) keeps no
     labels: its centres fall in the "other" bucket, its double bonds keep RDKit's stereo flag;
     the other fragments are labelled."""
-    from rdkit import Chem, rdBase
-    from rdkit.Chem import rdCIPLabeler
+    from rdkit import Chem, rdBase  # optional dependency: `import graphattn` works without RDKit
+    from rdkit.Chem import rdCIPLabeler  # optional dependency, as above
 
     def clear_labels(objs):
         for obj in objs:
@@ -257,7 +257,7 @@ def _bond_stereo(bond) -> int:
 
 
 def parse_smiles(smiles):
-    """SMILES → sanitized ``rdkit.Chem.Mol``; raises :class:`InvalidSmilesError` with the reason.
+    r"""SMILES → sanitized ``rdkit.Chem.Mol``; raises :class:`InvalidSmilesError` with the reason.
 
     Empty or non-string input, syntax errors, sanitization failures (e.g. the hypervalent
     ``[AlH3]`` entries of Tox21) and molecules without atoms are all invalid. We do not
@@ -270,7 +270,7 @@ def parse_smiles(smiles):
     exception is a CXSMILES extension, ``"SMILES |...|"``, which RDKit reads. Characters
     outside printable ASCII (``"CCO\u200b"``, ``"CCO®"``) make it invalid too: RDKit would drop them.
     """
-    from rdkit import Chem, rdBase
+    from rdkit import Chem, rdBase  # optional dependency: `import graphattn` works without RDKit
 
     if not isinstance(smiles, str) or not smiles.strip():
         raise InvalidSmilesError(smiles, "empty SMILES")
@@ -308,7 +308,7 @@ def canonical_smiles(mol, fallback: str) -> str:
     stereo groups (``|&1:1|``: a racemate is not its pure enantiomer) and atropisomer axes
     (``|wU:...|``: plain SMILES writes P and M alike). The duplicate key of the molecule sets;
     ``fallback`` (e.g. the SMILES text) for molecules of more than :data:`CANONICAL_MAX_ATOMS`."""
-    from rdkit import Chem
+    from rdkit import Chem  # optional dependency: `import graphattn` works without RDKit
 
     if mol.GetNumAtoms() > CANONICAL_MAX_ATOMS:
         return fallback

@@ -26,11 +26,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import (MISSING_LABELS, csv_rows, delimiter_hint, label_codes, parse_int_tokens,
-                                  parse_json, read_bytes, read_text, sorted_unique, undirected_edge_index)
+from graphattn.data.rawio import (csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json, read_bytes,
+                                  read_text, sorted_unique, undirected_edge_index)
 
-__all__ = ["load_musae", "check_max_features", "MISSING_LABELS"]
-_label_codes = label_codes  # the name used before the move to rawio
+__all__ = ["load_musae", "check_max_features", "read_target"]
 
 
 def _edge_row_problem(line: bytes) -> Optional[str]:
@@ -130,7 +129,10 @@ def _column(path, header: List[str], name: str, what: str) -> int:
     raise DataFileError(f"{path}: no column {name!r} for the {what}s (columns: {header})")
 
 
-def _read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str] = None):
+def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str] = None):
+    """A target CSV in file order: ``(node ids (int64), labels (0..C-1, -1 missing), class names,
+    id column name, label column name)``; the columns are named, else recognised (see
+    :func:`load_musae`)."""
     header, rows = csv_rows(read_text(path), str(path))
     lower = [h.lower() for h in header]
     if target_col is not None:
@@ -342,15 +344,43 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     if max_feature_bytes is not None and (isinstance(max_feature_bytes, bool) or not isinstance(
             max_feature_bytes, (int, np.integer)) or max_feature_bytes <= 0):
         raise ValueError(f"max_feature_bytes must be a positive integer or None, got {max_feature_bytes!r}")
-    ids, y, class_names, id_name, t_name = _read_target(target_path, target_col, id_col)
+    target = read_target(target_path, target_col, id_col)  # warnings point at load_musae's caller
+    ids, y, class_names, id_name, t_name = _sorted_nodes(target_path, *target)
+    n = int(ids.size)
+    s, d = _edges_as_node_indices(edges_path, target_path, ids, id_name)
+    edge_index, n_loops = undirected_edge_index(s, d, n, remove_self_loops=remove_self_loops)
+    data = Data(edge_index=torch.from_numpy(edge_index), y=torch.from_numpy(y), num_nodes=n)
+    data.class_names = list(class_names)
+    data.target_col = t_name
+    data.node_id = torch.from_numpy(ids)
+    data.num_self_loops_removed = n_loops if remove_self_loops else 0
+    data.x, data.has_features, data.feature_source = None, False, "none"
+    if features_path is not None:
+        index = {int(v): i for i, v in enumerate(ids.tolist())}
+        _attach_features(data, features_path, _read_features(features_path, index, n, max_features,
+                                                             max_feature_bytes))
+    return data
+
+
+def _sorted_nodes(target_path: PathLike, ids: np.ndarray, y: np.ndarray, class_names, id_name: str,
+                  t_name: str):
+    """:func:`read_target`'s result with the nodes in increasing id order; a duplicated id or an
+    empty file is a :class:`DataFileError`."""
     order = np.argsort(ids, kind="stable")
     ids, y = ids[order], y[order]
     if ids.size and np.any(ids[1:] == ids[:-1]):
         dup = ids[1:][ids[1:] == ids[:-1]][:5].tolist()
         raise DataFileError(f"{target_path}: duplicated node ids in column {id_name!r}: {dup}")
-    n = int(ids.size)
-    if n == 0:
+    if ids.size == 0:
         raise DataFileError(f"{target_path}: no nodes")
+    return ids, y, class_names, id_name, t_name
+
+
+def _edges_as_node_indices(edges_path: PathLike, target_path: PathLike, ids: np.ndarray,
+                           id_name: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The edges CSV's endpoints as node indices 0..N-1 (``ids``: the sorted node ids); an id
+    that is no node is a :class:`DataFileError` naming the row."""
+    n = int(ids.size)
     _, src, dst = _read_edges_csv(edges_path)
     contiguous = bool(ids[0] == 0 and ids[-1] == n - 1)
     if contiguous:
@@ -366,33 +396,31 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
             f"{edges_path}: edge row {k + 2} ({src[k]},{dst[k]}) names a node id that is not in "
             f"column {id_name!r} of {target_path} ({int(np.count_nonzero(bad))} such rows); "
             "wrong target file, or the edges use another id column?")
-    edge_index, n_loops = undirected_edge_index(s, d, n, remove_self_loops=remove_self_loops)
-    data = Data(edge_index=torch.from_numpy(edge_index), y=torch.from_numpy(y), num_nodes=n)
-    data.class_names = list(class_names)
-    data.target_col = t_name
-    data.node_id = torch.from_numpy(ids)
-    data.num_self_loops_removed = n_loops if remove_self_loops else 0
-    data.x, data.has_features, data.feature_source = None, False, "none"
-    if features_path is not None:
-        index = {int(v): i for i, v in enumerate(ids.tolist())}
-        x, feature_ids, matched, total = _read_features(features_path, index, n, max_features,
-                                                        max_feature_bytes)
-        reason = None
-        if 2 * matched < n:
-            reason = f"features for only {matched} of {n} nodes (fewer than half)"
-        elif x.size(1) == 0:
-            reason = f"no feature ids at all in the {matched} feature lists (0 feature columns)"
-        if reason is not None:
-            warnings.warn(f"{features_path}: {reason}; not using the file: x = None as without a "
-                          "features file (the training and named-dataset paths then use "
-                          "structural features)", stacklevel=2)
-            data.feature_fallback = reason
-        else:
-            if matched < n:
-                warnings.warn(f"{features_path}: features for {matched} of {n} nodes; the others "
-                              "get all-zero rows", stacklevel=2)
-            data.x = x
-            data.feature_ids = torch.from_numpy(feature_ids)
-            data.num_feature_ids = total
-            data.has_features, data.feature_source = True, "file"
-    return data
+    return s, d
+
+
+def _attach_features(data: Data, features_path: PathLike, read) -> None:
+    """``data.x`` and the feature fields from :func:`_read_features`' result ``read``, or, when
+    too few nodes have a row or no feature id is listed, ``data.feature_fallback`` (the reason;
+    ``x`` stays ``None``). Warnings point at the caller of :func:`load_musae`."""
+    n = data.num_nodes
+    x, feature_ids, matched, total = read
+    reason = None
+    if 2 * matched < n:
+        reason = f"features for only {matched} of {n} nodes (fewer than half)"
+    elif x.size(1) == 0:
+        reason = f"no feature ids at all in the {matched} feature lists (0 feature columns)"
+    if reason is not None:
+        warnings.warn(f"{features_path}: {reason}; not using the file: x = None as without a "
+                      "features file (the training and named-dataset paths then use "
+                      "structural features)", stacklevel=3)
+        data.feature_fallback = reason
+        return
+    if matched < n:
+        warnings.warn(f"{features_path}: features for {matched} of {n} nodes; the others "
+                      "get all-zero rows", stacklevel=3)
+    data.x = x
+    data.feature_ids = torch.from_numpy(feature_ids)
+    data.num_feature_ids = total
+    data.has_features, data.feature_source = True, "file"
+

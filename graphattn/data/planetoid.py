@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 import shutil
 import tempfile
 import warnings
+import zlib
 from pathlib import Path
 from typing import Dict, Optional
 
 import torch
 from torch_geometric.data import Data
+from torch_geometric.datasets import Planetoid
 
-from graphattn.train.checkpoint import _plain_mode
 from graphattn.data.download import DataFileError, PathLike, cache_root, find_file
+from graphattn.utils.files import plain_mode
 
 __all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
 
@@ -45,9 +48,6 @@ def _raw_check(path: Path) -> None:
     """A Planetoid raw file reads as PyG reads it (pickles of numpy/scipy objects; the test
     index one integer per line): an HTML error page or a cut download is a clear error, not
     an ``UnpicklingError`` from inside PyG on every later run."""
-    import pickle
-    import zlib
-
     name = re.sub(r"\.[^.]+\.part$", "", path.name)  # a download is checked as NAME.<random>.part
     if name.endswith(".test.index"):
         try:
@@ -133,8 +133,6 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
     file, and a run killed while writing leaves a file that never loads again. So the folder
     is built privately and renamed into place (the first finished process wins), and a cached
     folder that does not load is rebuilt."""
-    from torch_geometric.datasets import Planetoid
-
     if proc_root.is_dir():
         try:
             return Planetoid(str(proc_root), pyg_name, split="public")
@@ -151,7 +149,7 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
     try:
         _link_raw(tmp, pyg_name, raw)
         Planetoid(str(tmp), pyg_name, split="public")
-        _plain_mode(tmp, 0o777)  # mkdtemp makes it 0700: others sharing the cache could not read it
+        plain_mode(tmp, 0o777)  # mkdtemp makes it 0700: others sharing the cache could not read it
         try:
             os.rename(tmp, proc_root)
         except OSError:  # another process renamed its copy first: use that one

@@ -23,22 +23,19 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from graphattn.data import download as _download, rawio as _rawio
 from graphattn.data.download import DataFileError, PathLike, data_root, find_file
 from graphattn.data.musae import check_max_features, load_musae
 from graphattn.data.planetoid import PLANETOID_DATASETS, load_cora, load_planetoid
-from graphattn.data.rawio import canonical_name, label_codes, read_bytes, sorted_unique, undirected_edge_index
+from graphattn.data.rawio import (canonical_name, label_codes, parse_json, read_bytes, sorted_unique,
+                                  undirected_edge_index)
 from graphattn.data.social_splits import stratified_masks
 from graphattn.data.structural import random_walk_pe, structural_node_features
 
 __all__ = [
     "load_musae", "load_social_node_dataset", "load_karate", "load_cora", "load_planetoid",
     "stratified_masks", "structural_node_features", "random_walk_pe",
-    "undirected_edge_index", "sorted_unique", "SOCIAL_NODE_DATASETS",
+    "undirected_edge_index", "sorted_unique", "SOCIAL_NODE_DATASETS", "SOCIAL_NODE_ALIASES",
 ]
-
-# importable from here before the split, and still
-parse_int_tokens, cache_root = _rawio.parse_int_tokens, _download.cache_root
 
 _DS = "https://raw.githubusercontent.com/benedekrozemberczki/datasets"
 _FB, _LF, _GIT = ("ca6ad595ef93473106b3909e087be364032ce56b",
@@ -120,10 +117,11 @@ SOCIAL_NODE_DATASETS = {
         "DE": (9498, 153138), "ENGB": (7126, 35324), "ES": (4648, 59382), "FR": (6549, 112666),
         "PTBR": (1912, 31299), "RU": (4385, 37304), "TW": (2772, 63462)}.items()},
 }
-_ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "lastfm-asia": "lastfm_asia",
-            "git": "github", "github_developers": "github", "deezer": "deezer_europe",
-            "deezer-europe": "deezer_europe", "twitch-en": "twitch-engb",
-            "twitch-pt": "twitch-ptbr"}
+#: other spellings of the node-classification datasets' names (upstream folder and file names) -> the name
+SOCIAL_NODE_ALIASES = {"facebook_page_page": "facebook", "lastfm": "lastfm_asia", "lastfm-asia": "lastfm_asia",
+                       "git": "github", "github_developers": "github", "deezer": "deezer_europe",
+                       "deezer-europe": "deezer_europe", "twitch-en": "twitch-engb",
+                       "twitch-pt": "twitch-ptbr", "karate_club": "karate", "karateclub": "karate"}
 
 
 def _structural_check(kind: str, rows: Optional[int] = None, whole: bool = False):
@@ -146,7 +144,7 @@ def _structural_check(kind: str, rows: Optional[int] = None, whole: bool = False
             if not head.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{"):  # UTF-8 BOM
                 raise DataFileError(f"{path}: not a JSON object (an HTML page or LFS pointer?)")
             if whole:
-                _rawio.parse_json(head.decode("utf-8-sig", "replace"), str(path))
+                parse_json(head.decode("utf-8-sig", "replace"), str(path))
             return
         if b"," not in head.split(b"\n", 1)[0] or head.startswith(b"version https://git-lfs"):
             raise DataFileError(f"{path}: not a CSV with a header row (an LFS pointer?)")
@@ -194,7 +192,7 @@ def _get(spec: dict, kind: str, root, download: bool) -> Path:
 
 def load_karate(structural_features: bool = True, rw_steps: int = 16) -> Data:
     """Zachary's karate club (networkx): 34 nodes, 78 edges, classes 0='Mr. Hi', 1='Officer'."""
-    import networkx as nx
+    import networkx as nx  # networkx takes ~0.4 s to import: only the karate club needs it
 
     g = nx.karate_club_graph()
     clubs = [g.nodes[v]["club"] for v in range(g.number_of_nodes())]
@@ -246,10 +244,10 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     nodes with a missing label (``y = -1``) are in no mask.
     """
     check_max_features(max_features)
-    key = canonical_name(name, _ALIASES, (*SOCIAL_NODE_DATASETS, *PLANETOID_DATASETS, "karate"))
+    key = canonical_name(name, SOCIAL_NODE_ALIASES, (*SOCIAL_NODE_DATASETS, *PLANETOID_DATASETS, "karate"))
     if key in PLANETOID_DATASETS:
         return load_planetoid(key, root, download=download)
-    if key in ("karate", "karate_club", "karateclub"):
+    if key == "karate":
         data = load_karate(structural_features is not False, rw_steps)
     else:
         if key not in SOCIAL_NODE_DATASETS:

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from graphattn.data.download import DataFileError, PathLike
 from graphattn.data.rawio import parse_int_tokens, read_bytes, sorted_unique
+from graphattn.data.splits import stratified_split
 
 __all__ = ["stratified_masks", "stratified_folds", "load_tu_folds"]
 
@@ -68,8 +69,6 @@ def stratified_masks(y: Tensor, train: float = 0.6, val: float = 0.2, seed: int 
             (test > 1e-9 and not bool(masks[2].any()) and n_lab * test >= 1):
         # many small classes: rounding per class left val or test empty although the whole set
         # can fill them; share the part sizes over the classes instead (other splits unchanged)
-        from graphattn.data.splits import stratified_split
-
         idx = labelled.nonzero().view(-1)
         parts = stratified_split(y[idx], (train, val, max(test, 0.0)), seed=seed)
         masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
@@ -121,7 +120,7 @@ def load_tu_folds(folder: PathLike, num_graphs: Optional[int] = None
 
 def stratified_folds(y: Tensor, n_folds: int = 10, seed: int = 0) -> List[Tuple[Tensor, Tensor]]:
     """Seeded stratified K-fold split (scikit-learn), for sets that ship no fold files."""
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold  # scikit-learn takes ~0.7 s to import: only here
 
     y = torch.as_tensor(y).view(-1).cpu().numpy()
     if not 2 <= n_folds <= len(y):

@@ -24,6 +24,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from graphattn.data.featurize import InvalidSmilesError, parse_smiles
+
 __all__ = ["SCAFFOLD_ORDERS", "random_split", "scaffold_split", "balanced_scaffold_split", "stratified_split",
            "murcko_scaffold", "scaffold_groups"]
 
@@ -61,10 +63,8 @@ def random_split(n: int, frac=(0.8, 0.1, 0.1), seed: int = 0) -> Split:
 def murcko_scaffold(smiles: str) -> Optional[str]:
     """Bemis–Murcko scaffold SMILES without chirality ("" if acyclic); ``None`` if unparsable
     (by :func:`graphattn.data.featurize.parse_smiles`, e.g. whitespace inside the SMILES)."""
-    from rdkit import rdBase
+    from rdkit import rdBase  # optional dependency: `import graphattn` works without RDKit
     from rdkit.Chem.Scaffolds import MurckoScaffold
-
-    from graphattn.data.featurize import InvalidSmilesError, parse_smiles
 
     try:
         mol = parse_smiles(smiles)

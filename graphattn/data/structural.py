@@ -7,12 +7,13 @@ graph-classification set). scipy is imported only for large graphs.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, Dataset
+from torch_geometric.transforms import LocalDegreeProfile
 
 __all__ = ["random_walk_pe", "local_degree_profile", "structural_node_features", "add_structural_features"]
 
@@ -48,6 +49,16 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
     if steps <= 0 or n == 0:
         return torch.zeros(n, max(steps, 0))
     row, col = edge_index[0].long(), edge_index[1].long()
+    wt, inv = _walk_weights(edge_index, n, edge_weight)
+    if n <= exact_max_nodes:
+        return _rwpe_exact(row, col, inv[row] if wt is None else wt * inv[row], n, steps)
+    return _rwpe_large(row, col, wt, inv, n, steps, num_probes, seed, triangle_budget)
+
+
+def _walk_weights(edge_index: Tensor, n: int, edge_weight: Optional[Tensor]) -> Tuple[Optional[Tensor], Tensor]:
+    """The edge weights (``None``: all 1; else checked and scaled to a maximum of 1, float32) and
+    the inverse (weighted) out-degrees ``1 / D`` (0 for a node without out-edges), ``(N,)``."""
+    row = edge_index[0].long()
     if edge_weight is None:
         wt, deg = None, _degree(edge_index, n)
     else:
@@ -62,28 +73,37 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
         deg = torch.zeros(n, dtype=torch.float64).index_add_(0, row, wt).float()
         wt = wt.float()
     inv = torch.where(deg > 0, 1.0 / deg.clamp(min=torch.finfo(deg.dtype).tiny), torch.zeros_like(deg))
-    vals = inv[row] if wt is None else wt * inv[row]  # P's entries, one per edge
-    if n <= exact_max_nodes:
-        out = torch.empty(n, steps)
-        diag = torch.arange(n)
-        if n <= 64 or 16 * row.numel() >= n * n:  # dense matmul wins on dense graphs
-            p = torch.zeros(n, n)
-            p.index_put_((row, col), vals, accumulate=True)
-            cur = p
-            for k in range(steps):
-                if k:
-                    cur = cur @ p
-                out[:, k] = cur[diag, diag]
-        else:
-            p = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n),
-                                        check_invariants=False).coalesce()
-            cur = p.to_dense()
-            for k in range(steps):
-                if k:
-                    cur = torch.sparse.mm(p, cur)
-                out[:, k] = cur[diag, diag]
-        return out
-    import scipy.sparse as sp
+    return wt, inv
+
+
+def _rwpe_exact(row: Tensor, col: Tensor, vals: Tensor, n: int, steps: int) -> Tensor:
+    """``[P^k]_ii`` exactly from P's entries ``vals`` (one per edge), ``(N, steps)``."""
+    out = torch.empty(n, steps)
+    diag = torch.arange(n)
+    if n <= 64 or 16 * row.numel() >= n * n:  # dense matmul wins on dense graphs
+        p = torch.zeros(n, n)
+        p.index_put_((row, col), vals, accumulate=True)
+        cur = p
+        for k in range(steps):
+            if k:
+                cur = cur @ p
+            out[:, k] = cur[diag, diag]
+    else:
+        p = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n),
+                                    check_invariants=False).coalesce()
+        cur = p.to_dense()
+        for k in range(steps):
+            if k:
+                cur = torch.sparse.mm(p, cur)
+            out[:, k] = cur[diag, diag]
+    return out
+
+
+def _rwpe_large(row: Tensor, col: Tensor, wt: Optional[Tensor], inv: Tensor, n: int, steps: int,
+                num_probes: int, seed: int, triangle_budget: float) -> Tensor:
+    """``[P^k]_ii`` of a large graph: k = 1, 2 exact, k = 3 exact within ``triangle_budget``, the
+    others estimated with random probes (see :func:`random_walk_pe`), ``(N, steps)``."""
+    import scipy.sparse as sp  # scipy is imported only for large graphs
 
     # A with duplicate edges summed (as the exact branch's accumulate does); P = D^-1 A
     w_np = np.ones(row.numel()) if wt is None else wt.double().numpy()
@@ -95,37 +115,43 @@ def random_walk_pe(edge_index: Tensor, num_nodes: int, steps: int = 16, *,
                      * np.bincount(col.numpy(), minlength=n).astype(np.float64)).sum())
     inv_np = inv.numpy().astype(np.float64)
     p = sp.diags(inv_np) @ a
-    symmetric = abs(a - a.T).max() <= 1e-12 * max(1.0, abs(a).max()) if a.nnz else True
     out = torch.empty(n, steps)
     out[:, 0] = torch.from_numpy(p.diagonal()).float()
     if steps > 1:  # [P^2]_ii = sum_j P_ij P_ji
         out[:, 1] = torch.from_numpy(np.asarray(p.multiply(p.T).sum(1)).ravel()).float()
     if steps > 2:
-        gen = torch.Generator().manual_seed(int(seed))
-        z = torch.randint(0, 2, (n, num_probes), generator=gen).float() * 2 - 1
-        coo = a.tocoo()
-        r, c = torch.from_numpy(coo.row).long(), torch.from_numpy(coo.col).long()
-        w = torch.from_numpy(coo.data).float()
-        if symmetric:  # S = D^-1/2 A D^-1/2 has P^k's diagonal: diag(S^2m) = E[(S^m z)^2]
-            isq = inv.sqrt()
-            s = torch.sparse_coo_tensor(torch.stack([r, c]), w * isq[r] * isq[c], (n, n), check_invariants=False)
-            ys = [z]
-            for _ in range(steps // 2 + 1):
-                ys.append(torch.sparse.mm(s, ys[-1]))
-            for k in range(3, steps + 1):
-                m = k // 2
-                est = (ys[m] * ys[m]).mean(1) if k % 2 == 0 else (ys[m] * ys[m + 1]).mean(1)
-                out[:, k - 1] = est.clamp(0.0, 1.0)
-        else:  # directed: Hutchinson's diag(M) = E[z * M z] (unbiased, noisier)
-            pt = torch.sparse_coo_tensor(torch.stack([r, c]), w * inv[r], (n, n), check_invariants=False)
-            y = z
-            for k in range(1, steps + 1):
-                y = torch.sparse.mm(pt, y)
-                if k >= 3:
-                    out[:, k - 1] = (z * y).mean(1).clamp(0.0, 1.0)
+        _rwpe_probes(a, inv, n, steps, num_probes, seed, out)
         if p2_cost <= triangle_budget:  # [P^3]_ii = sum_jl P_ij P_jl P_li, exact
             out[:, 2] = torch.from_numpy(np.asarray((p @ p).multiply(p.T).sum(1)).ravel()).float()
     return out
+
+
+def _rwpe_probes(a, inv: Tensor, n: int, steps: int, num_probes: int, seed: int, out: Tensor) -> None:
+    """Monte-Carlo estimates of ``[P^k]_ii`` for k = 3..steps into ``out[:, k - 1]``, from the
+    scipy adjacency ``a`` (duplicates summed) and ``inv = 1 / D``; clamped to [0, 1]."""
+    symmetric = abs(a - a.T).max() <= 1e-12 * max(1.0, abs(a).max()) if a.nnz else True
+    gen = torch.Generator().manual_seed(int(seed))
+    z = torch.randint(0, 2, (n, num_probes), generator=gen).float() * 2 - 1
+    coo = a.tocoo()
+    r, c = torch.from_numpy(coo.row).long(), torch.from_numpy(coo.col).long()
+    w = torch.from_numpy(coo.data).float()
+    if symmetric:  # S = D^-1/2 A D^-1/2 has P^k's diagonal: diag(S^2m) = E[(S^m z)^2]
+        isq = inv.sqrt()
+        s = torch.sparse_coo_tensor(torch.stack([r, c]), w * isq[r] * isq[c], (n, n), check_invariants=False)
+        ys = [z]
+        for _ in range(steps // 2 + 1):
+            ys.append(torch.sparse.mm(s, ys[-1]))
+        for k in range(3, steps + 1):
+            m = k // 2
+            est = (ys[m] * ys[m]).mean(1) if k % 2 == 0 else (ys[m] * ys[m + 1]).mean(1)
+            out[:, k - 1] = est.clamp(0.0, 1.0)
+    else:  # directed: Hutchinson's diag(M) = E[z * M z] (unbiased, noisier)
+        pt = torch.sparse_coo_tensor(torch.stack([r, c]), w * inv[r], (n, n), check_invariants=False)
+        y = z
+        for k in range(1, steps + 1):
+            y = torch.sparse.mm(pt, y)
+            if k >= 3:
+                out[:, k - 1] = (z * y).mean(1).clamp(0.0, 1.0)
 
 
 def local_degree_profile(edge_index: Tensor, num_nodes: int) -> Tensor:
@@ -135,8 +161,6 @@ def local_degree_profile(edge_index: Tensor, num_nodes: int) -> Tensor:
     which the other features carry). PyG's ``LocalDegreeProfile`` computes the raw statistics;
     the log keeps REDDIT's hubs (degree > 3000) on the scale of the other features. A node
     without neighbours gets zeros."""
-    from torch_geometric.transforms import LocalDegreeProfile
-
     ldp = LocalDegreeProfile()(Data(edge_index=edge_index, num_nodes=num_nodes)).x[:, 1:]
     return torch.log1p(ldp.clamp_min(0).nan_to_num(0.0))
 
@@ -171,8 +195,6 @@ def add_structural_features(data_list: Sequence[Data], max_degree: Optional[int]
     """
     if degree not in ("onehot", "log"):
         raise ValueError(f"degree must be 'onehot' or 'log', not {degree!r}")
-    from torch_geometric.data import Dataset
-
     if isinstance(data_list, Dataset):  # ds[i] is a fresh copy: the features would be lost
         raise TypeError(f"add_structural_features works in place on a list of Data; got a "
                         f"{type(data_list).__name__}, whose items are copies: pass list(dataset) and "

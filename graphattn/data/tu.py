@@ -17,12 +17,14 @@ The readers are re-exported here.
 """
 from __future__ import annotations
 
+import shutil
 import warnings
 import zipfile
 from pathlib import Path
 from typing import Optional, Tuple
 
-from graphattn.data import rawio as _rawio, structural as _structural
+from torch_geometric.datasets import TUDataset
+
 from graphattn.data.download import DataFileError, PathLike, data_root, find_file
 from graphattn.data.ego_json import load_ego_json
 from graphattn.data.rawio import canonical_name, zip_check
@@ -34,13 +36,8 @@ from graphattn.data.tu_text import GraphList, load_tu_text
 __all__ = [
     "GraphList", "load_tu_text", "load_tu_folder", "load_tu_folds", "stratified_folds", "load_ego_json",
     "load_social_graph_dataset", "load_tu_dataset", "add_structural_features",
-    "SOCIAL_GRAPH_DATASETS",
+    "SOCIAL_GRAPH_DATASETS", "SOCIAL_GRAPH_ALIASES",
 ]
-
-# importable from here before the split, and still
-read_bytes, parse_int_tokens, sorted_unique, undirected_edge_index = (
-    _rawio.read_bytes, _rawio.parse_int_tokens, _rawio.sorted_unique, _rawio.undirected_edge_index)
-random_walk_pe = _structural.random_walk_pe
 
 _IHGNN = ("https://raw.githubusercontent.com/yeweiysh/IHGNN/"
           "dcb2c23cdc06f3ed8cc1dd0f0dced9ddd9156bad/data")
@@ -62,12 +59,14 @@ SOCIAL_GRAPH_DATASETS = {
     "deezer-ego": ("deezer_ego_nets", "deezer_egos", (9629, 226213, 628303, 2)),
     "reddit-threads": ("reddit_threads_10k", "reddit10k", (10000, 237390, 247549, 2)),
 }
-_GRAPH_ALIASES = {"imdbbinary": "imdb-binary", "imdb_binary": "imdb-binary",
-                  "imdbmulti": "imdb-multi", "imdb_multi": "imdb-multi",
-                  "redditbinary": "reddit-binary", "reddit_binary": "reddit-binary",
-                  "deezer_ego_nets": "deezer-ego", "deezer-egos": "deezer-ego",
-                  "deezer_egos": "deezer-ego", "reddit_threads": "reddit-threads",
-                  "reddit10k": "reddit-threads", "reddit_threads_10k": "reddit-threads"}
+#: other spellings of the graph-set names (upstream folder and file names) -> the name
+SOCIAL_GRAPH_ALIASES = {"imdbbinary": "imdb-binary", "imdb_binary": "imdb-binary",
+                        "imdbmulti": "imdb-multi", "imdb_multi": "imdb-multi",
+                        "redditbinary": "reddit-binary", "reddit_binary": "reddit-binary",
+                        "deezer_ego_nets": "deezer-ego", "deezer-egos": "deezer-ego",
+                        "deezer_egos": "deezer-ego", "reddit_threads": "reddit-threads",
+                        "reddit10k": "reddit-threads", "reddit_threads_10k": "reddit-threads",
+                        "imdb": "imdb-binary", "reddit": "reddit-binary"}
 
 
 def _tu_folder_files(key: str, folder: str, root) -> Optional[Path]:
@@ -139,7 +138,7 @@ def load_social_graph_dataset(name: str, root: Optional[PathLike] = None, *,
     """
     if source not in (None, "gin", "tu"):
         raise ValueError(f"source must be None, 'gin' or 'tu', got {source!r}")
-    key = canonical_name(name, _GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS))
+    key = canonical_name(name, SOCIAL_GRAPH_ALIASES, tuple(SOCIAL_GRAPH_DATASETS))
     if key not in SOCIAL_GRAPH_DATASETS:
         raise KeyError(f"unknown graph dataset {name!r}; known: {', '.join(SOCIAL_GRAPH_DATASETS)}")
     folder, stem, counts = SOCIAL_GRAPH_DATASETS[key]
@@ -210,10 +209,6 @@ def load_tu_dataset(root: PathLike, name: str, **kwargs):
     ``graphs = add_structural_features(list(ds))``: indexing a dataset returns copies, so the
     features must be added to the list).
     """
-    import shutil
-
-    from torch_geometric.datasets import TUDataset
-
     raw = Path(root) / name / "raw"
     if find_tu_prefix(raw, name) is None:
         for d in (Path(root) / name, Path(root)):

@@ -42,8 +42,9 @@ from graphattn.data.tu_text import GraphList, split_graphs
 __all__ = ["load_tu_folder", "find_tu_prefix"]
 
 _A_FILE = re.compile(r"^(?P<prefix>.+)_A\.txt(\.gz)?$")
-_ANY_FILE = re.compile(r"^(?P<prefix>.+)_(A|graph_indicator|graph_labels|graph_attributes|node_labels|"
-                       r"node_attributes|edge_labels|edge_attributes)\.txt(\.gz)?$")
+#: any file of a TU set in the original format: NAME_A.txt, NAME_graph_labels.txt, ... (``.gz`` too)
+TU_FILE = re.compile(r"^(?P<prefix>.+)_(A|graph_indicator|graph_labels|graph_attributes|node_labels|"
+                     r"node_attributes|edge_labels|edge_attributes)\.txt(\.gz)?$")
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -53,7 +54,7 @@ def find_tu_prefix(path: PathLike, name: Optional[str] = None) -> Optional[Tuple
     A folder with several sets needs ``name``."""
     p = Path(path).expanduser()
     if p.is_file():  # NAME_A.txt, or another file of the set next to it
-        m = _ANY_FILE.match(p.name)
+        m = TU_FILE.match(p.name)
         if m is None or not any((p.parent / f"{m.group('prefix')}_A.txt{gz}").is_file() for gz in ("", ".gz")):
             return None
         return p.parent, m.group("prefix")
@@ -178,65 +179,25 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     The list's ``num_edge_attributes`` counts the attribute columns, ``edge_label_values`` is
     each label column's ``(min, max)``.
     Shapes per graph: ``y`` (1,), ``tag`` (n,), ``edge_index`` (2, e)."""
-    found = find_tu_prefix(path, name)
-    if found is None:
-        raise DataFileError(f"{path}: no TU files (NAME_A.txt, NAME_graph_indicator.txt, "
-                            f"NAME_graph_labels.txt{f' with NAME={name}' if name else ''}) here or under raw/")
-    folder, prefix = found
-    if _read(folder, prefix, "graph_attributes", required=False) is not None and \
-            _read(folder, prefix, "graph_labels", required=False) is None:
-        raise DataFileError(f"{folder}: {prefix} has graph_attributes (regression targets) and no "
-                            "graph_labels: graph classification needs class labels")
+    folder, prefix = _set_files(path, name)
     where = f"{folder}/{prefix}"
-    gi = parse_int_tokens(_read(folder, prefix, "graph_indicator"), f"{where}_graph_indicator.txt")
-    n = int(gi.size)
-    labels = parse_int_tokens(_read(folder, prefix, "graph_labels"), f"{where}_graph_labels.txt")
-    n_graphs = int(labels.size)
-    if n and (gi.min() < 1 or gi.max() > n_graphs):
-        raise DataFileError(f"{where}_graph_indicator.txt: graph ids must be in 1..{n_graphs} (the number "
-                            f"of graph labels), got {int(gi.min())}..{int(gi.max())}")
-    gi = gi - 1
+    gi, labels = _graph_ids(folder, prefix, where)
+    n, n_graphs = int(gi.size), int(labels.size)
     order = np.argsort(gi, kind="stable")  # nodes grouped by graph (they usually are already)
     new_id = np.empty(n, dtype=np.int64)
     new_id[order] = np.arange(n)
     sizes = np.bincount(gi, minlength=n_graphs)
     node_off = np.concatenate([[0], np.cumsum(sizes)])
-
-    a = parse_int_tokens(_read(folder, prefix, "A").replace(b",", b" "), f"{where}_A.txt")
-    if a.size % 2:
-        raise DataFileError(f"{where}_A.txt: every row must be an edge 'i, j' (odd number of ids)")
-    a = a.reshape(-1, 2) - 1
-    if a.size and (a.min() < 0 or a.max() >= n):
-        raise DataFileError(f"{where}_A.txt: node ids must be in 1..{n} (the rows of the graph indicator), "
-                            f"got {int(a.min()) + 1}..{int(a.max()) + 1}")
-    src, dst = new_id[a[:, 0]], new_id[a[:, 1]]
-    cross = gi[a[:, 0]] != gi[a[:, 1]]
-    if cross.any():
-        k = int(np.flatnonzero(cross)[0])
-        raise DataFileError(f"{where}_A.txt: row {k + 1} joins nodes of graphs {int(gi[a[k, 0]]) + 1} and "
-                            f"{int(gi[a[k, 1]]) + 1} ({int(cross.sum())} such edges)")
+    src, dst, n_edge_rows = _edge_rows(folder, prefix, where, gi, new_id)
     n_loops = int(np.count_nonzero(src == dst))
-    feats, n_edge_attr, edge_label_values = _edge_features(folder, prefix, a.shape[0])
+    feats, n_edge_attr, edge_label_values = _edge_features(folder, prefix, n_edge_rows)
     if feats is None:
         ei, _ = undirected_edge_index(src, dst, n, remove_self_loops=remove_self_loops)  # sorted by source
         edge_attr = None
     else:
         ei, feats = _undirected_with_features(src, dst, feats, n, remove_self_loops, where)
         edge_attr = torch.from_numpy(feats).float()
-
-    tag_raw = _read(folder, prefix, "node_labels", required=False)
-    if tag_raw is not None:
-        rows = _rows(tag_raw, f"{where}_node_labels.txt", n)[order]
-        _, tag = np.unique(rows, axis=0, return_inverse=True)
-        tag_values = rows[:, 0] if rows.shape[1] == 1 else None
-        tag = tag.reshape(-1).astype(np.int64)
-        tag_values = (sorted_unique(tag_values).tolist() if tag_values is not None
-                      else list(range(int(tag.max()) + 1 if n else 0)))
-    else:
-        tag, tag_values = np.zeros(n, dtype=np.int64), [0]
-    attr_raw = _read(folder, prefix, "node_attributes", required=False)
-    attr = (torch.from_numpy(_rows(attr_raw, f"{where}_node_attributes.txt", n, floats=True)[order]).float()
-            if attr_raw is not None else None)
+    tag, tag_values, attr = _node_features(folder, prefix, where, n, order)
 
     raw = _read(folder, prefix, "graph_attributes", required=False)
     if raw is not None:  # graph-level regression targets: rows counted, not parsed (not used)
@@ -259,3 +220,69 @@ def load_tu_folder(path: PathLike, name: Optional[str] = None, *, remove_self_lo
     out.num_edge_attributes = n_edge_attr
     out.edge_label_values = edge_label_values
     return out
+
+
+def _set_files(path: PathLike, name: Optional[str]) -> Tuple[Path, str]:
+    """``(folder, NAME)`` of the set at ``path`` (see :func:`find_tu_prefix`); no set, or a set
+    with regression targets and no class labels, is a :class:`DataFileError`."""
+    found = find_tu_prefix(path, name)
+    if found is None:
+        raise DataFileError(f"{path}: no TU files (NAME_A.txt, NAME_graph_indicator.txt, "
+                            f"NAME_graph_labels.txt{f' with NAME={name}' if name else ''}) here or under raw/")
+    folder, prefix = found
+    if _read(folder, prefix, "graph_attributes", required=False) is not None and \
+            _read(folder, prefix, "graph_labels", required=False) is None:
+        raise DataFileError(f"{folder}: {prefix} has graph_attributes (regression targets) and no "
+                            "graph_labels: graph classification needs class labels")
+    return folder, prefix
+
+
+def _graph_ids(folder: Path, prefix: str, where: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Each node's graph (0-based, from the graph indicator) and the graph labels as written."""
+    gi = parse_int_tokens(_read(folder, prefix, "graph_indicator"), f"{where}_graph_indicator.txt")
+    labels = parse_int_tokens(_read(folder, prefix, "graph_labels"), f"{where}_graph_labels.txt")
+    n_graphs = int(labels.size)
+    if gi.size and (gi.min() < 1 or gi.max() > n_graphs):
+        raise DataFileError(f"{where}_graph_indicator.txt: graph ids must be in 1..{n_graphs} (the number "
+                            f"of graph labels), got {int(gi.min())}..{int(gi.max())}")
+    return gi - 1, labels
+
+
+def _edge_rows(folder: Path, prefix: str, where: str, gi: np.ndarray,
+               new_id: np.ndarray) -> Tuple[np.ndarray, np.ndarray, int]:
+    """``NAME_A.txt``'s rows as ``(src, dst)`` in the graph-grouped node numbering ``new_id``, and
+    the number of rows; an id out of range or an edge between two graphs is a :class:`DataFileError`."""
+    n = int(gi.size)
+    a = parse_int_tokens(_read(folder, prefix, "A").replace(b",", b" "), f"{where}_A.txt")
+    if a.size % 2:
+        raise DataFileError(f"{where}_A.txt: every row must be an edge 'i, j' (odd number of ids)")
+    a = a.reshape(-1, 2) - 1
+    if a.size and (a.min() < 0 or a.max() >= n):
+        raise DataFileError(f"{where}_A.txt: node ids must be in 1..{n} (the rows of the graph indicator), "
+                            f"got {int(a.min()) + 1}..{int(a.max()) + 1}")
+    src, dst = new_id[a[:, 0]], new_id[a[:, 1]]
+    cross = gi[a[:, 0]] != gi[a[:, 1]]
+    if cross.any():
+        k = int(np.flatnonzero(cross)[0])
+        raise DataFileError(f"{where}_A.txt: row {k + 1} joins nodes of graphs {int(gi[a[k, 0]]) + 1} and "
+                            f"{int(gi[a[k, 1]]) + 1} ({int(cross.sum())} such edges)")
+    return src, dst, a.shape[0]
+
+
+def _node_features(folder: Path, prefix: str, where: str, n: int, order: np.ndarray):
+    """``(tag (n,), tag values, node attributes (n, D) float or None)`` in graph-grouped node order
+    (``order``); without node labels every node has tag 0."""
+    tag_raw = _read(folder, prefix, "node_labels", required=False)
+    if tag_raw is not None:
+        rows = _rows(tag_raw, f"{where}_node_labels.txt", n)[order]
+        _, tag = np.unique(rows, axis=0, return_inverse=True)
+        tag_values = rows[:, 0] if rows.shape[1] == 1 else None
+        tag = tag.reshape(-1).astype(np.int64)
+        tag_values = (sorted_unique(tag_values).tolist() if tag_values is not None
+                      else list(range(int(tag.max()) + 1 if n else 0)))
+    else:
+        tag, tag_values = np.zeros(n, dtype=np.int64), [0]
+    attr_raw = _read(folder, prefix, "node_attributes", required=False)
+    attr = (torch.from_numpy(_rows(attr_raw, f"{where}_node_attributes.txt", n, floats=True)[order]).float()
+            if attr_raw is not None else None)
+    return tag, tag_values, attr

@@ -285,63 +285,12 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
     or absent, ``node_attr`` (N_g, D) or absent.
     """
     path = Path(path).expanduser()
-    raw = read_bytes(path)
-    try:
-        if has_lone_sign(raw):  # fromstring would read "-" as 0 or "- 2" as -2: the line parser names it
-            raise ValueError("a sign without digits")
-        tok = np.fromstring(raw, dtype=np.int64, sep=" ")  # noqa: NPY201
-        fast = True
-    except ValueError:
-        fast = False  # float attributes (or garbage): the line parser says which
-    node_attr = None
-    if fast:
-        check_int64_range(tok, str(path))
-        try:
-            pos, head, sizes, labels, end = _walk(tok, path)
-        except DataFileError:
-            end = -1
-        # integer node attributes or a damaged file: the line-aware parser sorts it out
-        # and names the offending graph/line
-        fast = end == tok.size and _layout_matches(raw, sizes, tok[pos + 1])
-    if fast:
-        tags = tok[pos]
-        cnt = tok[pos + 1]
-        # every token is a count, a graph header, a tag, a neighbour count or a neighbour:
-        # blank out the non-neighbours and compress (cheaper than a gather)
-        keep = np.ones(tok.size, dtype=bool)
-        keep[0] = False
-        keep[head], keep[head + 1] = False, False
-        keep[pos], keep[pos + 1] = False, False
-        nbrs = tok[keep]
-    else:
-        sizes, labels, tags, cnt, nbrs, node_attr = _parse_lines(
-            raw.decode("utf-8-sig", "replace"), path)  # -sig: a BOM is no token
-    n_graphs, n_total = sizes.size, int(sizes.sum())
+    sizes, labels, tags, cnt, nbrs, node_attr = _read_counts(read_bytes(path), path)
+    n_graphs = sizes.size
     node_off = np.concatenate([[0], np.cumsum(sizes)])
-    # per-edge quantities via np.repeat (sequential memory access, no random gathers)
-    lim = np.repeat(np.repeat(sizes, sizes), cnt)
-    bad = (nbrs < 0) | (nbrs >= lim)
-    if np.any(bad):
-        k = int(np.flatnonzero(bad)[0])
-        node = int(np.searchsorted(np.cumsum(cnt), k, side="right"))
-        g = int(np.searchsorted(node_off, node, side="right") - 1)
-        raise DataFileError(f"{path}: graph {g} (n={sizes[g]}) node {node - int(node_off[g])} "
-                            f"lists neighbour {int(nbrs[k])}, out of range")
-    del lim, bad
-    src = np.repeat(np.arange(n_total, dtype=np.int64), cnt)
-    dst = nbrs + np.repeat(np.repeat(node_off[:-1], sizes), cnt)
+    src, dst = _global_edges(sizes, cnt, nbrs, node_off, path)
     del nbrs
-    loops = src == dst
-    n_loops = int(np.count_nonzero(loops))
-    if remove_self_loops and n_loops:
-        keep = ~loops
-        src, dst = src[keep], dst[keep]
-    # src is non-decreasing; the edge list is a sorted set iff dst increases within a node
-    if src.size > 1 and not np.all((np.diff(dst) > 0) | (np.diff(src) > 0)):
-        src, dst = unique_pairs(src, dst, n_total)
-    if not _is_symmetric(src, dst, n_total):
-        src, dst = undirected_edge_index(src, dst, n_total, remove_self_loops=False)[0]
-
+    src, dst, n_loops = _edge_set(src, dst, int(sizes.sum()), remove_self_loops)
     label_values, y = sorted_unique(labels, return_inverse=True)
     tag_values, tag = sorted_unique(tags, return_inverse=True)
     n_tags = int(tag_values.size)
@@ -358,3 +307,71 @@ def load_tu_text(path: PathLike, *, remove_self_loops: bool = True,
     out.tag_values = [int(v) for v in tag_values]
     out.num_self_loops_removed = n_loops if remove_self_loops else 0
     return out
+
+
+def _read_counts(raw: bytes, path: Path):
+    """``(sizes, labels, tags, neighbour counts, neighbours, node attributes or None)`` of the
+    file's bytes ``raw``: tokenised by numpy when every token is an int64 and the line layout
+    checks out, else by the line parser (which names the offending graph/line)."""
+    try:
+        if has_lone_sign(raw):  # fromstring would read "-" as 0 or "- 2" as -2: the line parser names it
+            raise ValueError("a sign without digits")
+        tok = np.fromstring(raw, dtype=np.int64, sep=" ")  # noqa: NPY201
+        fast = True
+    except ValueError:
+        fast = False  # float attributes (or garbage): the line parser says which
+    if fast:
+        check_int64_range(tok, str(path))
+        try:
+            pos, head, sizes, labels, end = _walk(tok, path)
+        except DataFileError:
+            end = -1
+        # integer node attributes or a damaged file: the line-aware parser sorts it out
+        # and names the offending graph/line
+        fast = end == tok.size and _layout_matches(raw, sizes, tok[pos + 1])
+    if not fast:
+        return _parse_lines(raw.decode("utf-8-sig", "replace"), path)  # -sig: a BOM is no token
+    # every token is a count, a graph header, a tag, a neighbour count or a neighbour:
+    # blank out the non-neighbours and compress (cheaper than a gather)
+    keep = np.ones(tok.size, dtype=bool)
+    keep[0] = False
+    keep[head], keep[head + 1] = False, False
+    keep[pos], keep[pos + 1] = False, False
+    return sizes, labels, tok[pos], tok[pos + 1], tok[keep], None
+
+
+def _global_edges(sizes: np.ndarray, cnt: np.ndarray, nbrs: np.ndarray, node_off: np.ndarray,
+                  path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """The whole file's edges ``(src, dst)`` as listed, with global node numbers; a neighbour
+    index out of its graph's range is a :class:`DataFileError` naming the graph and node."""
+    n_total = int(sizes.sum())
+    # per-edge quantities via np.repeat (sequential memory access, no random gathers)
+    lim = np.repeat(np.repeat(sizes, sizes), cnt)
+    bad = (nbrs < 0) | (nbrs >= lim)
+    if np.any(bad):
+        k = int(np.flatnonzero(bad)[0])
+        node = int(np.searchsorted(np.cumsum(cnt), k, side="right"))
+        g = int(np.searchsorted(node_off, node, side="right") - 1)
+        raise DataFileError(f"{path}: graph {g} (n={sizes[g]}) node {node - int(node_off[g])} "
+                            f"lists neighbour {int(nbrs[k])}, out of range")
+    del lim, bad
+    src = np.repeat(np.arange(n_total, dtype=np.int64), cnt)
+    dst = nbrs + np.repeat(np.repeat(node_off[:-1], sizes), cnt)
+    return src, dst
+
+
+def _edge_set(src: np.ndarray, dst: np.ndarray, n_total: int,
+              remove_self_loops: bool) -> Tuple[np.ndarray, np.ndarray, int]:
+    """``(src, dst, number of self-loops)``: the edges sorted, deduplicated and symmetrised,
+    self-loops dropped with ``remove_self_loops``."""
+    loops = src == dst
+    n_loops = int(np.count_nonzero(loops))
+    if remove_self_loops and n_loops:
+        keep = ~loops
+        src, dst = src[keep], dst[keep]
+    # src is non-decreasing; the edge list is a sorted set iff dst increases within a node
+    if src.size > 1 and not np.all((np.diff(dst) > 0) | (np.diff(src) > 0)):
+        src, dst = unique_pairs(src, dst, n_total)
+    if not _is_symmetric(src, dst, n_total):
+        src, dst = undirected_edge_index(src, dst, n_total, remove_self_loops=False)[0]
+    return src, dst, n_loops

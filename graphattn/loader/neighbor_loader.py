@@ -27,7 +27,7 @@ from torch_geometric.data import Data
 
 from graphattn.utils.validation import check_edge_index, check_int
 
-__all__ = ["NeighborLoader", "neighbor_loaders", "sample_neighbors"]
+__all__ = ["NeighborLoader", "sample_neighbors"]
 
 
 def sample_neighbors(rowptr: Tensor, col: Tensor, nodes: Tensor, num: int, replace: bool = False,
@@ -289,26 +289,3 @@ def _seed_ids(input_nodes: Optional[Tensor], N: int, what: str = "input_nodes") 
     return t
 
 
-def neighbor_loaders(data: Data, model_spec: dict, num_neighbors: Sequence[int], batch_size: int = 1024):
-    """``(loaders, forward)`` for :func:`graphattn.train.fit` in neighbour-sampling mode
-    (``graphattn train ... --mini-batch neighbor``): the training, validation and test nodes are
-    the seeds of their splits' loaders (training ones shuffled every epoch, from the global RNG
-    so a resumed run continues identically; validation and test batches are drawn from a fixed
-    seed, the same on every pass); the loss and the metrics read the seeds' rows. The three share
-    one CSR of the graph."""
-    from graphattn.tasks.social.node import _run, node_inputs
-    from graphattn.train.loop import model_device
-
-    train = NeighborLoader(data, num_neighbors, batch_size, input_nodes=data.train_mask, shuffle=True)
-    # evaluation: the same sampled neighbourhoods on every pass (model selection sees no draw noise)
-    loaders = {"train": train, "val": train.with_seeds(data.val_mask, seed=0),
-               "test": train.with_seeds(data.test_mask, seed=1)}
-    print(f"mini-batch: neighbour sampling {list(num_neighbors)} per hop, {batch_size} seed nodes per batch, "
-          f"{len(loaders['train'])} batches/epoch")
-
-    def forward(model, batch, split):
-        batch = batch.to(model_device(model))
-        bs = batch.batch_size
-        return _run(model, model_spec, node_inputs(batch))[:bs], batch.y[:bs]
-
-    return loaders, forward

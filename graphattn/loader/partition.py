@@ -16,16 +16,15 @@ the graph.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
 from graphattn.utils.validation import check_edge_index, check_int
-from graphattn.train.loop import model_device
 
-__all__ = ["partition_nodes", "PartitionBatches", "node_loaders", "sbm_graph", "saved_tensor_bytes"]
+__all__ = ["partition_nodes", "PartitionBatches", "default_partitioning"]
 
 
 def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: str = "bfs",
@@ -92,27 +91,7 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
     rounds = 0
     while frontier.numel() and (max_rounds is None or rounds < max_rounds):
         rounds += 1
-        counts = ptr[frontier + 1] - ptr[frontier]
-        total = int(counts.sum())
-        starts = torch.repeat_interleave(ptr[frontier], counts)
-        offs = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-        c = nbr[starts + offs].long()  # neighbours of the frontier
-        lab = torch.repeat_interleave(label[frontier], counts)
-        m = (label[c] < 0) & (size[lab] < cap)
-        c, lab = c[m], lab[m]
-        perm = torch.randperm(c.numel(), generator=gen)  # random winner among proposals
-        c, lab = c[perm], lab[perm]
-        c_sorted, idx = torch.sort(c, stable=True)
-        first = torch.ones_like(c_sorted, dtype=torch.bool)
-        first[1:] = c_sorted[1:] != c_sorted[:-1]
-        c, lab = c_sorted[first], lab[idx[first]]
-        lab_sorted, idx = torch.sort(lab, stable=True)  # cap: keep the first (cap - size) per part
-        counts = torch.bincount(lab_sorted, minlength=P)
-        rank = torch.arange(lab_sorted.numel()) - (torch.cumsum(counts, 0) - counts)[lab_sorted]
-        ok = rank < (cap - size)[lab_sorted]
-        c, lab = c[idx[ok]], lab_sorted[ok]
-        label[c] = lab
-        size += torch.bincount(lab, minlength=P)
+        c, lab = _claim_neighbours(frontier, ptr, nbr, label, size, cap, gen)
         stuck = ((size < cap) & (torch.bincount(lab, minlength=P) == 0)).nonzero().view(-1)
         frontier = c
         if stuck.numel() and pos < pool.numel():  # parts that stopped growing start again elsewhere,
@@ -127,6 +106,37 @@ def partition_nodes(edge_index: Tensor, num_nodes: int, num_parts: int, method: 
         slots = slots[torch.randperm(slots.numel(), generator=gen)[:rest.numel()]]
         label[rest] = slots
     return label
+
+
+
+def _claim_neighbours(frontier: Tensor, ptr: Tensor, nbr: Tensor, label: Tensor, size: Tensor, cap: int,
+                      gen: torch.Generator) -> Tuple[Tensor, Tensor]:
+    """One round of growth of :func:`partition_nodes`: the unassigned out-neighbours of ``frontier`` join
+    its nodes' parts (a random winner among several proposals, at most the room left in each part).
+    Updates ``label`` (N,) and ``size`` (P,) in place; returns the nodes placed and their parts."""
+    P = size.numel()
+    counts = ptr[frontier + 1] - ptr[frontier]
+    total = int(counts.sum())
+    starts = torch.repeat_interleave(ptr[frontier], counts)
+    offs = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    c = nbr[starts + offs].long()  # neighbours of the frontier
+    lab = torch.repeat_interleave(label[frontier], counts)
+    m = (label[c] < 0) & (size[lab] < cap)
+    c, lab = c[m], lab[m]
+    perm = torch.randperm(c.numel(), generator=gen)  # random winner among proposals
+    c, lab = c[perm], lab[perm]
+    c_sorted, idx = torch.sort(c, stable=True)
+    first = torch.ones_like(c_sorted, dtype=torch.bool)
+    first[1:] = c_sorted[1:] != c_sorted[:-1]
+    c, lab = c_sorted[first], lab[idx[first]]
+    lab_sorted, idx = torch.sort(lab, stable=True)  # cap: keep the first (cap - size) per part
+    counts = torch.bincount(lab_sorted, minlength=P)
+    rank = torch.arange(lab_sorted.numel()) - (torch.cumsum(counts, 0) - counts)[lab_sorted]
+    ok = rank < (cap - size)[lab_sorted]
+    c, lab = c[idx[ok]], lab_sorted[ok]
+    label[c] = lab
+    size += torch.bincount(lab, minlength=P)
+    return c, lab
 
 
 class PartitionBatches:
@@ -245,128 +255,3 @@ def default_partitioning(num_nodes: int, batch_nodes: int = 50_000, parts_per_ba
     return min(P, max(1, num_nodes)), q
 
 
-def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_parts: Optional[int] = None,
-                 parts_per_batch: Optional[int] = None, batch_nodes: int = 50_000, method: str = "bfs"):
-    """``(loaders, forward)`` for :func:`graphattn.train.fit` in mini-batch mode.
-
-    Args:
-        data: the whole graph (``x``, ``edge_index``, ``y``, ``train/val/test_mask``, optional
-            ``pe``, ``edge_attr``).
-        model_spec: the model recipe (:func:`graphattn.tasks.social.node.node_model_spec`).
-        seed: seed of the partition.
-        num_parts, parts_per_batch: P parts, q per mini-batch (default: about
-            ``batch_nodes`` nodes per mini-batch, q = 4; :func:`default_partitioning`).
-        batch_nodes (int, default 50,000): target mini-batch size when P is not given.
-        method: ``"bfs"`` or ``"random"`` (:func:`partition_nodes`).
-
-    Returns ``({"train", "val", "test"}: PartitionBatches, forward)``; training batches are
-    re-drawn groups of parts, evaluation covers every node once.
-    """
-    from graphattn.tasks.social.node import EvalCache, _run, node_inputs
-
-    for name, v in (("num_parts", num_parts), ("parts_per_batch", parts_per_batch)):
-        if v is not None:
-            check_int(name, v, 1)
-    P, q = default_partitioning(data.num_nodes, batch_nodes)
-    P, q = num_parts or P, parts_per_batch or q
-    part = partition_nodes(data.edge_index, data.num_nodes, P, method=method, seed=seed)
-    train = PartitionBatches(data, part, q, shuffle=True)
-    evals = PartitionBatches(data, part, q, shuffle=False)
-    inside, total = train.coverage()
-    print(f"mini-batch: {train.num_parts} parts ({method}), {q} per batch, {len(train)} batches/epoch; "
-          f"{inside / max(total, 1):.1%} of edges inside a part")
-    cache = EvalCache()
-
-    def forward(model, batch, split):
-        key = batch.key  # before .to(), which turns the tuple into an (unhashable) list
-        batch = batch.to(model_device(model))  # partitions are cut on the CPU
-        inp = node_inputs(batch)
-        logits = cache(model, key, lambda: _run(model, model_spec, inp))
-        mask = batch[f"{split}_mask"]
-        return logits[mask], batch.y[mask]
-
-    return {"train": train, "val": evals, "test": evals}, forward
-
-
-def sbm_graph(num_nodes: int, num_edges: int, num_blocks: int = 10, p_in: float = 0.7,
-              num_features: int = 16, noise: float = 2.0, power: float = 2.5, seed: int = 0,
-              chunk: int = 4_000_000) -> Data:
-    """A synthetic social graph: degree-corrected stochastic block model, vectorised.
-
-    ``num_blocks`` equal blocks of consecutive node ids (label = block); every node has a
-    heavy-tailed propensity θ (Pareto, exponent ``power``). Each edge picks its first end
-    ∝ θ, and with probability ``p_in`` its second end ∝ θ inside the same block, else ∝ θ
-    anywhere (inverse-CDF sampling with ``searchsorted``, in chunks of ``chunk`` edges).
-    Self-loops and duplicates are dropped and topped up until exactly ``num_edges``
-    undirected edges remain (``2 * num_edges`` directed entries). Features: a random mean
-    per block plus Gaussian noise of std ``noise`` (weak alone, so the graph matters).
-    Masks: random 60/20/20. Peak memory ≈ 40 bytes per undirected edge.
-    """
-    N, B = check_int("num_nodes", num_nodes, 2), check_int("num_blocks", num_blocks, 1)
-    num_edges, chunk = check_int("num_edges", num_edges, 0), check_int("chunk", chunk, 1)
-    check_int("num_features", num_features, 1)
-    if B > N:
-        raise ValueError(f"num_blocks ({B}) must be <= num_nodes ({N})")
-    for name, v, ok, what in (("p_in", p_in, lambda v: 0 <= v <= 1, "in [0, 1]"),
-                              ("noise", noise, lambda v: v >= 0, ">= 0"), ("power", power, lambda v: v > 1, "> 1")):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and ok(v)):
-            raise ValueError(f"{name} must be a finite number {what}, got {v!r}")
-    sizes = torch.bincount(torch.arange(N) * B // N, minlength=B)
-    inside = int((sizes * (sizes - 1) // 2).sum())
-    most = inside if p_in == 1 else N * (N - 1) // 2  # distinct undirected pairs that can be drawn
-    if num_edges > most:
-        raise ValueError(f"num_edges ({num_edges:,}) exceeds the {most:,} distinct node pairs this graph can "
-                         f"have ({N:,} nodes{', edges inside blocks only (p_in = 1)' if p_in == 1 else ''})")
-    gen = torch.Generator().manual_seed(int(seed))
-    y = torch.arange(N) * B // N  # (N,) contiguous blocks
-    theta = (1.0 - torch.rand(N, generator=gen, dtype=torch.float64)).pow(-1.0 / (power - 1.0)).clamp(max=1e3)
-    cum = torch.cumsum(theta, 0)  # (N,) float64
-    starts = torch.searchsorted(y, torch.arange(B))  # first node of every block
-    base = torch.where(starts > 0, cum[(starts - 1).clamp(min=0)], torch.zeros(B, dtype=torch.float64))
-    mass = cum[torch.cat([starts[1:], torch.tensor([N])]) - 1] - base
-    keys, idle = torch.zeros(0, dtype=torch.long), 0
-    while keys.numel() < num_edges:
-        before = keys.numel()
-        m = min(chunk, int(1.1 * (num_edges - keys.numel())) + 1000)
-        s = torch.searchsorted(cum, torch.rand(m, generator=gen, dtype=torch.float64) * cum[-1]).clamp(max=N - 1)
-        u = torch.rand(m, generator=gen, dtype=torch.float64)
-        inside = torch.rand(m, generator=gen) < p_in
-        b = y[s]
-        target = torch.where(inside, base[b] + u * mass[b], u * cum[-1])
-        d = torch.searchsorted(cum, target).clamp(max=N - 1)
-        ok = s != d
-        lo, hi = torch.minimum(s[ok], d[ok]), torch.maximum(s[ok], d[ok])
-        keys = torch.unique(torch.cat([keys, lo * N + hi]))
-        del s, u, inside, b, target, d, ok, lo, hi
-        idle = idle + 1 if keys.numel() == before else 0
-        if idle >= 100:  # nearly every pair is taken and the heavy-tailed draws keep hitting them
-            raise RuntimeError(f"sbm_graph: stuck at {keys.numel():,} of {num_edges:,} distinct edges; "
-                               "ask for fewer edges (or a larger power: a flatter degree distribution)")
-    keys = keys[torch.randperm(keys.numel(), generator=gen)[:num_edges]]
-    row, col = keys // N, keys % N
-    del keys
-    edge_index = torch.stack([torch.cat([row, col]), torch.cat([col, row])])  # (2, 2 * num_edges)
-    del row, col
-    mu = torch.randn(B, num_features, generator=gen)
-    x = mu[y] + noise * torch.randn(N, num_features, generator=gen)
-    r = torch.rand(N, generator=gen)
-    data = Data(x=x, edge_index=edge_index, y=y, num_nodes=N,
-                train_mask=r < 0.6, val_mask=(r >= 0.6) & (r < 0.8), test_mask=r >= 0.8)
-    data.class_names = [str(i) for i in range(B)]
-    return data
-
-
-def saved_tensor_bytes(step: Callable[[], Any]) -> Tuple[Any, int]:
-    """Run ``step()`` and count the bytes autograd keeps for backward (distinct storages
-    of all tensors saved by every op and custom Function): the activation memory of a
-    training step, independent of the allocator and of other processes."""
-    seen: Dict[int, int] = {}
-
-    def pack(t: Tensor):
-        st = t.untyped_storage()
-        seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = step()
-    return out, sum(seen.values())

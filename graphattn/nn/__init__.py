@@ -1,3 +1,42 @@
 """Layers and models: graph self-attention, transformer blocks, global tokens, positional
 encodings, efficient attention variants (:mod:`graphattn.nn.variants`) and the node / graph
 models (:mod:`graphattn.nn.models`)."""
+from graphattn.nn.attention import GraphSelfAttention
+from graphattn.nn.block import GraphTransformerBlock
+from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
+from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
+                                 MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
+from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
+                                   SynthesizerAttention, make_global_attention)
+
+__all__ = [
+    # layers
+    "GraphSelfAttention",
+    "GraphTransformerBlock",
+    "GlobalTokens",
+    "TokenGraph",
+    # positional encodings
+    "AddLaplacianPE",
+    "AddRandomWalkPE",
+    "LapPEEncoder",
+    "sinusoidal_pe",
+    "sinusoidal_pe_2d",
+    # global attention variants
+    "LinearGlobalAttention",
+    "ReducedKeyAttention",
+    "ClusteredAttention",
+    "SynthesizerAttention",
+    "make_global_attention",
+    "GLOBAL_ATTNS",
+    # models
+    "GraphTransformer",
+    "GraphClassifier",
+    "NodeClassifier",
+    "FeatureEncoder",
+    "GraphFeatureNorm",
+    "ProbabilityEnsemble",
+    "MoleculePretrainer",
+    "ConvBaseline",
+    "MPNNBaseline",
+]

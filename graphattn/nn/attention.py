@@ -1,19 +1,21 @@
 """GraphSelfAttention: multi-head self-attention restricted to a graph's edges (PyG conv API)."""
 from __future__ import annotations
 
+import math
 import warnings
 from functools import partial
 from typing import List, Optional, Tuple, Union
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn import Linear as PyGLinear
 from torch_geometric.nn import MessagePassing
 
-from graphattn.ops.csr import as_edge_index, to_csr
-from graphattn.functional import EDGE_IMPLS, SCORES, check_all_finite, edge_attention
+from graphattn.functional import EDGE_IMPLS, check_all_finite, edge_attention
+from graphattn.nn.explain_masks import input_edge_alpha, layer_edge_mask, masked_edge_attention
+from graphattn.ops.chunked import SCORES
+from graphattn.ops.csr import EdgeCSR, as_edge_index, plain_tensor, to_csr
 from graphattn.ops.normalization import NORMALIZATIONS, normalized_edge_attention
 from graphattn.utils.validation import (check_bias_dtype, check_dtype, check_edge_index, check_features,
                                         check_row_index, check_tensor_shape, refuse_tracing)
@@ -34,9 +36,7 @@ def _channel_pair(in_channels) -> Tuple[int, int]:
 def _linear(in_channels: int, out_channels: int, bias: bool) -> nn.Module:
     """``nn.Linear``, or PyG's ``Linear`` (same initialisation) when the width is -1 (lazy)."""
     if in_channels == -1:
-        from torch_geometric.nn import Linear
-
-        return Linear(-1, out_channels, bias=bias)
+        return PyGLinear(-1, out_channels, bias=bias)
     return nn.Linear(in_channels, out_channels, bias=bias)
 
 
@@ -245,24 +245,11 @@ class GraphSelfAttention(MessagePassing):
                                       f"{self.normalization!r} (the masks stay set after a failed "
                                       "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
         x_src, x_dst, bipartite = _split_input(x)
-        f_src, f_dst = _channel_pair(self.in_channels)
-        check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
-                       check_values=False)  # values: one sync below
-        if bipartite:
-            check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
-            if batch is not None:
-                raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
-        elif f_dst != f_src and f_dst > 0:
-            check_features(x_dst, f_dst, "x", check_values=False)
-        wdtype = self._weight_dtype()
-        if wdtype is not None:
-            check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
-            if bipartite:
-                check_dtype(x_dst, wdtype, "x[1] (x_dst)")
+        wdtype = self._check_nodes(x_src, x_dst, bipartite, batch)
         # PyG's sparse adj_t -> (2, E) in its storage order, cached per tensor (adj: returned back)
         edge_index, adj = as_edge_index(edge_index, x_dst.size(0), x_src.size(0),
                                         (edge_attr, attn_bias, edge_attr_index))
-        N, H, C = x_dst.size(0), self.heads, self.out_channels
+        N, H = x_dst.size(0), self.heads
         check_edge_index(edge_index, N, check_range=False)
         # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
         # as one node set [targets; sources], see to_csr
@@ -271,26 +258,7 @@ class GraphSelfAttention(MessagePassing):
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
             check_bias_dtype(attn_bias)
-        edge_kv = None
-        if self.lin_edge is not None:
-            if edge_attr is None:
-                raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
-            if wdtype is not None:
-                check_dtype(edge_attr, wdtype, "edge_attr")
-            if edge_attr.dim() == 1 and self.edge_dim == 1:
-                edge_attr = edge_attr[:, None]
-            if edge_attr_index is None:
-                check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
-                edge_kv = self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
-            else:
-                check_tensor_shape(edge_attr, (edge_attr.size(0), self.edge_dim), "edge_attr")
-                check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
-                edge_kv = self.lin_edge(edge_attr).view(-1, H, C).index_select(0, edge_attr_index)
-        elif edge_attr is not None:
-            raise ValueError("edge_attr was given but the layer has no edge_dim; "
-                             "build it with edge_dim=D to use edge features")
-        elif edge_attr_index is not None:
-            raise ValueError("edge_attr_index was given but the layer has no edge_dim")
+        edge_kv = self._edge_features(edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) or None
         # The user's tensors only, one device sync (skipped under torch.compile); q, k, v and
         # the projected edge features derive from them, so the attention call skips its checks.
         inputs = ([("x[0] (x_src)", x_src, False), ("x[1] (x_dst)", x_dst, False)] if bipartite
@@ -302,10 +270,65 @@ class GraphSelfAttention(MessagePassing):
         want_alpha = return_attention_weights or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
             out, alpha = self._explained(dst_part, src_parts, edge_index, edge_kv, attn_bias, N)
-            return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
-        if bipartite:  # stacked [targets; sources]: queries on targets, keys/values on sources
-            n_src = x_src.size(0)
-            dst_part = torch.cat([dst_part, dst_part.new_zeros(n_src, H, C)])  # (N + N_src, H, C)
+        else:
+            out, alpha = self._attend(dst_part, src_parts, csr, edge_kv, attn_bias, batch, want_alpha,
+                                      x_src.size(0) if bipartite else None)
+        return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
+
+    def _check_nodes(self, x_src: Tensor, x_dst: Tensor, bipartite: bool,
+                     batch: Optional[Tensor]) -> Optional[torch.dtype]:
+        """Shapes and dtypes of the node features (values: one sync later); returns the
+        weights' dtype (None while lazy ``-1`` widths are uninitialised)."""
+        f_src, f_dst = _channel_pair(self.in_channels)
+        check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
+                       check_values=False)  # values: one sync in forward
+        if bipartite:
+            check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
+            if batch is not None:
+                raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
+        elif f_dst != f_src and f_dst > 0:
+            check_features(x_dst, f_dst, "x", check_values=False)
+        wdtype = self._weight_dtype()
+        if wdtype is not None:
+            check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
+            if bipartite:
+                check_dtype(x_dst, wdtype, "x[1] (x_dst)")
+        return wdtype
+
+    def _edge_features(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor], E: int,
+                       wdtype: Optional[torch.dtype]) -> Optional[Tensor]:
+        """The projected edge features ``(E, H, C)`` added to keys and values (None without
+        ``edge_dim``); with ``edge_attr_index`` the projection runs on the ``(U, D)`` table."""
+        H, C = self.heads, self.out_channels
+        if self.lin_edge is None:
+            if edge_attr is not None:
+                raise ValueError("edge_attr was given but the layer has no edge_dim; "
+                                 "build it with edge_dim=D to use edge features")
+            if edge_attr_index is not None:
+                raise ValueError("edge_attr_index was given but the layer has no edge_dim")
+            return None
+        if edge_attr is None:
+            raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
+        if wdtype is not None:
+            check_dtype(edge_attr, wdtype, "edge_attr")
+        if edge_attr.dim() == 1 and self.edge_dim == 1:
+            edge_attr = edge_attr[:, None]
+        if edge_attr_index is None:
+            check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
+            return self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
+        check_tensor_shape(edge_attr, (edge_attr.size(0), self.edge_dim), "edge_attr")
+        check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+        return self.lin_edge(edge_attr).view(-1, H, C).index_select(0, edge_attr_index)  # (E, H, C)
+
+    def _attend(self, dst_part: Tensor, src_parts: List[Tensor], csr: EdgeCSR, edge_kv: Optional[Tensor],
+                attn_bias: Optional[Tensor], batch: Optional[Tensor], want_alpha: bool,
+                num_src: Optional[int]) -> Tuple[Tensor, Optional[Tensor]]:
+        """Edge attention of the projected parts with the layer's normalization: ``(out (N, H, C),
+        alpha (E, H) or None)``. ``num_src`` (bipartite): targets and sources are stacked as one
+        node set ``[targets; sources]``, queries on targets, keys and values on sources."""
+        N, H, C = dst_part.shape
+        if num_src is not None:
+            dst_part = torch.cat([dst_part, dst_part.new_zeros(num_src, H, C)])  # (N + N_src, H, C)
             src_parts = [torch.cat([p.new_zeros(N, H, C), p]) for p in src_parts]
         attend = (partial(edge_attention, _check=False) if self.normalization == "softmax"
                   else partial(normalized_edge_attention, normalization=self.normalization))
@@ -323,9 +346,9 @@ class GraphSelfAttention(MessagePassing):
                          return_attention_weights=want_alpha, batch=batch,
                          impl=self.impl)
         out, alpha = (res if want_alpha else (res, None))
-        if bipartite:
+        if num_src is not None:
             out = out[:N]  # (N, H, C): the target rows
-        return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
+        return out, alpha
 
     def _finish(self, out: Tensor, alpha: Optional[Tensor], x_dst: Tensor, edge_index: Tensor,
                 return_attention_weights: bool):
@@ -338,8 +361,6 @@ class GraphSelfAttention(MessagePassing):
         if self._message_forward_hooks:
             hook_alpha = alpha
             if alpha is not None and self._hook_input_edges is not None:
-                from graphattn.nn.explain_masks import input_edge_alpha
-
                 hook_alpha = input_edge_alpha(alpha, self._hook_input_edges)
             for hook in self._message_forward_hooks.values():  # only PyG's explainers read input-edge order
                 pyg = getattr(hook, "__module__", "").startswith("torch_geometric.explain")
@@ -356,9 +377,6 @@ class GraphSelfAttention(MessagePassing):
                    attn_bias: Optional[Tensor], N: int) -> Tuple[Tensor, Tensor]:
         """The attention with the explainer's edge mask on every message (PyG's
         ``explain_message``), by the differentiable per-edge path of :mod:`graphattn.nn.explain_masks`."""
-        from graphattn.ops.csr import plain_tensor
-        from graphattn.nn.explain_masks import layer_edge_mask, masked_edge_attention
-
         ei = plain_tensor(edge_index).long()
         mask = layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, ei, N,
                                loops_replaced=self._explain_loops_replaced)

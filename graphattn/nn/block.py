@@ -5,11 +5,13 @@ from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import GINConv, GINEConv
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.ops.csr import plain_tensor
 from graphattn.nn.dropout import Dropout
+from graphattn.nn.explain_masks import layer_edge_mask
 from graphattn.nn.variants import make_global_attention
+from graphattn.ops.csr import plain_tensor
 
 __all__ = ["GraphTransformerBlock", "NORMS", "LOCAL_MPNNS"]
 
@@ -89,8 +91,6 @@ class GraphTransformerBlock(nn.Module):
         self.global_attn = global_attn
         self.local_mpnn, self.local = local_mpnn, None
         if local_mpnn is not None:
-            from torch_geometric.nn import GINConv, GINEConv
-
             mlp = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
             self.local = (GINEConv(mlp, train_eps=True, edge_dim=None if edge_dim == channels else edge_dim)
                           if local_mpnn == "gine" else GINConv(mlp, train_eps=True))
@@ -135,8 +135,6 @@ class GraphTransformerBlock(nn.Module):
             # loops NodeClassifier(self_loops=True) replaced (reordered even when the count is the
             # same): PyG's own loop rule expects one loop per target and counts the global tokens
             # (AssertionError), or applies the mask by position; map it as the attention does
-            from graphattn.nn.explain_masks import layer_edge_mask
-
             mapped = layer_edge_mask(mask, getattr(conv, "_loop_mask", None), conv._apply_sigmoid, edge_index,
                                      x.size(0), getattr(self.attn, "_explain_loops_replaced", False))
             # set_masks registered the mask as a Parameter: swap the entry itself for this call

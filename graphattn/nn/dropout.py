@@ -12,7 +12,7 @@ of 1/65536 such as 0.5 or 0.25, else within 7.7e-6 of it) and kept ones are scal
 (1 byte per element). On other devices, in eval mode, under ``torch.compile`` and for ``p``
 of 0 or 1 (or ``p`` that rounds to 0 or 1) it is exactly ``nn.Dropout``.
 
-With the C++ extension (:func:`graphattn.ops.fused_cpp.fused_available`, built on first use) the
+With the C++ extension (:func:`graphattn.ops.extension.fused_available`, built on first use) the
 mask is not even stored: ``graphattn/ops/csrc/dropout.cpp`` hashes a per-call seed and each
 element's position into the same 16 bits per element (SplitMix64, counter-based), scales in
 the same pass, and the backward pass regenerates the identical mask from the seed. One pass
@@ -27,6 +27,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from graphattn.ops.extension import fused_available
 
 __all__ = ["Dropout", "dropout"]
 
@@ -60,8 +62,7 @@ class _SeededDropout(torch.autograd.Function):
 
 
 def _seeded_available() -> bool:
-    from graphattn.ops.fused_cpp import fused_available
-
+    """Whether the C++ seeded route can run (the extension builds; tests turn it off here)."""
     return fused_available()
 
 

@@ -17,19 +17,23 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
+from torch_geometric.transforms.add_positional_encoding import add_node_attr
 
+from graphattn.data.structural import random_walk_pe
+from graphattn.functional import check_all_finite
 from graphattn.ops.padding import check_batch
-from graphattn.ops.spectral import _component_eigs, _fix_sign
-from graphattn.utils.validation import check_dtype, check_edge_index, check_int as _check_int
+from graphattn.ops.spectral import component_eigs, fix_sign
+from graphattn.utils.validation import check_dtype, check_edge_index, check_int
 
-__all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "sinusoidal_pe", "sinusoidal_pe_2d"]
+__all__ = ["AddLaplacianPE", "LapPEEncoder", "AddRandomWalkPE", "pe_inputs", "sinusoidal_pe",
+           "sinusoidal_pe_2d"]
 
 
 def _check_float_dtype(dtype) -> None:
@@ -85,15 +89,15 @@ class AddLaplacianPE(BaseTransform):
                  dense_threshold: int = 300) -> None:
         if not isinstance(attr_name, str):
             raise ValueError(f"attr_name must be a str, got {attr_name!r}")
-        self.k = _check_int("k", k, 1)
+        self.k = check_int("k", k, 1)
         self.attr_name = attr_name
         self.eigval_attr_name = eigval_attr_name
         self.mask_attr_name = mask_attr_name
         self.is_undirected = is_undirected
-        self.dense_threshold = _check_int("dense_threshold", dense_threshold, 0)
+        self.dense_threshold = check_int("dense_threshold", dense_threshold, 0)
 
     def _adjacency(self, data: Data, num_nodes: int):
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # scipy: only for Laplacian PEs, not on `import graphattn`
 
         src, dst = data.edge_index.detach().cpu().numpy()
         weight = getattr(data, "edge_weight", None)
@@ -128,7 +132,7 @@ class AddLaplacianPE(BaseTransform):
             check_edge_index(edge_index, num_nodes, name="data.edge_index")
         pe, eigval, found = np.zeros((num_nodes, k)), np.zeros(k), 0
         if num_nodes > 1 and edge_index is not None and edge_index.numel() > 0:
-            from scipy.sparse.csgraph import connected_components
+            from scipy.sparse.csgraph import connected_components  # scipy: only for Laplacian PEs
 
             adj = self._adjacency(data, num_nodes)
             num_comp, labels = connected_components(adj, directed=False)
@@ -136,7 +140,7 @@ class AddLaplacianPE(BaseTransform):
                                np.cumsum(np.bincount(labels, minlength=num_comp))[:-1])
             vals, cols = [np.zeros(0)], []  # candidate eigenpairs: value, (node ids, vector)
             for nodes in (m for m in members if m.shape[0] > 1):  # isolated nodes: no pairs
-                v, vec = _component_eigs(adj[nodes][:, nodes], min(k, nodes.shape[0] - 1),
+                v, vec = component_eigs(adj[nodes][:, nodes], min(k, nodes.shape[0] - 1),
                                          self.dense_threshold)
                 vals.append(v)
                 cols.extend((nodes, vec[:, j]) for j in range(vec.shape[1]))
@@ -145,7 +149,7 @@ class AddLaplacianPE(BaseTransform):
             for c, idx in enumerate(chosen):
                 pe[cols[idx][0], c], eigval[c] = cols[idx][1], all_vals[idx]
             found = chosen.shape[0]
-            pe[:, :found] = _fix_sign(pe[:, :found])
+            pe[:, :found] = fix_sign(pe[:, :found])
         device = edge_index.device if edge_index is not None else None
         data[self.attr_name] = torch.from_numpy(pe).to(device, torch.float32)
         if self.eigval_attr_name is not None:
@@ -157,6 +161,14 @@ class AddLaplacianPE(BaseTransform):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(k={self.k})"
+
+
+def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
+    """The Laplacian PE attributes :class:`AddLaplacianPE` stores on ``data`` (``lap_pe``,
+    ``lap_eigval``, ``lap_pe_mask``; None where absent) as the model keyword arguments ``pe``,
+    ``pe_eigvals`` and ``pe_mask`` (see :meth:`graphattn.GraphTransformer.forward`)."""
+    return {"pe": getattr(data, "lap_pe", None), "pe_eigvals": getattr(data, "lap_eigval", None),
+            "pe_mask": getattr(data, "lap_pe_mask", None)}
 
 
 class AddRandomWalkPE(BaseTransform):
@@ -187,17 +199,13 @@ class AddRandomWalkPE(BaseTransform):
 
     def __init__(self, walk_length: int, attr_name: Optional[str] = "random_walk_pe", *,
                  exact_max_nodes: int = 4000, num_probes: int = 64, seed: int = 0) -> None:
-        self.walk_length = _check_int("walk_length", walk_length, 1)
+        self.walk_length = check_int("walk_length", walk_length, 1)
         self.attr_name = attr_name
-        self.exact_max_nodes = _check_int("exact_max_nodes", exact_max_nodes, 0)
-        self.num_probes = _check_int("num_probes", num_probes, 1)
+        self.exact_max_nodes = check_int("exact_max_nodes", exact_max_nodes, 0)
+        self.num_probes = check_int("num_probes", num_probes, 1)
         self.seed = int(seed)
 
     def forward(self, data: Data) -> Data:
-        from torch_geometric.transforms.add_positional_encoding import add_node_attr
-
-        from graphattn.data.structural import random_walk_pe
-
         n, edge_index = data.num_nodes, data.edge_index
         if n is None:
             raise ValueError("AddRandomWalkPE needs data.num_nodes (or data.x) to be known")
@@ -242,10 +250,10 @@ class LapPEEncoder(nn.Module):
     def __init__(self, k: int, out_channels: int, hidden_channels: Optional[int] = None,
                  sign_invariant: bool = False, use_eigvals: bool = True) -> None:
         super().__init__()
-        self.k = _check_int("k", k, 1)
-        self.out_channels = _check_int("out_channels", out_channels, 1)
+        self.k = check_int("k", k, 1)
+        self.out_channels = check_int("out_channels", out_channels, 1)
         self.hidden_channels = (self.out_channels if hidden_channels is None
-                                else _check_int("hidden_channels", hidden_channels, 1))
+                                else check_int("hidden_channels", hidden_channels, 1))
         self.sign_invariant = sign_invariant
         self.use_eigvals = use_eigvals
         in_per_column = 2 if use_eigvals else 1
@@ -282,8 +290,6 @@ class LapPEEncoder(nn.Module):
             mask = mask.bool()
             pe = torch.where(mask, pe, torch.zeros_like(pe))  # also clears NaN padding
         if check_values:  # NaN/inf in the used (unmasked) entries; a model checks its own inputs
-            from graphattn.functional import check_all_finite
-
             if eigvals is not None and mask is not None:
                 eigvals = torch.where(mask, eigvals, torch.zeros_like(eigvals))
             check_all_finite([("pe", pe, False), ("eigvals", eigvals, False)])
@@ -316,7 +322,7 @@ class LapPEEncoder(nn.Module):
 def _int_or_none(value, minimum: int):
     """``value`` as an int >= ``minimum`` (Python / numpy ints, 0-d integer tensors), else None."""
     try:
-        return _check_int("value", value, minimum)
+        return check_int("value", value, minimum)
     except ValueError:
         return None
 
@@ -333,7 +339,7 @@ def sinusoidal_pe(length: int, channels: int, base: float = 10000.0, *,
 
     Shapes: returns ``(length, channels)``; ``channels`` must be even.
     """
-    length = _check_int("length", length, 0)
+    length = check_int("length", length, 0)
     _check_float_dtype(dtype)
     c = _int_or_none(channels, 2)
     if c is None or c % 2:
@@ -373,7 +379,7 @@ def sinusoidal_pe_2d(height: int, width: int, channels: int, base: float = 10000
         raise ValueError(f"channels must be a positive multiple of 4 (half row, half column, each "
                          f"even), got {channels!r}")
     channels = c
-    height, width = _check_int("height", height, 0), _check_int("width", width, 0)
+    height, width = check_int("height", height, 0), check_int("width", width, 0)
     if height * width * channels > MAX_PE_ELEMENTS:
         raise ValueError(f"a 2-D sinusoidal encoding of {height:,} x {width:,} positions x {channels} channels "
                          f"has {height * width * channels:,} entries, more than "

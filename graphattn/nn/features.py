@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from graphattn.utils.validation import check_dtype, check_features, mark_index_checked
 
-__all__ = ["FeatureEncoder", "GraphFeatureNorm", "gcn_normalized_graph", "graph_feature_input"]
+__all__ = ["FeatureEncoder", "GraphFeatureNorm", "gcn_normalized_graph", "graph_feature_input", "raise_non_finite_pe"]
 
 
 class FeatureEncoder(nn.Module):
@@ -109,9 +109,10 @@ def gcn_normalized_graph(edge_index: Tensor, num_nodes: int,
     return ei, deg[ei[0]].rsqrt() * deg[ei[1]].rsqrt()
 
 
-def _raise_non_finite_pe(pe: Tensor, eigvals: Optional[Tensor], mask: Optional[Tensor]) -> None:
-    """Name the positional-encoding input holding NaN / inf (entries where ``mask`` is False
-    are padding and may be NaN)."""
+def raise_non_finite_pe(pe: Tensor, eigvals: Optional[Tensor], mask: Optional[Tensor]) -> None:
+    """Raise the ``ValueError`` for a positional encoding that came out non-finite: it names the
+    input holding NaN / inf (``pe`` or ``pe_eigvals``; entries where ``mask`` is False are padding
+    and may be NaN), or says the encoding overflowed when the inputs are finite."""
     keep = None if mask is None else mask.bool()
     for name, t in (("pe", pe), ("pe_eigvals", eigvals)):
         if t is None:

@@ -9,21 +9,26 @@ from torch import Tensor
 
 from graphattn.ops.csr import EdgeCSR
 
-__all__ = ["aggregate_backward", "score_backward", "edge_attention_autograd", "input_aliases",
-           "differentiable_grads", "CHUNK_BYTES"]
+__all__ = ["SCORES", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
+           "score_backward", "edge_attention_autograd", "input_aliases", "differentiable_grads",
+           "differentiable_backward"]
+
+#: The edge score functions: scaled dot product and the additive (GATv2) form.
+SCORES = ("dot", "additive")
 
 #: Bytes of one chunk's per-edge ``(chunk, H, C)`` temporaries (bounds peak memory).
 CHUNK_BYTES = 16 * 2**20
 
 
-def _chunk_edges(num_heads: int, channels: int, itemsize: int, budget: Optional[int] = None) -> int:
+def chunk_edges(num_heads: int, channels: int, itemsize: int, budget: Optional[int] = None) -> int:
     """Edges per chunk so that one ``(chunk, H, C)`` temporary takes about ``budget`` bytes
     (default :data:`CHUNK_BYTES`), and at least 256."""
     budget = CHUNK_BYTES if budget is None else budget
     return max(256, budget // max(1, num_heads * channels * itemsize))
 
 
-def _leaky_grad(z: Tensor, slope: float) -> Tensor:
+def leaky_grad(z: Tensor, slope: float) -> Tensor:
+    """Derivative of ``LeakyReLU(z, slope)`` elementwise: 1 where ``z > 0``, else ``slope``."""
     return torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope))
 
 
@@ -87,7 +92,7 @@ def score_backward(gs: Tensor, q: Tensor, k: Tensor, edge_key: Optional[Tensor],
             z = q[r] + kk
             if need_att:
                 gatt += (g * F.leaky_relu(z, slope)).sum(0)
-            gkk = g * att * _leaky_grad(z, slope)  # dL/dz, (chunk, H, C)
+            gkk = g * att * leaky_grad(z, slope)  # dL/dz, (chunk, H, C)
             if need_q:
                 gq.index_add_(0, r, gkk)
         if need_k:
@@ -142,9 +147,9 @@ def input_aliases(inputs) -> Tuple[int, ...]:
 def differentiable_grads(inputs, needs, grad_out: Tensor, recompute, aliases):
     """Gradients of ``recompute()`` w.r.t. the ``inputs`` flagged in ``needs``, themselves
     differentiable (``create_graph=True``): the double-backward route of the autograd
-    Functions here and in :mod:`graphattn.ops.fused_cpp`. An input passed in several slots
-    (``aliases`` from :func:`input_aliases`) gets its whole gradient in its first slot only
-    (autograd sums the slots)."""
+    Functions here and (through :func:`differentiable_backward`) of the fused ones. An input
+    passed in several slots (``aliases`` from :func:`input_aliases`) gets its whole gradient in
+    its first slot only (autograd sums the slots)."""
     want = [False] * len(inputs)
     for i, n in enumerate(needs):
         if n and inputs[i] is not None:
@@ -161,7 +166,28 @@ def differentiable_grads(inputs, needs, grad_out: Tensor, recompute, aliases):
     return grads
 
 
-class _ChunkedEdgeAttention(torch.autograd.Function):
+def differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout):
+    """Gradients of a fused ``score="dot"`` attention as differentiable functions of the inputs
+    and ``dout`` (plain torch ops, ``(E, H, C)`` temporaries): what ``create_graph=True`` needs
+    for second derivatives. The double-backward route of the fused C++ and Triton autograd
+    Functions; ``ctx`` carries their ``csr``, ``eid`` (per-edge tensors in input order when
+    not None), ``scale``, ``shared`` (one tensor as edge key and value) and ``aliases``."""
+    csr: EdgeCSR = ctx.csr
+    ev = edge_key if ctx.shared else edge_value
+    perm = csr.perm if ctx.eid is not None else None  # per-edge tensors in input order -> CSR
+
+    def to_csr_order(t):
+        return t if t is None or perm is None else t[perm]
+
+    def recompute():
+        return edge_attention_autograd(q, k, v, to_csr_order(bias), to_csr_order(edge_key),
+                                       to_csr_order(ev), None, csr, "dot", ctx.scale, 0.0)
+
+    return differentiable_grads((q, k, v, bias, edge_key, edge_value), ctx.needs_input_grad[:6],
+                                dout, recompute, ctx.aliases)
+
+
+class ChunkedEdgeAttention(torch.autograd.Function):
     """Softmax attention over CSR-ordered edges, chunked, with a recomputing backward.
 
     Saved for backward: inputs and the ``(E, H)`` attention weights (and dropout mask);

@@ -18,6 +18,9 @@ from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import to_edge_index
+
+from graphattn.utils.validation import check_bipartite_edge_index, check_edge_index, clear_checked_indices
 
 __all__ = ["EdgeCSR", "adj_t_edges", "as_edge_index", "to_csr", "clear_csr_cache"]
 
@@ -83,8 +86,6 @@ def plain_tensor(t: Tensor) -> Tensor:
 
 
 def _build(edge_index: Tensor, num_nodes: int, num_src: Optional[int] = None) -> EdgeCSR:
-    from graphattn.utils.validation import check_bipartite_edge_index, check_edge_index
-
     edge_index = plain_tensor(edge_index)
     # once per graph: the result is cached
     if num_src is None:
@@ -158,11 +159,9 @@ def clear_csr_cache() -> None:
     """Forget every cached CSR view and index range check: needed only after writes that
     bypass PyTorch's version counter (``edge_index.data[...] = ...``, edits through
     ``.numpy()``); ordinary in-place edits are detected."""
-    from graphattn.utils.validation import _CHECKED
-
     _CACHE.clear()
     _ADJ_CACHE.clear()
-    _CHECKED.clear()
+    clear_checked_indices()
 
 
 _ADJ_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
@@ -185,8 +184,6 @@ def adj_t_edges(adj_t: Tensor) -> Tuple[Tensor, Tensor]:
     if hit is not None and hit[0]() is adj_t:
         _ADJ_CACHE.move_to_end(key)
         return hit[1], (adj_t if hit[2] is None else hit[2])
-    from torch_geometric.utils import to_edge_index
-
     adj = adj_t.coalesce() if adj_t.layout == torch.sparse_coo and not adj_t.is_coalesced() else adj_t
     rows_cols, _ = to_edge_index(adj)  # (2, E): row = target i, col = source j
     edge_index = rows_cols.flip(0).contiguous()

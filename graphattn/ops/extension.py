@@ -19,7 +19,9 @@ import hashlib
 import os
 import platform
 import re
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -28,7 +30,8 @@ from typing import Optional
 
 import torch
 
-__all__ = ["fused_available", "build_directory", "ops", "build_error", "STALE_LOCK_SECONDS"]
+__all__ = ["fused_available", "build_directory", "ops", "build_state", "build_error", "disabled", "clear_stale_lock",
+           "STALE_LOCK_SECONDS"]
 
 _SRC = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
 #: Every source of the extension (the attention kernel and the seeded dropout, one library).
@@ -40,7 +43,8 @@ _WARNED = False
 _ERROR: Optional[str] = None
 
 
-def _disabled() -> bool:
+def disabled() -> bool:
+    """Whether ``GRAPHATTN_NO_CPP`` (any value but empty, 0, false, no) turns the C++ extension off."""
     return os.environ.get("GRAPHATTN_NO_CPP", "").strip().lower() not in ("", "0", "false", "no")
 
 
@@ -68,7 +72,7 @@ _CFLAGS = ["-O3", "-fopenmp"]
 STALE_LOCK_SECONDS = 600.0
 
 
-def _clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS,
+def clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS,
                       poll: float = 0.5) -> bool:
     """Wait for a live build's ``lock`` to go away, but remove one older than ``max_age``.
 
@@ -95,13 +99,13 @@ def _clear_stale_lock(build_dir: Path, max_age: float = STALE_LOCK_SECONDS,
 
 
 def _load():
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # imports setuptools: only when the extension is built
 
     build_dir = build_directory()
     build_dir.mkdir(parents=True, exist_ok=True)
     verbose = os.environ.get("GRAPHATTN_VERBOSE_BUILD", "") not in ("", "0")
     if cpp_extension.is_ninja_available() and not os.environ.get("GRAPHATTN_NO_NINJA"):
-        _clear_stale_lock(build_dir)
+        clear_stale_lock(build_dir)
         cpp_extension.load(
             name=_NAME,
             sources=[str(p) for p in _SOURCES],
@@ -122,10 +126,7 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
     The result is written to a temporary name and renamed into place, so concurrent
     processes never load a half-written library; later processes reuse it.
     """
-    import subprocess
-    import tempfile
-
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # imports setuptools: only when the extension is built
 
     lib = build_dir / f"{_NAME}_direct.so"
     if lib.exists():
@@ -156,7 +157,7 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
 
 def fused_available() -> bool:
     """Whether the fused C++ kernel can be used (builds it on the first call)."""
-    if _disabled():
+    if disabled():
         return False
     if _TRIED:
         return _EXT is not None
@@ -195,6 +196,16 @@ def ops():
     if _EXT is None:
         raise RuntimeError("graphattn C++ extension is not loaded" + (f" ({_ERROR})" if _ERROR else ""))
     return _EXT
+
+
+def build_state() -> str:
+    """``"loaded"``, ``"disabled"`` (``GRAPHATTN_NO_CPP``), ``"failed"`` (a build was tried and failed) or
+    ``"not used"`` (nothing needed it yet in this process)."""
+    if _EXT is not None:
+        return "loaded"
+    if disabled():
+        return "disabled"
+    return "failed" if _TRIED else "not used"
 
 
 def build_error() -> Optional[str]:

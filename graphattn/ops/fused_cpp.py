@@ -12,7 +12,8 @@ and grad k / grad v in a source-major pass over a compact int32 CSC copy (race-f
 atomics). Per-edge tensors may be given in the caller's edge order (``edge_order="input"``):
 the kernel reads them through ``csr.perm`` instead of permuting copies.
 
-The extension is built and loaded by :mod:`graphattn.ops.extension` (:func:`fused_available`).
+The extension is built and loaded by :mod:`graphattn.ops.extension`
+(:func:`~graphattn.ops.extension.fused_available`).
 """
 from __future__ import annotations
 
@@ -24,26 +25,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.ops import extension
+from graphattn.ops.chunked import differentiable_backward, input_aliases
 from graphattn.ops.csr import EdgeCSR
-# the build helpers used to live here; kept importable from this module
-from graphattn.ops.extension import (STALE_LOCK_SECONDS, _clear_stale_lock, _disabled, build_directory,
-                                     fused_available)  # noqa: F401
-from graphattn.functional import differentiable_grads, edge_attention_autograd, input_aliases
 
-__all__ = ["fused_available", "fused_edge_attention", "build_directory", "set_pds_budget"]
-
-
-def __getattr__(name: str):  # build state (_ERROR, _TRIED, _EXT) now lives in graphattn.ops.extension
-    if name in ("_ERROR", "_TRIED", "_EXT", "_WARNED"):
-        return getattr(extension, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__all__ = ["fused_edge_attention", "set_pds_budget", "csc_arrays"]
 
 _EMPTY = torch.empty(0)
 EDGE_ORDERS = ("csr", "input")
 
 
-def _csc_arrays(csr: EdgeCSR):
+def csc_arrays(csr: EdgeCSR):
     """Compact source-major copy of ``csr`` for the grad k / grad v pass, cached on ``csr``.
 
     ``(cptr (N+1,) int64, cperm (E,), ctgt (E,))`` with int32 ``cperm``/``ctgt`` when N and E
@@ -78,9 +69,9 @@ class _FusedEdgeAttention(torch.autograd.Function):
             return (None,) * 6 + nothing
         csr: EdgeCSR = ctx.csr
         if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (exact 2nd order)
-            return tuple(_differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + nothing
+            return tuple(differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + nothing
         need_kv = bool(need_k or need_v)
-        cptr, cperm, ctgt = _csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
+        cptr, cperm, ctgt = csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
         dout = dout.to(q.dtype).contiguous()
         ev = edge_key if ctx.shared else edge_value
         gq, gk, gv, gb, gek, gev = extension.ops().backward(
@@ -90,24 +81,6 @@ class _FusedEdgeAttention(torch.autograd.Function):
         pick = lambda need, g: g if need else None  # noqa: E731
         return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
                 pick(need_ek, gek), pick(need_ev, gev)) + nothing
-
-
-def _differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout):
-    """Gradients as differentiable functions of the inputs and ``dout`` (plain torch ops,
-    ``(E, H, C)`` temporaries): what ``create_graph=True`` needs for second derivatives."""
-    csr: EdgeCSR = ctx.csr
-    ev = edge_key if ctx.shared else edge_value
-    perm = csr.perm if ctx.eid is not None else None  # per-edge tensors in input order -> CSR
-
-    def to_csr_order(t):
-        return t if t is None or perm is None else t[perm]
-
-    def recompute():
-        return edge_attention_autograd(q, k, v, to_csr_order(bias), to_csr_order(edge_key),
-                                       to_csr_order(ev), None, csr, "dot", ctx.scale, 0.0)
-
-    return differentiable_grads((q, k, v, bias, edge_key, edge_value), ctx.needs_input_grad[:6],
-                                dout, recompute, ctx.aliases)
 
 
 def set_pds_budget(elements: int) -> int:
@@ -120,7 +93,7 @@ def set_pds_budget(elements: int) -> int:
     log-sum-exp, so the memory stays O(N) as for the 20M-edge graphs of the benchmarks.
     Both give bitwise-equal gradients; ``0`` forces recomputation (tests use it).
     """
-    if not fused_available():
+    if not extension.fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable")
     return int(extension.ops().set_pds_budget(int(elements)))
 
@@ -170,12 +143,12 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     Second derivatives (``create_graph=True``) are exact: that backward is rebuilt from plain
     torch ops (with ``(E, H, C)`` temporaries) instead of the C++ one. Under
     ``torch.compile`` this function is not traced (``torch.compiler.disable``): it runs
-    eagerly behind a graph break. Call :func:`fused_available` first.
+    eagerly behind a graph break. Call :func:`graphattn.ops.extension.fused_available` first.
     """
     if torch.compiler.is_compiling():  # opaque C++ op: run eagerly behind a graph break
         return _fused_untraced(q, k, v, csr, bias, scale, edge_key=edge_key, edge_value=edge_value,
                                return_attention_weights=return_attention_weights, edge_order=edge_order)
-    if not fused_available():
+    if not extension.fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable"
                            + (f" ({extension.build_error()})" if extension.build_error() else ""))
     if edge_order not in EDGE_ORDERS:

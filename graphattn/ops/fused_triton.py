@@ -32,7 +32,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
-from graphattn.ops.csr import EdgeCSR
+from graphattn.ops.chunked import differentiable_backward, input_aliases
+from graphattn.ops.csr import EdgeCSR, to_csr
 
 __all__ = ["triton_available", "triton_edge_attention"]
 
@@ -65,8 +66,6 @@ def _disabled() -> bool:
 
 def _probe_run(device: torch.device) -> Optional[str]:
     """Forward and backward on a 3-node graph on ``device``; a reason string if the result is wrong."""
-    from graphattn.ops.csr import to_csr
-
     with torch.inference_mode(False), torch.enable_grad(), torch.cuda.device(device):
         # fixed values, not randn: the probe must not advance the caller's CUDA random stream
         q = torch.linspace(-1.0, 1.0, 12, device=device).view(3, 1, 4).requires_grad_(True)
@@ -129,7 +128,7 @@ def _kernels():
     use (``triton`` is imported only then)."""
     global _KERNELS
     if _KERNELS is None:
-        from graphattn.ops import _triton_kernels as k
+        from graphattn.ops import _triton_kernels as k  # imports triton: only where the Triton path runs
 
         _KERNELS = (k.fwd, k.bwd_target, k.bwd_source)
     return _KERNELS
@@ -140,7 +139,7 @@ def _blocks(E: int, N: int, C: int, CV: int):
     :func:`_num_warps`) this was the fastest on an H200 for 4 heads × 32 channels, on 20-edge-per-
     node random graphs and on molecule batches (sweep of 8/16/32/64 edges × 1/2/4/8 warps,
     ``benchmarks/triton_sweep.py``, ``benchmarks/README.md``)."""
-    import triton
+    import triton  # optional: imported only where the Triton path runs
 
     return 16, triton.next_power_of_2(max(C, 1)), triton.next_power_of_2(max(CV, 1))
 
@@ -187,8 +186,6 @@ class _TritonEdgeAttention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out.clone(), lse)
         ctx.csr, ctx.scale, ctx.shared = csr, scale, shared
         ctx.eid = eid
-        from graphattn.functional import input_aliases
-
         ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
         return out
 
@@ -200,9 +197,7 @@ class _TritonEdgeAttention(torch.autograd.Function):
         if not any(needs):
             return (None,) * 6 + rest
         if torch.is_grad_enabled():  # create_graph=True: exact second order from plain torch ops
-            from graphattn.ops.fused_cpp import _differentiable_backward
-
-            return tuple(_differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + rest
+            return tuple(differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + rest
         _, bwd_t, bwd_s = _kernels()
         if q.device.type == "cuda":  # autograd may run backward on another current device
             with torch.cuda.device(q.device):

@@ -31,14 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphattn.ops.chunked import _chunk_edges, aggregate_backward, score_backward
+from graphattn.ops.chunked import SCORES, aggregate_backward, chunk_edges, score_backward
 from graphattn.ops.csr import EdgeCSR, to_csr
 from graphattn.ops.dense import complete_graph_sizes
-from graphattn.functional import SCORES
 from graphattn.ops.padding import GraphLayout, check_batch
 from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
-__all__ = ["NORMALIZATIONS", "edge_normalize", "normalized_edge_attention"]
+__all__ = ["NORMALIZATIONS", "EdgeAggregate", "edge_normalize", "normalized_edge_attention"]
 
 NORMALIZATIONS = ("softmax", "relu", "sigmoid")
 
@@ -114,8 +113,12 @@ class _EdgeScores(torch.autograd.Function):
         return gq, gk, gek, gatt, None, None, None, None, None
 
 
-class _EdgeAggregate(torch.autograd.Function):
-    """``out_i = Σ_{e=(j->i)} α_e (v_j + ev_e)`` over CSR-ordered edges, chunked."""
+class EdgeAggregate(torch.autograd.Function):
+    """``out_i = Σ_{e=(j->i)} α_e (v_j + ev_e)`` over CSR-ordered edges, chunked.
+
+    ``EdgeAggregate.apply(alpha (E, H), v (N, H, C), edge_value (E, H, C) or None, csr, chunk)``
+    -> ``(N, H, C)``; backward (:func:`~graphattn.ops.chunked.aggregate_backward`) recomputes the
+    gathers, so only ``alpha``, ``v`` and ``edge_value`` are saved, never ``(E, H, C)`` messages."""
 
     @staticmethod
     def forward(ctx, alpha, v, edge_value, csr: EdgeCSR, chunk: int):
@@ -192,6 +195,37 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
     if impl not in ("auto", "chunked"):
         raise ValueError(f"impl must be one of ('auto', 'chunked') for normalization={normalization!r} "
                          f"(the dense and fused paths are softmax-only), got {impl!r}")
+    csr = _checked_csr(q, k, v, edge_index, csr, batch, bias, edge_key, edge_value, score, att, dropout)
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
+        up = lambda t: None if t is None else t.float()  # noqa: E731
+        q, k, v, bias, edge_key, edge_value, att = map(up, (q, k, v, bias, edge_key, edge_value, att))
+    perm = csr.perm  # per-edge inputs to CSR order
+    shared_kv = edge_value is not None and edge_value is edge_key
+    if edge_key is not None:
+        edge_key = edge_key[perm]
+    if edge_value is not None:
+        edge_value = edge_key if shared_kv else edge_value[perm]
+    plain = score == "dot" and bias is None and edge_key is None and edge_value is None
+    if impl == "auto" and plain and not return_attention_weights:
+        sizes = complete_graph_sizes(csr, batch)
+        if sizes is not None:
+            return _dense_normalized(q, k, v, sizes, normalization, dropout if training else 0.0,
+                                     training).to(dtype)
+    out, alpha = _chunked_normalized(q, k, v, csr, bias, edge_key, edge_value, score, att, negative_slope,
+                                     normalization, dropout, training)
+    out = out.to(dtype)  # (N, H, C')
+    if not return_attention_weights:
+        return out
+    alpha_orig = alpha.new_empty(alpha.shape).index_copy(0, perm, alpha)  # caller's edge order
+    return out, alpha_orig.to(dtype)
+
+
+def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], csr: Optional[EdgeCSR],
+                 batch: Optional[Tensor], bias: Optional[Tensor], edge_key: Optional[Tensor],
+                 edge_value: Optional[Tensor], score: str, att: Optional[Tensor], dropout: float) -> EdgeCSR:
+    """Check the arguments of :func:`normalized_edge_attention` (``ValueError`` naming the bad
+    one) and return the graph's CSR view (built from ``edge_index`` when ``csr`` is None)."""
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     check_tensor_shape(q, (None, None, None), "q")
@@ -220,31 +254,22 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
         check_tensor_shape(att, (H, C), "att")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    dtype = q.dtype
-    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
-        up = lambda t: None if t is None else t.float()  # noqa: E731
-        q, k, v, bias, edge_key, edge_value, att = map(up, (q, k, v, bias, edge_key, edge_value, att))
-    perm = csr.perm  # per-edge inputs to CSR order
-    shared_kv = edge_value is not None and edge_value is edge_key
-    if edge_key is not None:
-        edge_key = edge_key[perm]
-    if edge_value is not None:
-        edge_value = edge_key if shared_kv else edge_value[perm]
-    plain = score == "dot" and bias is None and edge_key is None and edge_value is None
-    if impl == "auto" and plain and not return_attention_weights:
-        sizes = complete_graph_sizes(csr, batch)
-        if sizes is not None:
-            return _dense_normalized(q, k, v, sizes, normalization, dropout if training else 0.0,
-                                     training).to(dtype)
-    chunk = _chunk_edges(H, max(C, v.size(-1)), q.element_size())
+    return csr
+
+
+def _chunked_normalized(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, bias: Optional[Tensor],
+                        edge_key: Optional[Tensor], edge_value: Optional[Tensor], score: str,
+                        att: Optional[Tensor], negative_slope: float, normalization: str, dropout: float,
+                        training: bool) -> Tuple[Tensor, Tensor]:
+    """The edge path: chunked scores, normalization and weighted sum. Per-edge ``edge_key`` /
+    ``edge_value`` in CSR order, ``bias`` in the caller's order. Returns ``out`` ``(N, H, C')``
+    and ``alpha`` ``(E, H)`` in CSR order (before dropout)."""
+    N, H, C = q.shape
+    chunk = chunk_edges(H, max(C, v.size(-1)), q.element_size())
     scores = _EdgeScores.apply(q.contiguous(), k.contiguous(), edge_key, att, csr, score,
                                1.0 / math.sqrt(C), negative_slope, chunk)  # (E, H) CSR order
     if bias is not None:
-        scores = scores + bias[perm].to(scores.dtype)  # a float64 bias must not promote the scores
+        scores = scores + bias[csr.perm].to(scores.dtype)  # a float64 bias must not promote the scores
     alpha = edge_normalize(scores, csr.row, N, normalization)  # (E, H)
     used = F.dropout(alpha, dropout, training) if dropout > 0.0 else alpha
-    out = _EdgeAggregate.apply(used, v.contiguous(), edge_value, csr, chunk).to(dtype)  # (N, H, C')
-    if not return_attention_weights:
-        return out
-    alpha_orig = alpha.new_empty(alpha.shape).index_copy(0, perm, alpha)  # caller's edge order
-    return out, alpha_orig.to(dtype)
+    return EdgeAggregate.apply(used, v.contiguous(), edge_value, csr, chunk), alpha  # (N, H, C'), (E, H)

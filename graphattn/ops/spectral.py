@@ -12,10 +12,10 @@ import functools
 
 import numpy as np
 
-__all__ = []
+__all__ = ["component_eigs", "fix_sign", "single_thread_blas"]
 
 
-def _fix_sign(vecs: np.ndarray) -> np.ndarray:
+def fix_sign(vecs: np.ndarray) -> np.ndarray:
     """Make each column's entry of largest magnitude positive (first index wins near-ties)."""
     if vecs.size == 0:
         return vecs
@@ -36,8 +36,10 @@ def _blas_controller():
     return ThreadpoolController()  # built once: inspecting the loaded libraries costs ~1 ms
 
 
-def _single_thread_blas(n: int):
-    """Dense eigh of a few hundred nodes is fastest on one thread (50x faster on a busy CPU)."""
+def single_thread_blas(n: int):
+    """A context manager holding BLAS to one thread for dense work on ``n``-sized problems
+    (``n >= 32``; a no-op below that or without threadpoolctl): dense eigh of a few hundred
+    nodes is fastest on one thread (50x faster on a busy CPU)."""
     controller = _blas_controller() if n >= 32 else None
     return contextlib.nullcontext() if controller is None else controller.limit(limits=1, user_api="blas")
 
@@ -55,6 +57,7 @@ def _sparse_smallest(lap, k: int):
     crawls when they are clustered (paths, long sequences: λ_j ≈ (πj/n)², 52 s for a 5000-node
     path); after 1000 iterations it switches to shift-invert around -0.01 (``L + 0.01 I`` is
     positive definite, 0.3 s there) when the graph is band-like enough for a cheap LU."""
+    # scipy: only for Laplacian PEs, not on `import graphattn`
     from scipy.sparse.csgraph import reverse_cuthill_mckee
     from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
@@ -75,15 +78,17 @@ def _sparse_smallest(lap, k: int):
     return eigsh(lap, k=k, which="SA", v0=v0, ncv=min(n - 1, max(2 * k + 1, min(60, 25_000_000 // n))))
 
 
-def _component_eigs(adj, m: int, dense_threshold: int):
-    """The m smallest non-trivial eigenpairs of one connected component (n >= 2 nodes)."""
-    import scipy.sparse as sp
+def component_eigs(adj, m: int, dense_threshold: int):
+    """The m smallest non-trivial eigenpairs of one connected component (n >= 2 nodes) of a
+    graph with scipy sparse adjacency ``adj``: ``(values (m',), vectors (n, m'))``, m' <= m,
+    values clipped to [0, 2]; dense ``eigh`` up to ``dense_threshold`` nodes, else Lanczos."""
+    import scipy.sparse as sp  # scipy: only for Laplacian PEs, not on `import graphattn`
 
     n = adj.shape[0]
     dinv = sp.diags(1.0 / np.sqrt(np.asarray(adj.sum(axis=1)).ravel()))
     lap = (sp.identity(n, format="csr") - dinv @ adj @ dinv).tocsr()
     if n <= dense_threshold or m + 1 >= n:  # eigsh needs k < n
-        with _single_thread_blas(n):
+        with single_thread_blas(n):
             vals, vecs = np.linalg.eigh(lap.toarray())
     else:
         vals, vecs = _sparse_smallest(lap, m + 1)

@@ -10,8 +10,8 @@ import io
 import json
 import math
 import os
-import sys
 import pickle
+import platform
 import random
 import tempfile
 from pathlib import Path
@@ -19,6 +19,12 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 import torch
+import torch_geometric
+
+from graphattn.ops import extension
+from graphattn.train import distributed
+from graphattn.utils.files import plain_mode
+from graphattn.version import __version__
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "check_meta", "write_metrics"]
 
@@ -27,41 +33,20 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, corrupt, or not safe to load."""
 
 
-def _on_cpu(obj):
+def on_cpu(obj):
     """``obj`` with every tensor (in nested dicts / lists / tuples) moved to the CPU."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()
     if isinstance(obj, dict):  # a shallow copy keeps the type (OrderedDict) and a state dict's _metadata
         out = copy.copy(obj)
         for k, v in obj.items():
-            out[k] = _on_cpu(v)
+            out[k] = on_cpu(v)
         return out
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple takes its fields positionally
-        return type(obj)(*(_on_cpu(v) for v in obj))
+        return type(obj)(*(on_cpu(v) for v in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_on_cpu(v) for v in obj)
+        return type(obj)(on_cpu(v) for v in obj)
     return obj
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where Linux shows it (``os.umask`` can only
-    be read by setting it, briefly giving other threads' new files a 0 umask)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-def _plain_mode(path, mode: int = 0o666) -> None:
-    """The permissions a plain ``open(path, "w")`` (``mode=0o777``: ``mkdir``) would give
-    (mkstemp / mkdtemp create 0600 / 0700: colleagues sharing a group folder could not read them)."""
-    os.chmod(path, mode & ~current_umask())
 
 
 def save_checkpoint(path, state: Dict[str, Any]) -> None:
@@ -76,10 +61,10 @@ def save_checkpoint(path, state: Dict[str, Any]) -> None:
         raise CheckpointError(f"cannot write the checkpoint {path}: {exc.strerror or exc}") from exc
     os.close(fd)
     try:
-        torch.save(_on_cpu(state), tmp)
+        torch.save(on_cpu(state), tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        _plain_mode(tmp)
+        plain_mode(tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:  # torch.save reports a full disk as "unexpected pos ..."
         Path(tmp).unlink(missing_ok=True)
@@ -142,7 +127,9 @@ def check_meta(meta: Dict[str, Any]) -> None:
                         f"loaded with weights_only=True): {str(exc).splitlines()[0]}") from None
 
 
-def _rng_state() -> Dict[str, Any]:
+def rng_state() -> Dict[str, Any]:
+    """Every random generator's state (torch CPU, CUDA when in use, Python, numpy) as tensors and
+    plain values, as a checkpoint stores it."""
     np_state = np.random.get_state()
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *np_state[2:]]}
@@ -151,7 +138,8 @@ def _rng_state() -> Dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: Dict[str, Any]) -> None:
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Restore the generators from :func:`rng_state`'s record."""
     torch.set_rng_state(state["torch"])
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
@@ -193,13 +181,13 @@ def _comparable(old: Any, new: Any) -> Tuple[Any, Any]:
     return old, new
 
 
-def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
+def check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
     """CheckpointError when ``--resume`` would continue another run (other data, tasks, model...)."""
     keys = sorted((set(old) & set(new)) - set(_RESUMABLE_META))
     differ = []
     for k in keys:  # data specs gain keys across versions; the model and the tasks must match exactly
         a, b = _comparable(old[k], new[k]) if k in _SPEC_META else (old[k], new[k])
-        if json.dumps(_json_safe(a), sort_keys=True) != json.dumps(_json_safe(b), sort_keys=True):
+        if json.dumps(json_safe(a), sort_keys=True) != json.dumps(json_safe(b), sort_keys=True):
             scalar = all(v is None or isinstance(v, (str, int, float)) for v in (old[k], new[k]))
             differ.append(f"{k}: {old[k]!r} there, {new[k]!r} now" if scalar else k)  # name simple values
     if old and new and differ:
@@ -207,12 +195,12 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
                               f"{'; '.join(differ)}); choose another output folder or train without --resume")
 
 
-def _json_safe(obj):
+def json_safe(obj):
     """NaN / inf -> None (strict JSON has no NaN), recursively; tensors and numpy scalars -> float."""
     if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, (bool, int, str)) or obj is None:
         return obj
     if isinstance(obj, np.integer):
@@ -224,95 +212,12 @@ def _json_safe(obj):
     return val if math.isfinite(val) else None
 
 
-def _fd_link(path: Path) -> bool:
-    """Whether ``path`` names an open file descriptor (``/dev/std*``, ``/dev/fd/N``, ``/proc/*/fd/N``,
-    or a link through them)."""
-    p = str(path)
-    for _ in range(16):
-        if p.startswith(("/dev/fd/", "/proc/self/fd/", "/dev/stdin", "/dev/stdout", "/dev/stderr")) or \
-                (p.startswith("/proc/") and "/fd/" in p):
-            return True
-        if not os.path.islink(p):
-            return False
-        target = os.readlink(p)
-        p = target if os.path.isabs(target) else os.path.join(os.path.dirname(p), target)
-    return False
-
-
-def _is_stdout(path: Path) -> bool:
-    try:
-        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no real fd (captured output, notebooks)
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def write_csv(path, fields, rows) -> None:
-    """``rows`` (dicts) as a CSV with header ``fields``, written to a temporary file and renamed,
-    so a failed write (full disk) leaves an earlier file intact. A ``path`` that exists and is
-    not a regular file (a FIFO, a device) is written through, one naming an open descriptor
-    (``/dev/stdout``, ``/dev/stderr``) appended to, never replaced; an ordinary link's target
-    is replaced (the link kept). ``"-"``: standard output (``sys.stdout``); a name ending in ``.gz``
-    is written gzip-compressed."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(fields))
-    w.writeheader()
-    w.writerows(rows)
-    if str(path) == "-":  # the usual spelling of standard output (predict --out -)
-        sys.stdout.write(buf.getvalue())
-        sys.stdout.flush()
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if _fd_link(path):
-        # /dev/stdout, /dev/stderr, /dev/fd/N -> /proc/self/fd/N -> whatever the shell opened: our own
-        # stdout through sys.stdout, others appended to (reopening with "w" truncated a `>> log`)
-        if _is_stdout(path):
-            sys.stdout.write(buf.getvalue())
-            sys.stdout.flush()
-            return
-        with open(path, "a", newline="") as f:
-            f.write(buf.getvalue())
-        return
-    if path.is_symlink():
-        path = path.resolve()  # an ordinary link: its target is replaced atomically, the link kept
-    if path.exists() and not path.is_file():  # FIFOs, devices: written through, never replaced
-        with open(path, "w", newline="") as f:
-            f.write(buf.getvalue())
-        return
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        if path.suffix.lower() == ".gz":  # predictions.csv.gz: gzip-compressed, as the name says
-            import gzip
-
-            with os.fdopen(fd, "wb") as f:
-                f.write(gzip.compress(buf.getvalue().encode(), mtime=0))
-        else:
-            with os.fdopen(fd, "w", newline="") as f:
-                f.write(buf.getvalue())
-        _plain_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run_environment() -> Dict[str, Any]:
     """What a run's numbers depend on besides its options: versions, torch CPU threads and the
     edge-attention route (the C++ kernel and the pure PyTorch path give the same outputs but draw
     dropout masks from different generators, so training runs differ)."""
-    import platform
-
-    import torch_geometric
-
-    from graphattn import __version__
-    from graphattn.ops import extension
-
-    route = ("loaded" if extension._EXT is not None else "disabled (GRAPHATTN_NO_CPP): pure PyTorch path"
-             if extension._disabled() else "failed to build: pure PyTorch path" if extension._TRIED else "not used")
+    route = {"disabled": "disabled (GRAPHATTN_NO_CPP): pure PyTorch path",
+             "failed": "failed to build: pure PyTorch path"}.get(extension.build_state(), extension.build_state())
     return {"graphattn": __version__, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "python": platform.python_version(), "torch_threads": torch.get_num_threads(), "cpp_kernel": route,
             "cuda": torch.version.cuda if torch.cuda.is_available() else None}
@@ -322,20 +227,18 @@ def write_metrics(path, summary: Dict[str, Any], environment: bool = False) -> N
     """``summary`` as strict JSON (NaN -> null, e.g. a metric of an empty split), written
     atomically (temporary file + rename) and, under ``torch.distributed``, by rank 0 only;
     ``environment``: add an ``environment`` block (:func:`run_environment`), as the CLI does."""
-    from graphattn.train.distributed import is_main
-
-    if not is_main():
+    if not distributed.is_main():
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if environment:
         summary = {**summary, "environment": summary.get("environment") or run_environment()}
-    text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
+    text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        _plain_mode(tmp)
+        plain_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

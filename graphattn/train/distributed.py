@@ -15,6 +15,8 @@ from typing import Any, Iterable, Optional, Tuple
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
 
 __all__ = ["DistributedSetupError", "init_from_env", "is_distributed", "rank", "world_size", "is_main",
            "shard_loader", "all_reduce_sum", "cleanup"]
@@ -118,9 +120,6 @@ def shard_loader(loader: Iterable, seed: int = 0) -> Tuple[Iterable, Any]:
                                         "fewer processes or smaller batches")
         # it numbers its epochs itself; fit sets the epoch, so a resumed process continues the sequence
         return loader, (loader if hasattr(loader, "set_epoch") else None)
-    from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
-
     if isinstance(loader, DataLoader):
         bs = loader.batch_size or 1
         if bs % W:

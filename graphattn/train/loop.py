@@ -12,6 +12,8 @@ exactly where the last completed epoch ended.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import random
 import time
@@ -22,15 +24,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from graphattn.train import distributed as D
-from graphattn.train.checkpoint import (CheckpointError, _check_same_run, _rng_state, _set_rng_state,
-                                        check_meta, load_checkpoint, save_checkpoint, write_metrics)
-from graphattn.cli.options import check_out_folder
+from graphattn.train.checkpoint import (CheckpointError, check_meta, check_same_run, load_checkpoint, rng_state,
+                                        save_checkpoint, set_rng_state, write_metrics)
 from graphattn.train.metrics import (accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task,
                                      roc_auc_per_task)
+from graphattn.utils.files import check_out_folder
 
-__all__ = ["TASK_KINDS", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
+__all__ = ["TASK_KINDS", "threads_for", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
            "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 TASK_KINDS = ("binary", "multiclass", "regression")
@@ -159,16 +162,13 @@ def release_free_heap() -> None:
     Mini-batches of varying sizes (neighbour sampling) fragment glibc's heap, which then keeps
     every freed block: resident memory grew ~300 MB per epoch on a 50k-node graph (0.5 -> 4.6 GB
     in 12 epochs) and stays at ~0.5 GB between epochs when :func:`fit` trims after each (epoch
-    time unchanged). Within an epoch the heap still grows batch by batch (QA, 200k nodes / 2M
-    edges, neighbour sampling: peak 2.3-2.5 GB, of which ~1.4 GB freed-but-kept heap); trimming
+    time unchanged). Within an epoch the heap still grows batch by batch (200k nodes / 2M edges,
+    neighbour sampling: peak 2.3-2.5 GB, of which ~1.4 GB freed-but-kept heap); trimming
     after every batch cut the peak to 0.96 GB for ~35 % more time, so it is not done by default:
     call this from a batch loop, or run with ``MALLOC_TRIM_THRESHOLD_`` set, when memory binds."""
     global _MALLOC_TRIM
     if _MALLOC_TRIM is None:
         try:
-            import ctypes
-            import ctypes.util
-
             _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
         except (OSError, AttributeError):  # not glibc (macOS, musl without it, Windows)
             _MALLOC_TRIM = False
@@ -283,7 +283,7 @@ def _newer_best(out_dir: Path, ck: Dict[str, Any], log: Callable[[str], None]) -
     if bk.get("epoch") != ck.get("epoch", -1) + 1 or not all(k in bk for k in ("optimizer", "rng", "history")):
         return ck
     try:
-        _check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
+        check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
     except CheckpointError:
         return ck  # another run's: _resumed_best_state refuses it
     log(f"{path} is one epoch ahead of last.pt (stopped between the two saves): resuming from it")
@@ -304,7 +304,7 @@ def _resumed_best_state(out_dir: Path, ck: Dict[str, Any]) -> Optional[Dict[str,
                               f"{ck['best_epoch']}); copy best.pt along with last.pt, or train without --resume")
     bk = load_checkpoint(path)
     try:
-        _check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
+        check_same_run(path, bk.get("meta") or {}, ck.get("meta") or {})
     except CheckpointError:
         raise CheckpointError(f"--resume: {path} belongs to another run than {out_dir / 'last.pt'} (their "
                               "settings differ); choose another output folder or train without --resume") from None
@@ -337,12 +337,12 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
             applies from the resumed epoch on; another ``kind`` or ``meta`` is refused).
         meta: plain-data metadata (dicts, lists, str, int, float, bool, None, tensors) stored in
             every checkpoint and in ``metrics.json``.
+        log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
     The validation metric that drives early stopping and ``best.pt`` is the kind's primary one
     (ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
     has both classes) the validation loss is used instead, with a warning. A non-finite
     training loss stops the run with a ``FloatingPointError`` naming the epoch and batch.
-        log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
     Under ``torch.distributed`` (see :mod:`graphattn.train.distributed`) the model is wrapped in
     ``DistributedDataParallel``, the training batches are sharded with the global batch kept,
@@ -354,8 +354,6 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     _check_kind(kind)
     _check_fit_args(epochs, patience, grad_clip, meta)
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
-    from tqdm.auto import tqdm
-
     log = log or tqdm.write  # prints above the progress bar instead of through it
     key, higher = PRIMARY[kind]
     set_seed(seed)
@@ -372,105 +370,173 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         for stale in [*out_dir.glob("*.pt.*.tmp"), *out_dir.glob("metrics.json.*.tmp")]:  # killed while saving
             stale.unlink(missing_ok=True)
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
-    warned, resumed = set(), False
-    if resume and out_dir is not None and (out_dir / "last.pt").exists():
-        ck = load_checkpoint(out_dir / "last.pt")
-        _check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
-        newer = _newer_best(out_dir, ck, log)
-        source, ck = (out_dir / ("last.pt" if newer is ck else "best.pt")), newer
-        if ck.get("kind", kind) != kind:
-            raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was trained as kind={ck['kind']!r}, this "
-                                  f"run is kind={kind!r}; choose another output folder")
-        try:
-            net.load_state_dict(ck["model"])
-            opt.load_state_dict(ck["optimizer"])
-            for group in opt.param_groups:  # the hyperparameters of this run, not the old ones
-                group["lr"], group["weight_decay"] = lr, weight_decay
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
-                                  f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "
-                                  "output folder or train without --resume") from exc
-        start, history, resumed = ck["epoch"] + 1, ck["history"], True
-        best["score"], best["epoch"] = ck["best_score"], ck["best_epoch"]
-        best["state"] = _resumed_best_state(out_dir, ck)
-        _set_rng_state(ck["rng"])
-        log(f"Resumed from {source} at epoch {ck['epoch']}")
-        changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))
-        if changed:  # allowed (e.g. more epochs, a new lr), but the record shows only the new values: say so
-            log("--resume with changed settings (from this epoch on; metrics.json records the new ones): "
-                + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
-        if start > epochs:
-            log(f"--resume: the run has {start - 1} epochs already (--epochs {epochs}): nothing to train; the "
-                "best model is evaluated again")
+    resumed = bool(resume and out_dir is not None and (out_dir / "last.pt").exists())
+    if resumed:
+        start, history, best = _resume(out_dir, net, opt, kind=kind, lr=lr, weight_decay=weight_decay, meta=meta,
+                                       epochs=epochs, log=log)
     elif resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
         log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
-
+    warned = set()
     bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
         if best["score"] is not None and patience is not None and epoch - best["epoch"] > max(patience, 1):
             break
-        t0 = time.perf_counter()
-        model.train()
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        total, count, batches = 0.0, 0, 0
-        checked = _overflow_named(forward, epoch)
-        for batches, batch in enumerate(train_loader, 1):
-            # before the first optimizer step, non-finite activations come from the batch itself
-            step = checked if epoch > 1 or resumed or batches > 1 else forward
-            logits, y, *aux = step(model, batch, "train")
-            loss = task_loss(kind, logits, y, pos_weight)
-            if aux and aux[0] is not None:
-                if not isinstance(aux[0], Tensor) and np.ndim(aux[0]) == 0 and isinstance(aux[0], (int, float, np.number)):
-                    aux[0] = torch.as_tensor(float(aux[0]), device=loss.device)  # a Python / NumPy number
-                if not isinstance(aux[0], Tensor) or aux[0].numel() != 1:
-                    raise ValueError("forward returned a third value that is not a scalar: it is added to the loss "
-                                     "as an auxiliary term; return (logits, y) or (logits, y, scalar_loss), got "
-                                     f"{tuple(aux[0].shape) if isinstance(aux[0], Tensor) else type(aux[0]).__name__}")
-                loss = loss + aux[0].reshape(())
-            value = float(loss.detach())
-            # under DDP the ranks agree first (one scalar all-reduce): a rank raising alone would
-            # leave the others waiting in the gradient all-reduce of backward()
-            if D.all_reduce_sum(0.0 if math.isfinite(value) else 1.0)[0] > 0:
-                _diverged(epoch, (batches, value) if not math.isfinite(value) else None)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            opt.step()
-            total, count = total + value * y.size(0), count + y.size(0)
-        if batches == 0:
-            raise ValueError("the train loader yielded no batches (empty training split?)")
-        params = [p for p in net.parameters() if p.numel()]
-        if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):  # one sync
-            # the loss of the last step was finite but its update overflowed: say so here rather
-            # than let the validation pass fail on non-finite activations
-            raise FloatingPointError(f"the model's weights are not finite after epoch {epoch} (an optimizer step "
-                                     "overflowed): the model diverged; try a lower learning rate")
-        total, count = D.all_reduce_sum(total, count)
-        rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
-        for split in ("val", "test"):
-            if split in loaders:
-                rec[split] = evaluate(net, loaders[split], _overflow_named(forward, epoch), kind, split, pos_weight)
+        rec = _run_epoch(model, net, train_loader, sampler, loaders, forward, opt, epoch, kind=kind,
+                         pos_weight=pos_weight, grad_clip=grad_clip, resumed=resumed)
         history.append(rec)
-        score = _score(rec, key, higher, log, warned)
-        improved = _better(score, best["score"], higher)
-        if improved:
-            best.update(score=score, epoch=epoch,
-                        state={k: v.detach().clone() for k, v in net.state_dict().items()})
-        msg = f"Epoch {epoch:03d} | loss {rec['loss']:.4f}"
-        msg += "".join(" | " + _fmt(s, rec[s], key) for s in ("val", "test") if s in rec)
-        log(msg + f" | {rec['seconds']:.1f}s")
+        improved = _update_best(best, _score(rec, key, higher, log, warned), epoch, higher, net)
+        log(_epoch_line(rec, key))
         bar.set_postfix(loss=f"{rec['loss']:.3f}", best=f"{best['score']:.3f}")
         if out_dir is not None and main:
-            state = {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
-                     "history": history, "best_score": best["score"], "best_epoch": best["epoch"],
-                     "rng": _rng_state(), "meta": meta or {}, "kind": kind}
-            if improved:
-                save_checkpoint(out_dir / "best.pt", {**state, "model": best["state"]})
-            save_checkpoint(out_dir / "last.pt", state)
+            _save_epoch(out_dir, net, opt, epoch, history, best, meta, kind, improved)
         release_free_heap()
     bar.close()
+    return _summary(net, loaders, forward, kind, pos_weight, best, history, meta, train_loader, sampler,
+                    out_dir if main else None)
+
+
+def _run_epoch(model: nn.Module, net: nn.Module, train_loader: Iterable, sampler, loaders: Dict[str, Iterable],
+               forward: Forward, opt: torch.optim.Optimizer, epoch: int, *, kind: str, pos_weight: Optional[Tensor],
+               grad_clip: Optional[float], resumed: bool) -> Dict[str, Any]:
+    """Train ``model`` (``net``, or its DDP wrapper) one epoch and evaluate ``net`` on the ``val``
+    and ``test`` loaders: the epoch's record ``{"epoch", "loss", "seconds", "val", "test"}``."""
+    t0 = time.perf_counter()
+    model.train()
+    if sampler is not None:
+        sampler.set_epoch(epoch)
+    total, count = _train_epoch(model, train_loader, forward, opt, epoch, kind=kind, pos_weight=pos_weight,
+                                grad_clip=grad_clip, resumed=resumed)
+    _check_weights_finite(net, epoch)
+    total, count = D.all_reduce_sum(total, count)
+    rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
+    for split in ("val", "test"):
+        if split in loaders:
+            rec[split] = evaluate(net, loaders[split], _overflow_named(forward, epoch), kind, split, pos_weight)
+    return rec
+
+
+def _update_best(best: Dict[str, Any], score: float, epoch: int, higher: bool, net: nn.Module) -> bool:
+    """Record ``epoch`` (its score and a copy of ``net``'s weights) in ``best`` when ``score`` beats
+    it; whether it did."""
+    improved = _better(score, best["score"], higher)
+    if improved:
+        best.update(score=score, epoch=epoch, state={k: v.detach().clone() for k, v in net.state_dict().items()})
+    return improved
+
+
+def _epoch_line(rec: Dict[str, Any], key: str) -> str:
+    """The log line of one epoch: ``Epoch 003 | loss 0.4120 | val ... | test ... | 1.2s``."""
+    msg = f"Epoch {rec['epoch']:03d} | loss {rec['loss']:.4f}"
+    msg += "".join(" | " + _fmt(s, rec[s], key) for s in ("val", "test") if s in rec)
+    return msg + f" | {rec['seconds']:.1f}s"
+
+
+def _resume(out_dir: Path, net: nn.Module, opt: torch.optim.Optimizer, *, kind: str, lr: float,
+            weight_decay: float, meta: Optional[Dict[str, Any]], epochs: int,
+            log: Callable[[str], None]) -> Tuple[int, List[Dict[str, Any]], Dict[str, Any]]:
+    """Load ``out_dir/last.pt`` (or ``best.pt`` when it is one epoch ahead) into ``net`` and ``opt``
+    (with this run's ``lr`` and ``weight_decay``) and restore the RNG states: ``(first epoch to
+    train, history, best)``. Another run's checkpoint (other meta, kind, model or optimizer) is a
+    :class:`CheckpointError`."""
+    ck = load_checkpoint(out_dir / "last.pt")
+    check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
+    newer = _newer_best(out_dir, ck, log)
+    source, ck = (out_dir / ("last.pt" if newer is ck else "best.pt")), newer
+    if ck.get("kind", kind) != kind:
+        raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was trained as kind={ck['kind']!r}, this "
+                              f"run is kind={kind!r}; choose another output folder")
+    try:
+        net.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        for group in opt.param_groups:  # the hyperparameters of this run, not the old ones
+            group["lr"], group["weight_decay"] = lr, weight_decay
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
+                              f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "
+                              "output folder or train without --resume") from exc
+    start, history = ck["epoch"] + 1, ck["history"]
+    best = {"score": ck["best_score"], "epoch": ck["best_epoch"], "state": None}
+    best["state"] = _resumed_best_state(out_dir, ck)
+    set_rng_state(ck["rng"])
+    log(f"Resumed from {source} at epoch {ck['epoch']}")
+    changed = _changed_hparams((ck.get("meta") or {}).get("hparams"), (meta or {}).get("hparams"))
+    if changed:  # allowed (e.g. more epochs, a new lr), but the record shows only the new values: say so
+        log("--resume with changed settings (from this epoch on; metrics.json records the new ones): "
+            + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items()))
+    if start > epochs:
+        log(f"--resume: the run has {start - 1} epochs already (--epochs {epochs}): nothing to train; the "
+            "best model is evaluated again")
+    return start, history, best
+
+
+def _aux_loss(aux, device: torch.device) -> Tensor:
+    """The auxiliary loss term ``forward`` returned third, as a 0-dim tensor (a Python / NumPy
+    number is converted); anything but a scalar is a ``ValueError``."""
+    if not isinstance(aux, Tensor) and np.ndim(aux) == 0 and isinstance(aux, (int, float, np.number)):
+        aux = torch.as_tensor(float(aux), device=device)
+    if not isinstance(aux, Tensor) or aux.numel() != 1:
+        raise ValueError("forward returned a third value that is not a scalar: it is added to the loss "
+                         "as an auxiliary term; return (logits, y) or (logits, y, scalar_loss), got "
+                         f"{tuple(aux.shape) if isinstance(aux, Tensor) else type(aux).__name__}")
+    return aux.reshape(())
+
+
+def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torch.optim.Optimizer, epoch: int, *,
+                 kind: str, pos_weight: Optional[Tensor], grad_clip: Optional[float],
+                 resumed: bool) -> Tuple[float, int]:
+    """One pass over the training batches (loss, backward, clipping, step): the loss summed over
+    the examples, and their number. A non-finite loss on any rank stops every rank."""
+    total, count, batches = 0.0, 0, 0
+    checked = _overflow_named(forward, epoch)
+    for batches, batch in enumerate(loader, 1):
+        # before the first optimizer step, non-finite activations come from the batch itself
+        step = checked if epoch > 1 or resumed or batches > 1 else forward
+        logits, y, *aux = step(model, batch, "train")
+        loss = task_loss(kind, logits, y, pos_weight)
+        if aux and aux[0] is not None:
+            loss = loss + _aux_loss(aux[0], loss.device)
+        value = float(loss.detach())
+        # under DDP the ranks agree first (one scalar all-reduce): a rank raising alone would
+        # leave the others waiting in the gradient all-reduce of backward()
+        if D.all_reduce_sum(0.0 if math.isfinite(value) else 1.0)[0] > 0:
+            _diverged(epoch, (batches, value) if not math.isfinite(value) else None)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        total, count = total + value * y.size(0), count + y.size(0)
+    if batches == 0:
+        raise ValueError("the train loader yielded no batches (empty training split?)")
+    return total, count
+
+
+def _check_weights_finite(net: nn.Module, epoch: int) -> None:
+    """FloatingPointError when an optimizer step of ``epoch`` made a weight non-finite."""
+    params = [p for p in net.parameters() if p.numel()]
+    if params and not bool(torch.stack([torch.isfinite(p).all() for p in params]).all()):  # one sync
+        # the loss of the last step was finite but its update overflowed: say so here rather
+        # than let the validation pass fail on non-finite activations
+        raise FloatingPointError(f"the model's weights are not finite after epoch {epoch} (an optimizer step "
+                                 "overflowed): the model diverged; try a lower learning rate")
+
+
+def _save_epoch(out_dir: Path, net: nn.Module, opt: torch.optim.Optimizer, epoch: int, history: list,
+                best: Dict[str, Any], meta: Optional[Dict[str, Any]], kind: str, improved: bool) -> None:
+    """``last.pt`` after every epoch, ``best.pt`` (with the best weights) when it improved."""
+    state = {"model": net.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+             "history": history, "best_score": best["score"], "best_epoch": best["epoch"],
+             "rng": rng_state(), "meta": meta or {}, "kind": kind}
+    if improved:
+        save_checkpoint(out_dir / "best.pt", {**state, "model": best["state"]})
+    save_checkpoint(out_dir / "last.pt", state)
+
+
+def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, kind: str,
+             pos_weight: Optional[Tensor], best: Dict[str, Any], history: list, meta: Optional[Dict[str, Any]],
+             train_loader, sampler, out_dir: Optional[Path]) -> Dict[str, Any]:
+    """Load the best weights into ``net``, evaluate it on every split and write ``metrics.json``
+    to ``out_dir`` (``None``: not written, as on ranks other than 0)."""
     if best["state"] is not None:
         net.load_state_dict(best["state"])
     summary = {"best_epoch": best["epoch"], "epochs_run": len(history), "history": history,
@@ -482,6 +548,14 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         summary[split] = evaluate(net, loader, forward, kind, split, pos_weight)
     if meta:
         summary["meta"] = meta
-    if out_dir is not None and main:
+    if out_dir is not None:
         write_metrics(out_dir / "metrics.json", summary, environment=True)
     return summary
+
+
+def threads_for(num_edges: int, threads: Optional[int] = None) -> None:
+    """One intra-op thread for small graphs: thread start-up costs more than the work (and
+    on a busy machine several threads per process make a 34-node epoch 50x slower); an
+    explicit ``threads`` (``--threads``) wins."""
+    if threads is None and num_edges < 20_000:
+        torch.set_num_threads(1)

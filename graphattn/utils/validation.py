@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["check_bipartite_edge_index", "check_edge_index", "check_features", "check_int", "check_row_index",
-           "check_tensor_shape", "mark_index_checked"]
+           "check_tensor_shape", "mark_index_checked", "clear_checked_indices"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -43,6 +43,14 @@ def mark_index_checked(index: Tensor, bound: int) -> None:
     _CHECKED[key] = ref
     while len(_CHECKED) > _CHECKED_SIZE:
         _CHECKED.popitem(last=False)
+
+
+def clear_checked_indices() -> None:
+    """Forget every index tensor recorded by :func:`mark_index_checked` (and by the range scans
+    of :func:`check_edge_index` / :func:`check_row_index`): the next check scans again. Needed
+    only after writes that bypass PyTorch's version counter, see
+    :func:`graphattn.ops.csr.clear_csr_cache`."""
+    _CHECKED.clear()
 
 
 def _already_checked(index: Tensor, bound: int) -> bool:

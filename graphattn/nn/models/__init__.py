@@ -1,1 +1,20 @@
-"""Models built from :mod:`graphattn.nn` layers: graph/node classifiers, ensembles, baselines."""
+"""Models built from :mod:`graphattn.nn` layers: the GraphTransformer backbone, graph and node
+classifiers, the probability ensemble, the molecule pretrainer and the PyG baselines."""
+from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm
+from graphattn.nn.models.baselines import ConvBaseline, MPNNBaseline
+from graphattn.nn.models.ensemble import ProbabilityEnsemble
+from graphattn.nn.models.graph_transformer import GraphClassifier, GraphTransformer
+from graphattn.nn.models.node_classifier import NodeClassifier
+from graphattn.nn.models.pretrainer import MoleculePretrainer
+
+__all__ = [
+    "GraphTransformer",
+    "GraphClassifier",
+    "NodeClassifier",
+    "FeatureEncoder",
+    "GraphFeatureNorm",
+    "ProbabilityEnsemble",
+    "MoleculePretrainer",
+    "ConvBaseline",
+    "MPNNBaseline",
+]

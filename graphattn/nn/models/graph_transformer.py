@@ -1,4 +1,4 @@
-"""GraphTransformer backbone and the node / graph classification models built on it."""
+"""GraphTransformer backbone and the graph classification model built on it."""
 from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
@@ -8,15 +8,15 @@ from torch import Tensor, nn
 from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
 from graphattn.nn.block import GraphTransformerBlock, make_norm
-from graphattn.ops.csr import as_edge_index
 from graphattn.nn.dropout import Dropout
+from graphattn.nn.encodings import LapPEEncoder
+from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm, graph_feature_input, raise_non_finite_pe
 from graphattn.nn.global_tokens import GlobalTokens
-from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm, _raise_non_finite_pe, graph_feature_input
+from graphattn.ops.csr import as_edge_index
 from graphattn.ops.padding import check_batch
 from graphattn.utils.validation import check_dtype, check_edge_index, check_int, check_model_input
 
-__all__ = ["FeatureEncoder", "GraphFeatureNorm", "GraphTransformer", "NodeClassifier", "GraphClassifier",
-           "ProbabilityEnsemble", "READOUTS", "PE_KINDS"]
+__all__ = ["GraphTransformer", "GraphClassifier", "READOUTS", "PE_KINDS"]
 
 READOUTS = ("mean", "sum", "max", "token")
 PE_KINDS = ("laplacian", "linear")
@@ -34,18 +34,24 @@ class GraphTransformer(nn.Module):
         in_channels (int): node feature columns F.
         hidden_channels (int): C.
         num_layers (int): number of :class:`GraphTransformerBlock`.
-        heads (int, default 4), dropout (float, default 0.0), norm ("layer"|"batch"|"none"),
-        score ("dot"|"additive"), normalization ("softmax"|"relu"|"sigmoid"), global_attn
-        (None|"linear"|"reduced"|"clustered"|"synthesizer"), global_attn_kwargs and local_mpnn
-        (None|"gine"|"gin", a GraphGPS-style message-passing branch on the graph's own edges):
-        passed to every block, see :class:`GraphTransformerBlock`; so is ``impl``
-        ("auto"|"fused"|"chunked"|..., the edge attention backend, see :class:`GraphSelfAttention`).
+        heads (int, default 4): attention heads H (passed to every block, as the options below).
+        dropout (float, default 0.0): dropout of every block.
+        norm (str, default "layer"): ``"layer"``, ``"batch"`` or ``"none"``.
+        score (str, default "dot"): ``"dot"`` or ``"additive"``.
+        normalization (str, default "softmax"): ``"softmax"``, ``"relu"`` or ``"sigmoid"``.
+        global_attn (str, optional): ``None``, ``"linear"``, ``"reduced"``, ``"clustered"`` or
+            ``"synthesizer"``, with ``global_attn_kwargs``; see :class:`GraphTransformerBlock`.
+        local_mpnn (str, optional): ``None``, ``"gine"`` or ``"gin"``: a GraphGPS-style message-passing
+            branch on the graph's own edges.
+        impl (str, default "auto"): the edge attention backend (``"auto"``, ``"fused"``, ``"chunked"``,
+            ...), see :class:`GraphSelfAttention`.
         num_global_tokens (int, default 0): G learnable global tokens per graph.
         pe_dim (int, default 0): K, size of the positional encoding passed as ``pe``.
         pe_kind (str, default "laplacian"): ``"laplacian"`` (random eigenvector sign flips in
             training, :class:`~graphattn.nn.encodings.LapPEEncoder`) or ``"linear"`` (e.g. RWSE).
         edge_dim (int, optional): edge feature columns D.
-        node_vocab_sizes / edge_vocab_sizes (optional): categorical inputs, see FeatureEncoder.
+        node_vocab_sizes (list of int, optional): categorical node inputs, see :class:`FeatureEncoder`.
+        edge_vocab_sizes (list of int, optional): categorical edge inputs, see :class:`FeatureEncoder`.
 
     Shapes:
         x ``(N, F)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)``, pe ``(N, K)``
@@ -76,8 +82,6 @@ class GraphTransformer(nn.Module):
                              if edge_dim is not None else None)
         inner_edge_dim = hidden_channels if edge_dim is not None else None
         if pe_dim > 0 and pe_kind == "laplacian":
-            from graphattn.nn.encodings import LapPEEncoder
-
             self.pe_encoder = LapPEEncoder(pe_dim, hidden_channels)
         elif pe_dim > 0:
             self.pe_encoder = nn.Linear(pe_dim, hidden_channels)
@@ -132,7 +136,7 @@ class GraphTransformer(nn.Module):
             else:
                 hp = self.pe_encoder(pe)
             if hp.numel() and not bool(torch.isfinite(hp).all()):
-                _raise_non_finite_pe(pe, pe_eigvals, pe_mask)
+                raise_non_finite_pe(pe, pe_eigvals, pe_mask)
             h = h + hp
         edge_attr_index = None
         if self.edge_encoder is not None:
@@ -230,8 +234,3 @@ class GraphClassifier(nn.Module):
             pool = {"mean": global_mean_pool, "sum": global_add_pool, "max": global_max_pool}[self.readout]
             g = pool(h, batch, size=num_graphs)  # (B, C)
         return self.head(graph_feature_input(g, self.graph_feature_norm, graph_features))  # (B, T)
-
-
-# defined in their own modules; imported here too, where they used to live
-from graphattn.nn.models.ensemble import ProbabilityEnsemble  # noqa: E402,F401
-from graphattn.nn.models.node_classifier import NodeClassifier  # noqa: E402,F401

@@ -7,9 +7,10 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.ops.csr import as_edge_index
+from graphattn.nn.explain_masks import layer_edge_mask
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.nn.models.graph_transformer import GraphTransformer
+from graphattn.ops.csr import as_edge_index
 from graphattn.utils.validation import check_edge_index, check_int, check_model_input
 
 __all__ = ["NodeClassifier"]
@@ -164,8 +165,6 @@ class NodeClassifier(nn.Module):
     def _explainer_mask(self, ei: Tensor, N: int) -> Optional[Tensor]:
         """The edge mask a PyG ``Explainer`` set on the attention layers, mapped onto ``ei``
         (None when no explanation runs)."""
-        from graphattn.nn.explain_masks import layer_edge_mask
-
         for m in self.backbone.modules():
             if isinstance(m, GraphSelfAttention) and m.explain and m._edge_mask is not None:
                 return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N, loops_replaced=True)

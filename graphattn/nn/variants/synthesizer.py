@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphattn.ops.chunked import chunk_edges
 from graphattn.ops.csr import to_csr
-from graphattn.functional import _chunk_edges
-from graphattn.ops.normalization import NORMALIZATIONS, _EdgeAggregate, edge_normalize
+from graphattn.ops.normalization import NORMALIZATIONS, EdgeAggregate, edge_normalize
 from graphattn.ops.padding import GraphLayout
 from graphattn.utils.validation import check_edge_index, check_features
 
@@ -137,7 +137,7 @@ class SynthesizerAttention(nn.Module):
             csr = to_csr(edge_index, N)
             scores = self._edge_logits(pos[csr.row], pos[csr.col])  # (E, H), CSR order
             alpha = F.dropout(edge_normalize(scores, csr.row, N, self.normalization), p, self.training)
-            out = _EdgeAggregate.apply(alpha, v.contiguous(), None, csr, _chunk_edges(H, v.size(-1), v.element_size()))
+            out = EdgeAggregate.apply(alpha, v.contiguous(), None, csr, chunk_edges(H, v.size(-1), v.element_size()))
         return self.lin_out(out.reshape(N, self.channels))
 
     def __repr__(self) -> str:

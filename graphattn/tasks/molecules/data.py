@@ -8,6 +8,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
+from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
+from graphattn.data.download import cache_root, sha256sum
+from graphattn.data.molecules import InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data
+from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
+from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
+from graphattn.nn.encodings import AddLaplacianPE
 
 __all__ = ["SPLITS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
            "featurize"]
@@ -21,8 +27,6 @@ def cache_dir() -> Path:
     data root (``$GRAPHATTN_DATA``), which may be a read-only shared copy: whether it is
     writable plays no part. A cache folder that cannot be created or written falls back to
     ``~/.cache/graphattn`` (see :mod:`graphattn.data.molecules`)."""
-    from graphattn.data.download import cache_root
-
     return cache_root()
 
 
@@ -35,7 +39,6 @@ def _sniffed_suffix(head: bytes) -> str:
             head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 1 << 16)
         except zlib.error:
             return ".csv"
-    from graphattn.data.molecules import sniff_table_kind
 
     line = next((ln for ln in head.splitlines() if ln.strip()), b"").decode("utf-8", "replace").lstrip("\ufeff")
     return {"tsv": ".tsv", "csv": ".csv", "smiles_list": ".smi"}[sniff_table_kind(line)]
@@ -67,17 +70,13 @@ def spooled(path) -> str:
     return str(tmp)
 
 
-def _pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
+def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
     """Laplacian PE of size ``k`` (none when 0) and RDKit descriptors ``descriptors`` (names;
     none when None), composed; None when neither."""
     steps = []
     if k:
-        from graphattn.nn.encodings import AddLaplacianPE
-
         steps.append(AddLaplacianPE(k))
     if descriptors is not None:
-        from graphattn.data.descriptors import AddMolDescriptors
-
         steps.append(AddMolDescriptors(descriptors))
     if len(steps) < 2:
         return steps[0] if steps else None
@@ -90,12 +89,11 @@ def descriptor_set(use: bool) -> Optional[List[str]]:
     """The descriptor names a new model uses: all of the installed RDKit's, or None."""
     if not use:
         return None
-    from graphattn.data.descriptors import descriptor_names
 
     return descriptor_names()
 
 
-class _SelectTasks:
+class SelectTasks:
     """Transform keeping the label columns ``cols`` of ``data.y``."""
 
     def __init__(self, cols: Sequence[int]):
@@ -107,7 +105,7 @@ class _SelectTasks:
         return data
 
 
-def _norm_task(name: str) -> str:
+def norm_task(name: str) -> str:
     """Task-name key: case-folded, whitespace collapsed, none around commas."""
     return re.sub(r"\s+", " ", re.sub(r"\s*,\s*", ",", name.strip())).lower()
 
@@ -127,10 +125,10 @@ def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: 
     """
     table: Dict[str, List[str]] = {}
     for k in known:
-        table.setdefault(_norm_task(k), []).append(k)
+        table.setdefault(norm_task(k), []).append(k)
 
     def lookup(text: str) -> Optional[str]:
-        hits = table.get(_norm_task(text))
+        hits = table.get(norm_task(text))
         if not hits:
             return None
         exact = [h for h in hits if h == text.strip()]
@@ -183,8 +181,6 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
     ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
     ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
     """
-    from graphattn.data.molecules import MoleculeCSVDataset, ToxicityDataset, find_column, read_csv_table
-
     if (name is None) == (csv_path is None):
         raise ValueError("give either a dataset name or a CSV file, not "
                          f"{'both' if name is not None else 'neither'} (name={name!r}, csv={csv_path!r})")
@@ -192,7 +188,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         tasks = list(tasks)
     if tasks is not None and not tasks:
         tasks = None
-    pre = _pre_transform(pe_dim, descriptors)
+    pre = pre_transform(pe_dim, descriptors)
     if csv_path is not None:
         cols = None
         if tasks is not None:
@@ -207,7 +203,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         names = list(ds.task_names)
         if tasks is not None:
             chosen = resolve_tasks(tasks, names, name)
-            ds.transform = _SelectTasks([names.index(t) for t in chosen])
+            ds.transform = SelectTasks([names.index(t) for t in chosen])
             names = chosen
     ds.task_names = names
     ds.descriptor_names = None if descriptors is None else list(descriptors)
@@ -222,7 +218,7 @@ def warn_one_class_tasks(ds, source: str) -> None:
     y = ds._data.y if getattr(ds, "_data", None) is not None else None
     if y is None or y.numel() == 0:
         return
-    if isinstance(ds.transform, _SelectTasks):
+    if isinstance(ds.transform, SelectTasks):
         y = y[:, ds.transform.cols]
     one = []
     for t, col in zip(names, y.T):
@@ -260,8 +256,6 @@ def check_split(split_idx, split: str = "scaffold") -> None:
 def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
     """``(train, val, test)`` index tensors of split ``split`` (:data:`SPLITS`) of ``ds``;
     ``check``: :func:`check_split` them (error when train is empty, warning when lopsided)."""
-    from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
-
     if split in ("scaffold", "deepchem_scaffold"):
         idx = scaffold_split(ds.smiles, order="deepchem" if split == "deepchem_scaffold" else "chemprop")
     elif split == "balanced_scaffold":
@@ -279,9 +273,7 @@ def featurize(smiles: Sequence[str], pe_dim: int = 0,
               descriptors: Optional[Sequence[str]] = None) -> List[Union[Any, str]]:
     """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim`` and the RDKit
     descriptors ``descriptors``), or the error message (str) for a SMILES RDKit cannot parse."""
-    from graphattn.data.molecules import InvalidSmilesError, smiles_to_data
-
-    pe = _pre_transform(pe_dim, descriptors)
+    pe = pre_transform(pe_dim, descriptors)
     out = []
     for s in smiles:
         try:
@@ -306,3 +298,10 @@ def unlabelled_tasks(ds) -> List[str]:
     y = y.view(len(ds), len(ds.task_names))
     labelled = (~torch.isnan(y.float())).any(0)
     return [t for t, ok in zip(ds.task_names, labelled.tolist()) if not ok]
+
+
+def file_sha256(ds):
+    """sha256 of the CSV a dataset was read from (``None`` if unknown): ``evaluate`` re-reads
+    that file to rebuild the split and warns when it has changed since training."""
+    path = getattr(ds, "raw_path", None)
+    return sha256sum(path) if path is not None and Path(path).is_file() else None

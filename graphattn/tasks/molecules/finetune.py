@@ -7,6 +7,11 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torch import Tensor, nn
+from graphattn.data.download import sha256sum
+from graphattn.data.molecules import FEATURIZER_VERSION
+from graphattn.nn.models.graph_transformer import GraphClassifier
+from graphattn.train.checkpoint import CheckpointError
+from graphattn.train.loop import load_checkpoint
 
 __all__ = ["load_pretrained", "load_pretrained_backbone", "apply_init"]
 
@@ -28,9 +33,6 @@ def load_pretrained(path) -> Tuple[Dict[str, Tensor], Dict[str, Any]]:
     """``(backbone state dict, meta)`` of a ``graphattn pretrain`` checkpoint (``best.pt`` or
     ``last.pt``; ``weights_only=True``). Raises ``ValueError`` for another kind of checkpoint
     or one made with another featurizer version."""
-    from graphattn.data.molecules import FEATURIZER_VERSION
-    from graphattn.train.loop import load_checkpoint
-
     ck = load_checkpoint(path)
     meta = ck.get("meta") or {}
     if meta.get("pipeline") != "pretrain":
@@ -54,8 +56,6 @@ def load_pretrained_backbone(model: nn.Module, path, spec_kwargs: Optional[Dict[
     dict alone would load silently); ``spec_kwargs`` (the model's constructor kwargs, as
     :func:`graphattn.tasks.molecules.pipeline.run_training` passes them) adds every other setting.
     Returns the pretraining meta. Raises ``ValueError`` naming the differing settings."""
-    from graphattn.nn.models.graph_transformer import GraphClassifier
-
     state, meta = load_pretrained(path)
     if not isinstance(model, GraphClassifier):
         raise ValueError(f"--init needs our GraphClassifier, not {type(model).__name__} (no --baseline)")
@@ -93,10 +93,6 @@ def apply_init(model: nn.Module, spec: Dict[str, Any], init, resume_from=None) -
     Raises ``ValueError`` for a backbone that does not fit and
     :class:`~graphattn.train.checkpoint.CheckpointError` for a record that disagrees with ``last.pt``.
     """
-    from graphattn.train.checkpoint import CheckpointError
-    from graphattn.data.download import sha256sum
-    from graphattn.train.loop import load_checkpoint
-
     prev = None
     if resume_from is not None and Path(resume_from).is_file():
         prev = (load_checkpoint(resume_from).get("meta") or {}).get("init")

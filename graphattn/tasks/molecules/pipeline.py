@@ -1,7 +1,7 @@
 """The molecule pipeline shared by the CLI (:mod:`graphattn.cli.molecules_train`) and the examples:
 dataset → split → model → :func:`graphattn.train.fit` → per-task metrics, and checkpoint →
 model → probabilities. The data side (loading, featurizing, task names, splits) lives in
-:mod:`graphattn.tasks.molecules.data` and is re-exported here.
+:mod:`graphattn.tasks.molecules.data`.
 
 Every model is described by a plain ``{"class", "kwargs"}`` spec (:func:`model_spec`), stored
 in checkpoints with the featurizer version, the task names and the PE size, so that
@@ -16,26 +16,24 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.tasks.molecules.data import (SPLITS, _norm_task, _pre_transform, _SelectTasks, cache_dir,
-                                            check_split, descriptor_set, featurize, load_dataset,
-                                            resolve_tasks, split_indices)
+from graphattn.nn.models.registry import build_model
 from graphattn.train.loop import model_device
+from graphattn.data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION
+from graphattn.nn.encodings import pe_inputs
+from graphattn.nn.models.ensemble import ProbabilityEnsemble
+from graphattn.tasks.molecules.finetune import apply_init
+from graphattn.train.loop import fit, load_checkpoint, resolve_device, save_checkpoint, set_seed
+from graphattn.train.metrics import compute_pos_weight, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
-__all__ = ["SPLITS", "BASELINES", "DEFAULTS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset",
-           "check_split", "split_indices",
-           "model_spec", "build_model", "forward", "pe_inputs", "split_metrics", "probability_metrics", "run_training",
-           "member_seed", "run_ensemble", "load_model",
-           "featurize", "predict_proba"]
-
-#: Private helpers moved to :mod:`graphattn.tasks.molecules.data`, still importable from here.
-_REEXPORTED = (_norm_task, _pre_transform, _SelectTasks)
+__all__ = ["BASELINES", "DEFAULTS", "model_spec", "forward", "split_metrics", "probability_metrics",
+           "run_training", "member_seed", "run_ensemble", "load_model", "predict_proba"]
 
 BASELINES = ("none", "gine", "gat")
 #: Defaults for Tox21-sized sets on a small CPU (~5 s per epoch of our model on one core, early
 #: stopping usually after 20-40 epochs). Chosen on the validation ROC-AUC of the scaffold split,
 #: seed 0 (60 epochs: val 0.786 with dropout 0.1, 0.790 with 0.25; 15 epochs stopped too early).
 #: RDKit descriptors on: mean validation ROC-AUC over seeds 0-2, scaffold 0.789 vs 0.781 without,
-#: random 0.856 vs 0.843 (README). The README results table uses exactly these.
+#: random 0.856 vs 0.843 (docs/molecules.md). The results tables there use exactly these.
 DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
                 heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
                 local_mpnn=None, descriptors=True)
@@ -45,8 +43,6 @@ DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12
 def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_dim: int = 0) -> Dict[str, Any]:
     """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints).
     ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none)."""
-    from graphattn.data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
-
     common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=hp["hidden"], num_tasks=num_tasks,
                   num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"],
                   edge_dim=len(BOND_FEATURE_DIMS), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
@@ -60,16 +56,6 @@ def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_
     if baseline in ("gine", "gat"):
         return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
     raise ValueError(f"--baseline must be one of {BASELINES} for molecules, got {baseline!r}")
-
-
-def build_model(spec: Dict[str, Any]) -> nn.Module:
-    from graphattn.nn.models.graph_transformer import GraphClassifier
-    from graphattn.nn.models.molecule_baselines import MPNNBaseline
-
-    classes = {"GraphClassifier": GraphClassifier, "MPNNBaseline": MPNNBaseline}
-    if spec["class"] not in classes:
-        raise ValueError(f"unknown model class {spec['class']!r}; expected one of {sorted(classes)}")
-    return classes[spec["class"]](**spec["kwargs"])
 
 
 def _model_inputs(batch) -> Tuple[tuple, Dict[str, Any]]:
@@ -86,17 +72,9 @@ def forward(model: nn.Module, batch, split: str = "test") -> Tuple[Tensor, Tenso
     return model(*args, **kwargs), batch.y
 
 
-def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
-    """The Laplacian PE attributes of ``data`` as model keyword arguments."""
-    return {"pe": getattr(data, "lap_pe", None), "pe_eigvals": getattr(data, "lap_eigval", None),
-            "pe_mask": getattr(data, "lap_pe_mask", None)}
-
-
 def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
     """``(prob, y)`` of a whole loader, both ``(M, T)`` on the CPU (``y`` None for graphs
     without labels); for a :class:`~graphattn.ProbabilityEnsemble` ``prob`` is ``(members, M, T)``."""
-    from graphattn.nn.models.ensemble import ProbabilityEnsemble
-
     model.eval()
     probs, ys = [], []
     with torch.no_grad():
@@ -117,8 +95,6 @@ def _probabilities(model: nn.Module, loader) -> Tuple[Tensor, Optional[Tensor]]:
 def probability_metrics(prob: Tensor, y: Tensor, task_names: List[str]) -> Dict[str, Any]:
     """Mean and per-task ROC-AUC / PR-AUC of probabilities ``prob (M, T)`` against labels
     ``y (M, T)`` (NaN = missing); the mean is over the tasks with both classes present."""
-    from graphattn.train.metrics import mean_over_valid, pr_auc_per_task, roc_auc_per_task
-
     if prob.numel() == 0:
         return {"roc_auc": None, "pr_auc": None, "num_molecules": 0}
     roc, pr = roc_auc_per_task(y, prob), pr_auc_per_task(y, prob)
@@ -148,11 +124,6 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
     from torch_geometric.loader import DataLoader
 
-    from graphattn.train.metrics import compute_pos_weight
-    from graphattn.train.loop import fit, resolve_device, set_seed
-
-    from graphattn.data.molecules import FEATURIZER_VERSION
-
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
             "task_names": list(ds.task_names), "pe": {"kind": "laplacian", "k": spec["kwargs"].get("pe_dim", 0)},
             "descriptors": getattr(ds, "descriptor_names", None), "hparams": hp, **(meta or {})}
@@ -169,8 +140,6 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     set_seed(seed)
     model = build_model(spec)
     if init is not None or resume:
-        from graphattn.tasks.molecules.finetune import apply_init
-
         record = apply_init(model, spec, init, Path(out_dir) / "last.pt" if resume and out_dir is not None else None)
         if record is not None:
             meta["init"] = record
@@ -227,9 +196,6 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     (finished members are only reloaded).
     """
     from torch_geometric.loader import DataLoader
-
-    from graphattn.nn.models.ensemble import ProbabilityEnsemble
-    from graphattn.train.loop import save_checkpoint
 
     size = int(size)
     if size < 1:
@@ -289,9 +255,6 @@ def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
     Raises ``ValueError`` when the checkpoint was made with another featurizer version:
     its atom/bond categories would not mean the same thing.
     """
-    from graphattn.data.molecules import FEATURIZER_VERSION
-    from graphattn.train.loop import load_checkpoint
-
     ck = load_checkpoint(checkpoint)
     meta = ck["meta"]
     if meta.get("pipeline") != "molecules":
@@ -302,8 +265,6 @@ def load_model(checkpoint) -> Tuple[nn.Module, Dict[str, Any]]:
                          "its atom/bond features differ, so its predictions would be meaningless. "
                          "Retrain the model (graphattn train ...) with this version.")
     if meta.get("ensemble"):
-        from graphattn.nn.models.ensemble import ProbabilityEnsemble
-
         model = ProbabilityEnsemble([build_model(meta["model"]) for _ in range(int(meta["ensemble"]["size"]))])
     else:
         model = build_model(meta["model"])
@@ -316,8 +277,6 @@ def predict_proba(model: nn.Module, graphs: Sequence, batch_size: int = 256, mem
     """Per-task probabilities ``(M, T)`` for a list of graphs; with ``members=True`` and a
     :class:`~graphattn.ProbabilityEnsemble`, every member's: ``(members, M, T)``."""
     from torch_geometric.loader import DataLoader
-
-    from graphattn.nn.models.ensemble import ProbabilityEnsemble
 
     model.eval()
     prob, _ = _probabilities(model, DataLoader(list(graphs), batch_size=batch_size))

@@ -31,19 +31,20 @@ else.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from graphattn.tasks.molecules.finetune import backbone_kwargs, load_pretrained, load_pretrained_backbone  # noqa: F401 (this module's API)
-from graphattn.tasks.molecules.pretrain_data import exclusion_set, molecule_pool  # noqa: F401
+from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.train.loop import model_device
+from graphattn.data.molecules import ATOM_FEATURE_NAMES, FEATURIZER_VERSION
+from graphattn.nn.models.pretrainer import MoleculePretrainer
+from graphattn.tasks.molecules.pipeline import model_spec
+from graphattn.train.loop import fit, resolve_device, set_seed
 
-__all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "MoleculePretrainer", "backbone_kwargs", "sample_atom_mask",
-           "pretrain_forward", "masked_atom_accuracy", "molecule_pool", "run_pretraining",
-           "load_pretrained", "load_pretrained_backbone", "exclusion_set"]
+__all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "arch_spec", "sample_atom_mask", "pretrain_forward",
+           "masked_atom_accuracy", "run_pretraining"]
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of
 #: :data:`graphattn.tasks.molecules.pipeline.DEFAULTS`, so ``train tox21 --init`` needs no other flag.
@@ -52,76 +53,6 @@ PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, p
                          mask_rate=0.15, atom_weight=1.0, val_fraction=0.05)
 #: Hyper-parameters that define the backbone's shape: fixed by the pretrained checkpoint.
 ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn")
-
-
-class MoleculePretrainer(nn.Module):
-    """Backbone + masked-atom head + descriptor head (see the module doc).
-
-    Args:
-        backbone (dict): :class:`~graphattn.GraphTransformer` kwargs (categorical atom inputs:
-            ``node_vocab_sizes`` is required, it sizes the masked-atom head).
-        num_descriptors (int): D, size of ``data.mol_desc``.
-
-    ``desc_norm`` standardises the targets (``fit`` it on the training molecules' descriptors first).
-
-    Shapes:
-        ``forward(batch, atom_mask)``: a PyG batch of B molecules with N atoms (``x`` ``(N, 9)``
-        categorical, ``edge_attr``, Laplacian PE) and ``atom_mask`` bool ``(N,)`` with M set ->
-        ``(atom_logits (M, sum(vocab)), desc (B, D))``.
-    """
-
-    def __init__(self, backbone: Dict[str, Any], num_descriptors: int):
-        super().__init__()
-        from graphattn.nn.models.graph_transformer import GraphFeatureNorm, GraphTransformer
-
-        vocab = backbone.get("node_vocab_sizes")
-        if not vocab:
-            raise ValueError("masked-atom pretraining needs categorical atom features (node_vocab_sizes)")
-        if num_descriptors < 1:
-            raise ValueError(f"num_descriptors must be >= 1, got {num_descriptors}")
-        self.backbone = GraphTransformer(**backbone)
-        C = self.backbone.hidden_channels
-        self.vocab_sizes = [int(v) for v in vocab]
-        self.mask_vector = nn.Parameter(torch.randn(C) * 0.02)
-        self.atom_head = nn.Linear(C, sum(self.vocab_sizes))
-        self.desc_norm = GraphFeatureNorm(num_descriptors)
-        self.desc_head = nn.Sequential(nn.Linear(C, C), nn.GELU(), nn.Linear(C, num_descriptors))
-        self._mask: Optional[Tensor] = None
-        # the mask replaces the encoder's output rows: the backbone itself stays a plain
-        # GraphTransformer whose state dict fine-tuning loads unchanged
-        self.backbone.node_encoder.register_forward_hook(self._apply_mask)
-
-    def _apply_mask(self, module, inputs, out: Tensor) -> Tensor:
-        if self._mask is None:
-            return out
-        return torch.where(self._mask[:, None], self.mask_vector.to(out.dtype), out)
-
-    def forward(self, batch, atom_mask: Tensor) -> Tuple[Tensor, Tensor]:
-        from torch_geometric.nn import global_mean_pool
-
-        from graphattn.tasks.molecules.pipeline import pe_inputs
-
-        if atom_mask.shape != (batch.num_nodes,) or atom_mask.dtype != torch.bool:
-            raise ValueError(f"atom_mask must be a bool tensor of shape ({batch.num_nodes},), "
-                             f"got {atom_mask.dtype} {tuple(atom_mask.shape)}")
-        self._mask = atom_mask
-        try:
-            h, _ = self.backbone(batch.x, batch.edge_index, batch.edge_attr, batch.batch, num_graphs=batch.num_graphs,
-                                 **pe_inputs(batch))
-        finally:
-            self._mask = None
-        g = global_mean_pool(h, batch.batch, size=batch.num_graphs)
-        return self.atom_head(h[atom_mask]), self.desc_head(g)
-
-    def atom_loss(self, logits: Tensor, x: Tensor) -> Tensor:
-        """Cross-entropy of every categorical column of the masked atoms' features ``x``, summed
-        over columns, mean over atoms."""
-        if logits.size(0) == 0:
-            return logits.sum() * 0.0
-        loss = logits.new_zeros(())
-        for c, part in enumerate(logits.split(self.vocab_sizes, dim=-1)):
-            loss = loss + F.cross_entropy(part, x[:, c].long())
-        return loss
 
 
 def sample_atom_mask(batch_vec: Tensor, num_graphs: int, rate: float,
@@ -184,8 +115,6 @@ def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict
     """Per atom feature column: the masked-atom head's accuracy on ``loader`` (with the fixed
     validation masks of :func:`pretrain_forward`, ``rate``) and that of always guessing the
     column's most frequent category there (the chance level): ``{name: {accuracy, majority}}``."""
-    from graphattn.data.molecules import ATOM_FEATURE_NAMES
-
     model.eval()
     correct = torch.zeros(len(model.vocab_sizes))
     counts = [torch.zeros(v) for v in model.vocab_sizes]
@@ -207,9 +136,7 @@ def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict
 
 
 # ----------------------------------------------------------------------------- training
-def _arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
-    from graphattn.tasks.molecules.pipeline import model_spec
-
+def arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
     spec = model_spec("none", 1, {**hp, "readout": "mean"})
     return backbone_kwargs(spec["kwargs"])
 
@@ -220,7 +147,7 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     """Pretrain a :class:`MoleculePretrainer` on ``graphs`` with :func:`graphattn.train.fit`.
 
     Args:
-        graphs: molecules with ``mol_desc`` (from :func:`molecule_pool`).
+        graphs: molecules with ``mol_desc`` (from :func:`~graphattn.tasks.molecules.pretrain_data.molecule_pool`).
         hp: :data:`PRETRAIN_DEFAULTS` overrides; ``val_fraction`` of the molecules (seeded by
             ``seed``) are held out for the validation losses and the masked-atom accuracy.
         device: :func:`graphattn.train.resolve_device` (default: the GPU when there is one).
@@ -231,9 +158,6 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     loads. Returns the summary (counts, best epoch, validation MAE, masked-atom accuracy,
     history, meta) and the trained ``model``."""
     from torch_geometric.loader import DataLoader
-
-    from graphattn.data.molecules import FEATURIZER_VERSION
-    from graphattn.train.loop import fit, resolve_device, set_seed
 
     hp = {**PRETRAIN_DEFAULTS, **hp}
     graphs = list(graphs)
@@ -246,7 +170,7 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     perm = torch.randperm(len(graphs), generator=gen).tolist()
     n_val = min(len(graphs) - 1, max(1, round(hp["val_fraction"] * len(graphs))))
     parts = {"train": [graphs[i] for i in perm[n_val:]], "val": [graphs[i] for i in perm[:n_val]]}
-    bb = _arch_spec(hp)
+    bb = arch_spec(hp)
     # "split" is not resumable: another seed / val_fraction would validate on trained molecules
     meta = {"pipeline": "pretrain", "backbone": bb, "featurizer_version": FEATURIZER_VERSION,
             "split": {"seed": int(seed), "val_fraction": float(hp["val_fraction"]), "molecules": len(graphs)},

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.descriptors import descriptor_names
+from graphattn.data.download import DataFileError, sha256sum
+from graphattn.data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles, parse_smiles
+from graphattn.data.molecules import MoleculeCSVDataset, ToxicityDataset
+from graphattn.data.smiles_table import find_column, read_csv_table
+from graphattn.tasks.molecules.data import cache_dir, pre_transform
 
 __all__ = ["exclusion_set", "molecule_pool"]
 
@@ -16,9 +23,6 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
     stereoisomer is left out too."""
     from rdkit import Chem, rdBase
     from rdkit.Chem.MolStandardize import rdMolStandardize
-
-    from graphattn.data.featurize import (CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles,
-                                          parse_smiles)
 
     with rdBase.BlockLogs():
         try:
@@ -44,11 +48,8 @@ def _keys(smiles: str) -> Optional[Tuple[str, str]]:
 
 
 def _smiles_column(path, candidates: Sequence[str]) -> str:
-    """The first of ``candidates`` that :func:`~graphattn.data.molecules.find_column` finds in
+    """The first of ``candidates`` that :func:`~graphattn.data.smiles_table.find_column` finds in
     the header of ``path`` (exact, else case-insensitive; ambiguity is an error)."""
-    from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import find_column, read_csv_table
-
     header, _ = read_csv_table(path, header_only=True)
     for c in candidates:
         if any(h.lower() == c.strip().lower() for h in header):
@@ -61,17 +62,12 @@ def exclusion_set(sources: Sequence[str], smiles_cols: Sequence[str] = ("smiles"
     """Exclusion keys (largest fragment, no stereochemistry; see :func:`_keys`) of the molecules
     in ``sources`` (toxicity set names or CSV paths): pretraining leaves out every molecule with
     one of these keys, so no downstream test molecule, nor its salt form or stereoisomer, is seen."""
-    from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import ToxicityDataset, read_csv_table
-    from graphattn.tasks.molecules.data import cache_dir
-    from graphattn.cli.molecules_train import DATASETS
-
     out = set()
     for src in sources:
-        if str(src).lower() in DATASETS:
+        if str(src).lower() in TOXICITY_DATASETS:
             smiles = list(ToxicityDataset(name=str(src).lower(), cache_dir=cache_dir(), log=log).smiles)
         elif not Path(src).is_file():
-            raise DataFileError(f"--exclude {src}: neither a toxicity set ({', '.join(sorted(DATASETS))}) "
+            raise DataFileError(f"--exclude {src}: neither a toxicity set ({', '.join(sorted(TOXICITY_DATASETS))}) "
                                 "nor an existing CSV / SMILES file" + (" (it is a folder)" if Path(src).is_dir() else ""))
         else:
             col = _smiles_column(src, smiles_cols)
@@ -103,21 +99,15 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     """
     from tqdm.auto import tqdm
 
-    from graphattn.data.descriptors import descriptor_names
-    from graphattn.data.download import DataFileError, sha256sum
-    from graphattn.data.molecules import MoleculeCSVDataset
-    from graphattn.tasks.molecules.data import _pre_transform, cache_dir
-
     if not paths:
         raise ValueError("no molecule files given (--csv FILE [FILE ...])")
     names = descriptor_names()
     excluded = exclusion_set(exclude, smiles_cols, log=log) if exclude else set()
     seen: set = set()
     graphs: List[Any] = []
-    from graphattn.cli.molecules_train import DATASETS
 
     # set names as given; files by place and contents (a pipe's copy, or the file moved, is the same source)
-    sources = [str(src) if str(src).lower() in DATASETS else
+    sources = [str(src) if str(src).lower() in TOXICITY_DATASETS else
                {"path": str(Path(src).resolve()), "sha256": sha256sum(src)} for src in exclude]
     report: Dict[str, Any] = {"files": [], "excluded_sources": sources,
                               "descriptors": names, "pe_dim": pe_dim}
@@ -125,7 +115,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
         if not Path(path).is_file():
             raise DataFileError(f"{path} is a folder, not a file" if Path(path).is_dir() else f"{path}: no such file")
         col = _smiles_column(path, smiles_cols)
-        ds = MoleculeCSVDataset(path, col, task_cols=[], pre_transform=_pre_transform(pe_dim, names),
+        ds = MoleculeCSVDataset(path, col, task_cols=[], pre_transform=pre_transform(pe_dim, names),
                                 cache_dir=cache_dir(), log=log, limit=limit)
         dup = exc = 0
         for data in tqdm(ds, desc=f"pool {Path(path).name}", disable=not log, unit="mol", leave=False):

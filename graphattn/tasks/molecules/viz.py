@@ -16,6 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.train.loop import model_device
+from graphattn.data.featurize import parse_smiles
+from graphattn.nn.block import GraphTransformerBlock
+from graphattn.nn.models.ensemble import ProbabilityEnsemble
 
 __all__ = ["collect_attention", "attention_rollout", "molecule_attention", "draw_molecule_attention"]
 
@@ -32,8 +35,6 @@ def collect_attention(model: nn.Module) -> Iterator[List[Tuple[Tensor, Tensor]]]
         with collect_attention(model) as att:
             logits = model(x, edge_index, ...)
     """
-    from graphattn.nn.block import GraphTransformerBlock
-
     records: List[Tuple[Tensor, Tensor]] = []
     handles = []
 
@@ -91,8 +92,6 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     probabilities are the ensemble's (mean over members) and the importances the mean of the
     members' (each scaled to max 1 first), rescaled to max 1.
     """
-    from graphattn.nn.models.ensemble import ProbabilityEnsemble
-
     if isinstance(model, ProbabilityEnsemble):
         parts = [molecule_attention(m, data, residual) for m in model.members]
         scores = torch.stack([p[1] for p in parts]).mean(0)
@@ -161,8 +160,6 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     :class:`~graphattn.data.featurize.InvalidSmilesError` (a ``ValueError``).
     """
     from rdkit.Chem.Draw import rdMolDraw2D
-
-    from graphattn.data.featurize import parse_smiles
 
     mol = parse_smiles(smiles)
     scores = [float(s) for s in atom_scores]

@@ -32,14 +32,18 @@ from torch import Tensor, nn
 
 from graphattn.train.metrics import consistency_loss
 from graphattn.train.loop import model_device
+from graphattn.data.download import DataFileError, data_root
+from graphattn.data.rawio import canonical_label
+from graphattn.data.social import SOCIAL_NODE_DATASETS, load_musae, load_social_node_dataset, stratified_masks, structural_node_features
+from graphattn.nn.encodings import AddLaplacianPE
+from graphattn.nn.features import gcn_normalized_graph
+from graphattn.tasks.social.inputs import warn_if_inputs_changed
 
-__all__ = ["NODE_DATASETS", "load_node_data", "hop_features", "node_defaults", "node_model_spec", "node_forward",
+__all__ = ["NODE_DATASETS", "node_accuracy", "run_model", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_model_spec", "node_forward",
            "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
 
 
 def _musae_names():
-    from graphattn.data.social import SOCIAL_NODE_DATASETS
-
     return tuple(SOCIAL_NODE_DATASETS)
 
 
@@ -62,7 +66,7 @@ _BASE = dict(hidden=64, layers=2, epochs=150, lr=3e-3, dropout=0.3, weight_decay
 _PER_DATASET = {
     "karate": dict(hidden=32, epochs=100, lr=1e-2, dropout=0.2, weight_decay=5e-4, patience=None),
     # lr / dropout / weight decay are shared with the --baseline models; the rest is ours only
-    # (chosen on validation accuracy, see examples/social_baselines.py and README's social table)
+    # (chosen on validation accuracy, see examples/social_baselines.py and the social table of docs/social.md)
     # Cora: a GCN branch next to the attention (SGFormer), w chosen on mean validation accuracy
     # over seeds 0-9: w = 0 -> 80.3, 0.8 -> 80.7, 0.9 -> 81.0, 0.95 -> 81.7 (0.5: 80.9, seeds 0-2);
     # then with w = 0.95 (val / test, seeds 0-9): 2 attention layers K=10 81.7 / 82.0, 1 layer
@@ -113,8 +117,6 @@ def recorded_root_first(load: Callable, root: Optional[str]):
     """``load(root=..., download=...)`` from the data root a run recorded while that root still
     holds the dataset, else from today's data root (``$GRAPHATTN_DATA``, ...; downloading when
     absent): a moved or deleted copy falls back instead of failing with advice it ignores."""
-    from graphattn.data.download import DataFileError, data_root
-
     if root and Path(root).is_dir() and Path(root).resolve() != data_root().resolve():  # else: today's root
         try:
             return load(root=root, download=False)
@@ -126,16 +128,19 @@ def recorded_root_first(load: Callable, root: Optional[str]):
 
 
 def load_node_data(spec: Dict[str, Any]):
-    """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``.
+    """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``, with the
+    positional encodings and label inputs the spec asks for (:func:`add_node_encodings`)."""
+    return add_node_encodings(load_node_graph(spec), spec)
+
+
+def load_node_graph(spec: Dict[str, Any]):
+    """The graph, node features and split of a data spec, before any model-dependent input.
 
     ``spec["feature_source"]`` (set by ``graphattn train``, ``"file"`` or ``"structural"``)
     pins where the features come from, so a checkpoint trained on structural features
     still gets them after a features file appears, and one trained on a features file fails
     clearly when that file is gone. ``data.base_feature_source`` is that source.
     """
-    from graphattn.data.social import (load_musae, load_social_node_dataset, stratified_masks,
-                                       structural_node_features)
-
     split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
     cut = {k: spec[k] for k in ("max_features", "max_feature_bytes") if spec.get(k) is not None}
     if spec.get("name"):
@@ -144,8 +149,6 @@ def load_node_data(spec: Dict[str, Any]):
             spec["name"], split=split, seed=seed, features=spec.get("feature_source") != "structural",
             **cut, **where), spec.get("root"))
     else:
-        from graphattn.data.download import DataFileError, warn_if_inputs_changed
-
         # a run that fell back to structural features never used its features file: not read again
         features = spec.get("features") if spec.get("feature_source") != "structural" else None
         gone = [(key, path) for key, path in (("edges", spec["edges"]), ("target", spec["target"]),
@@ -185,10 +188,15 @@ def load_node_data(spec: Dict[str, Any]):
     if int(spec.get("hops", 0) or 0) > 0:
         data.x = hop_features(data.x, data.edge_index, int(spec["hops"]))
         data.feature_source += f"+{int(spec['hops'])}hop"
+    return data
+
+
+def add_node_encodings(data, spec: Dict[str, Any]):
+    """The inputs of a data spec that depend on the model's settings: ``spec["pe_dim"]`` Laplacian PE
+    columns (``data.lap_pe``) and, with ``spec["label_input"]``, the one-hot training labels as extra
+    columns of ``x``. Returns the graph (a new object when PE is added)."""
     k = int(spec.get("pe_dim", 0) or 0)
     if k > 0:
-        from graphattn.nn.encodings import AddLaplacianPE
-
         data = AddLaplacianPE(k)(data)
     if spec.get("label_input"):
         data.x = torch.cat([data.x, label_columns(data.y, data.train_mask, len(data.class_names))], 1)
@@ -202,8 +210,6 @@ def check_matches_checkpoint(meta: Dict[str, Any], class_names, num_features: in
     other class names (compared canonically: older versions wrote "1.0", "true") — the label
     column and class indices would be wrong — or another feature width. ``where`` starts the
     message, ``what`` names the files that changed."""
-    from graphattn.data.rawio import canonical_label
-
     now = [str(n) for n in class_names]
     if [canonical_label(n) for n in now] != [canonical_label(n) for n in meta["class_names"]]:
         raise ValueError(f"{where}the labels now read ({now}) differ from the classes the model was trained on "
@@ -227,8 +233,6 @@ def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
     """``[X, ÂX, ..., Â^K X]`` with ``Â = D^-1/2 (A + I) D^-1/2`` (SIGN, Frasca et al. 2020;
     NAGphormer's hop tokens, Chen et al. 2023): K-hop smoothed copies of the features,
     computed once before training. Shape ``(N, F)`` -> ``(N, (K + 1) F)``."""
-    from graphattn.nn.features import gcn_normalized_graph
-
     (row, col), w = gcn_normalized_graph(edge_index, x.size(0))  # (E' + N,) each
     out, cur = [x], x
     for _ in range(hops):
@@ -292,7 +296,7 @@ def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
     return model(x, edge_index, edge_attr if kw.get("edge_dim") else None, pe=pe if kw.get("pe_dim") else None)
 
 
-def _run(model: nn.Module, spec: Dict[str, Any], inp: Dict[str, Optional[Tensor]],
+def run_model(model: nn.Module, spec: Dict[str, Any], inp: Dict[str, Optional[Tensor]],
          x: Optional[Tensor] = None) -> Tensor:
     """:func:`_call` on the inputs of :func:`node_inputs` (``x`` replaces theirs when given)."""
     return _call(model, spec, inp["x"] if x is None else x, inp["edge_index"], inp["pe"], inp["edge_attr"])
@@ -348,13 +352,13 @@ def node_forward(spec: Dict[str, Any]):
         inp = node_inputs(data)
         mask = data[f"{split}_mask"]
         if not model.training:
-            logits = cache(model, id(data), lambda: _run(model, spec, inp))
+            logits = cache(model, id(data), lambda: run_model(model, spec, inp))
             return logits[mask], data.y[mask]
         cons = spec.get("consistency") or {}
         outs, ys, every = [], [], []
         for _ in range(max(int(cons.get("samples", 1)), 1)):  # S passes, each with its own dropout
             x, m = masked_label_input(inp["x"], data) if spec.get("label_input") else (inp["x"], mask)
-            logits = _run(model, spec, inp, x)
+            logits = run_model(model, spec, inp, x)
             outs.append(logits[m]), ys.append(data.y[m]), every.append(logits)
         if len(every) == 1:
             return outs[0], ys[0]
@@ -374,7 +378,7 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
     model.eval()
     dev, inputs = model_device(model), node_inputs(data)
     try:
-        return _run(model, spec, {k: None if v is None else v.to(dev) for k, v in inputs.items()}).to(data.y.device)
+        return run_model(model, spec, {k: None if v is None else v.to(dev) for k, v in inputs.items()}).to(data.y.device)
     except torch.cuda.OutOfMemoryError:
         pass  # below, once the failed pass's tensors are released
     if torch.cuda.is_available():
@@ -383,15 +387,15 @@ def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
                   "forward pass: computing its logits on the CPU", stacklevel=2)
     model.cpu()
     try:
-        return _run(model, spec, {k: None if v is None else v.cpu() for k, v in inputs.items()}).to(data.y.device)
+        return run_model(model, spec, {k: None if v is None else v.cpu() for k, v in inputs.items()}).to(data.y.device)
     finally:
         model.to(dev)
 
 
-def __getattr__(name: str):
-    # moved to graphattn.cli.social_train (the CLI's run description and data spec); old paths kept
-    if name in ("describe_node", "data_spec"):
-        from graphattn.cli import social_train as social_tasks
-
-        return getattr(social_tasks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def node_accuracy(model, meta: Dict[str, Any], data) -> Dict[str, float]:
+    logits = node_logits(model, meta["model"], data)
+    res = {}
+    for s in ("train", "val", "test"):
+        m = data[f"{s}_mask"] & (data.y >= 0)
+        res[s] = float((logits[m].argmax(-1) == data.y[m]).float().mean()) if bool(m.any()) else float("nan")
+    return res

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.utils import k_hop_subgraph
 
 __all__ = ["last_layer_attention", "draw_ego_attention"]
 
@@ -51,6 +52,47 @@ def last_layer_attention(model: nn.Module, data, inputs: Dict[str, Optional[Tens
     return logits, store["edge_index"][:, :E], store["alpha"][:E].float().mean(-1)
 
 
+def _check_ego_inputs(data, node, edge_index: Tensor, alpha) -> Tuple[int, Tensor]:
+    """``(node, alpha (E,))``, or ValueError naming a node outside the graph or misshaped weights."""
+    n = int(data.num_nodes)
+    if isinstance(node, torch.Tensor) and node.numel() == 1 and not node.is_floating_point():
+        node = int(node)
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < n:
+        raise ValueError(f"node must be a row of the graph, 0..{n - 1}, got {node!r}")
+    alpha = torch.as_tensor(alpha)
+    if alpha.dim() == 2:  # the layer's (E, H) weights: the mean over heads, as last_layer_attention gives
+        alpha = alpha.float().mean(-1)
+    if alpha.dim() != 1 or alpha.numel() != edge_index.size(1):
+        raise ValueError(f"alpha must have shape (E,) or (E, H) with E = {edge_index.size(1)} edges, "
+                         f"got {tuple(alpha.shape)}")
+    return int(node), alpha
+
+
+def _ego_subgraph(node: int, edge_index: Tensor, alpha: Tensor, num_nodes: int, hops: int,
+                  max_nodes: int) -> Tuple[Tensor, Tensor, int]:
+    """``(nodes drawn, edge mask, nodes in the ego-graph)``: the ``hops``-hop ego-graph of ``node``, cut to
+    ``max_nodes``: the centre, the neighbours it attends to most, then hop by hop."""
+    # more hops than nodes reach nothing new (k_hop_subgraph allocates per hop: --hops 1000000)
+    subset, _, _, mask = k_hop_subgraph(node, min(int(hops), max(num_nodes, 1)), edge_index,
+                                        relabel_nodes=False, num_nodes=num_nodes)
+    into = edge_index[1] == node
+    total = int(subset.numel())
+    if total > max_nodes:
+        order = torch.argsort(alpha[into], descending=True)
+        keep = [node] + [int(j) for j in edge_index[0, into][order].tolist() if int(j) != node]
+        keep = list(dict.fromkeys(keep))[:max_nodes]
+        for h in range(2, hops + 1):
+            if len(keep) >= max_nodes:
+                break
+            ring, _, _, _ = k_hop_subgraph(node, h, edge_index, num_nodes=num_nodes)
+            seen = set(keep)
+            keep += [int(v) for v in ring.tolist() if int(v) not in seen][:max_nodes - len(keep)]
+        keep = torch.tensor(sorted(keep))
+        mask = torch.isin(edge_index[0], keep) & torch.isin(edge_index[1], keep)
+        subset = keep
+    return subset, mask, total
+
+
 def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
                        class_names: List[str], out, hops: int = 1, max_nodes: int = 60) -> Dict[str, Any]:
     """Draw the ego-graph of ``node`` (a row of ``data``; at most ``max_nodes`` nodes: the
@@ -61,38 +103,10 @@ def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logit
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import networkx as nx
-    from torch_geometric.utils import k_hop_subgraph
 
-    n = int(data.num_nodes)
-    if isinstance(node, torch.Tensor) and node.numel() == 1 and not node.is_floating_point():
-        node = int(node)
-    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < n:
-        raise ValueError(f"node must be a row of the graph, 0..{n - 1}, got {node!r}")
-    node = int(node)
-    alpha = torch.as_tensor(alpha)
-    if alpha.dim() == 2:  # the layer's (E, H) weights: the mean over heads, as last_layer_attention gives
-        alpha = alpha.float().mean(-1)
-    if alpha.dim() != 1 or alpha.numel() != edge_index.size(1):
-        raise ValueError(f"alpha must have shape (E,) or (E, H) with E = {edge_index.size(1)} edges, "
-                         f"got {tuple(alpha.shape)}")
-    # more hops than nodes reach nothing new (k_hop_subgraph allocates per hop: --hops 1000000)
-    subset, _, _, mask = k_hop_subgraph(node, min(int(hops), max(int(data.num_nodes), 1)), edge_index,
-                                        relabel_nodes=False, num_nodes=data.num_nodes)
+    node, alpha = _check_ego_inputs(data, node, edge_index, alpha)
+    subset, mask, total = _ego_subgraph(node, edge_index, alpha, int(data.num_nodes), hops, max_nodes)
     into = edge_index[1] == node
-    total = int(subset.numel())
-    if total > max_nodes:  # the centre, the neighbours it attends to most, then hop by hop
-        order = torch.argsort(alpha[into], descending=True)
-        keep = [node] + [int(j) for j in edge_index[0, into][order].tolist() if int(j) != node]
-        keep = list(dict.fromkeys(keep))[:max_nodes]
-        for h in range(2, hops + 1):
-            if len(keep) >= max_nodes:
-                break
-            ring, _, _, _ = k_hop_subgraph(node, h, edge_index, num_nodes=data.num_nodes)
-            seen = set(keep)
-            keep += [int(v) for v in ring.tolist() if int(v) not in seen][:max_nodes - len(keep)]
-        keep = torch.tensor(sorted(keep))
-        mask = torch.isin(edge_index[0], keep) & torch.isin(edge_index[1], keep)
-        subset = keep
     ei, a = edge_index[:, mask], alpha[mask]
     prob = torch.softmax(logits.float(), -1)
     pred = prob.argmax(-1)
