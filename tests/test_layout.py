@@ -98,17 +98,22 @@ def find_cycles(graph):
             if len(comp) > 1:
                 out.append(sorted(comp))
 
-    for v in sorted(MODULES):
+    for v in sorted(set(graph) | {w for ws in graph.values() for w in ws}):
         if v not in index:
             visit(v)
     return out
+
+
+def is_upward(mod: str, target: str) -> bool:
+    """Whether ``mod`` importing ``target`` goes against the arrows (a lower unit importing a higher one)."""
+    return RANKS[unit(target)] > RANKS[unit(mod)]
 
 
 def upward_imports():
     bad = []
     for mod in sorted(MODULES):
         for target, _, line, _ in package_imports(mod):
-            if target in MODULES and RANKS[unit(target)] > RANKS[unit(mod)]:
+            if target in MODULES and is_upward(mod, target):
                 bad.append(f"{mod}:{line} imports {target}")
     return bad
 
@@ -159,5 +164,24 @@ def test_package_imports_at_top_of_file():
 
 
 def test_checker_finds_a_cycle_and_an_upward_import():
-    graph = {"graphattn.ops.a": {"graphattn.nn.b"}, "graphattn.nn.b": {"graphattn.ops.a"}}
-    assert find_cycles.__wrapped__(graph) if hasattr(find_cycles, "__wrapped__") else True
+    graph = {"graphattn.ops.a": {"graphattn.nn.b"}, "graphattn.nn.b": {"graphattn.nn.c"},
+             "graphattn.nn.c": {"graphattn.ops.a"}, "graphattn.nn.d": {"graphattn.ops.a"}}
+    assert find_cycles(graph) == [["graphattn.nn.b", "graphattn.nn.c", "graphattn.ops.a"]]
+    assert find_cycles({"graphattn.nn.d": {"graphattn.ops.a"}}) == []
+    assert is_upward("graphattn.ops.a", "graphattn.nn.b") and is_upward("graphattn.data.x", "graphattn.train.loop")
+    assert not is_upward("graphattn.cli.main", "graphattn.tasks.social.node")
+    assert not is_upward("graphattn.nn.attention", "graphattn.data.structural")
+
+
+def test_checker_reads_relative_and_inner_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "graphattn"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ops" / "__init__.py").write_text("")
+    (pkg / "ops" / "a.py").write_text("from . import b\n\ndef f():\n    from graphattn.nn.x import _y\n")
+    (pkg / "ops" / "b.py").write_text("")
+    monkeypatch.setitem(globals(), "PKG", pkg)  # module_name() and package_imports() read these two
+    monkeypatch.setitem(globals(), "MODULES", {module_name(p): p for p in pkg.rglob("*.py")})
+    found = list(package_imports("graphattn.ops.a"))
+    assert ("graphattn.ops.b", None, 1, True) in found
+    assert ("graphattn.nn.x", "_y", 4, False) in found
