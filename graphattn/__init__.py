@@ -1,6 +1,4 @@
 """graphattn: graph self-attention layers and models for PyTorch Geometric."""
-from graphattn.version import __version__
-
 from graphattn import functional
 from graphattn.functional import dense_attention, edge_attention
 from graphattn.loader.neighbor_loader import NeighborLoader
@@ -14,6 +12,7 @@ from graphattn.nn.variants import (GLOBAL_ATTNS, NORMALIZATIONS, cluster_graph, 
 from graphattn.ops.csr import EdgeCSR, to_csr
 from graphattn.patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
 from graphattn.utils.validation import refuse_scripting as _refuse_scripting
+from graphattn.version import __version__
 
 # torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
 _refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,

@@ -18,15 +18,15 @@ from typing import List, Optional
 
 import torch
 
-from graphattn.cli.options import DEVICE_HELP
-from graphattn.cli import molecules_train as molecule_tasks, pretrain as pretrain_commands, social_train as social_tasks
-from graphattn.cli.options import given_options
+from graphattn.cli import molecules_train as molecule_tasks
+from graphattn.cli import pretrain as pretrain_commands
+from graphattn.cli import social_train as social_tasks
+from graphattn.cli.options import DEVICE_HELP, check_paths, check_train_numbers, given_options, usage_error
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.train import distributed
 from graphattn.train.distributed import DistributedSetupError
 from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device
 from graphattn.utils.files import check_out_folder
-from graphattn.cli.options import check_paths, check_train_numbers, usage_error
 
 __all__ = ["main", "build_parser"]
 

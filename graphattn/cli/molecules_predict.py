@@ -11,16 +11,15 @@ from typing import List, Tuple
 import torch
 from torch import nn
 
-from graphattn.utils.files import check_output_not_input, out_path, write_csv
-from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
-from graphattn.tasks.molecules.data import featurize, load_dataset, split_indices
-from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
-from graphattn.train.loop import resolve_device
-from graphattn.tasks.molecules.data import file_sha256
+from graphattn.cli.options import usage_error
 from graphattn.data.download import DataFileError
 from graphattn.data.smiles_table import find_column, read_csv_table
+from graphattn.tasks.molecules.data import featurize, file_sha256, load_dataset, split_indices
+from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
+from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
 from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, draw_molecule_attention, molecule_attention
-from graphattn.cli.options import usage_error
+from graphattn.train.loop import resolve_device
+from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "explain"]
 

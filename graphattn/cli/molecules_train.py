@@ -17,19 +17,16 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from graphattn.tasks.molecules.data import unlabelled_tasks, warn_one_class_tasks
-from graphattn.tasks.molecules.data import SPLITS, descriptor_set, load_dataset, split_indices
-from graphattn.tasks.molecules.pipeline import BASELINES, DEFAULTS, build_model, model_spec, run_ensemble
-
-from graphattn.cli.options import check_applicable
 from graphattn.cli.molecules_predict import evaluate, explain, predict
-from graphattn.cli.options import usage_error
-from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.cli.options import GROUPS, check_applicable, usage_error
 from graphattn.data.download import DataFileError, sha256sum
+from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.tasks.molecules.data import (SPLITS, descriptor_set, file_sha256, load_dataset, split_indices,
+                                            unlabelled_tasks, warn_one_class_tasks)
 from graphattn.tasks.molecules.finetune import load_pretrained
+from graphattn.tasks.molecules.pipeline import BASELINES, DEFAULTS, build_model, model_spec, run_ensemble
 from graphattn.tasks.molecules.pretrain import ARCH_KEYS
 from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device, write_metrics
-from graphattn.tasks.molecules.data import file_sha256
 
 __all__ = ["handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
 
@@ -89,10 +86,9 @@ def _hparams(args) -> Dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- train
-#: ``graphattn train`` options of the social tasks that have no meaning for molecules.
-_SOCIAL_ONLY = ("mini_batch", "num_neighbors", "attn_dropout", "input_dropout", "propagation", "propagation_alpha",
-                "propagation_learned", "propagation_dropout", "gcn_weight", "gcn_layers", "self_loops",
-                "label_input", "consistency", "consistency_weight", "consistency_temperature", "folds")
+#: ``graphattn train`` options of the social tasks that have no meaning for molecules (from the one table of
+#: :data:`graphattn.cli.options.GROUPS`), refused by value even when ``train`` is called with a namespace
+_SOCIAL_ONLY = sorted(GROUPS["node-classification"] | {"folds"})
 
 
 def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:

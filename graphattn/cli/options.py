@@ -8,12 +8,11 @@ called directly with a namespace) nothing is checked.
 """
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, Iterable
 import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, FrozenSet, Iterable
 
 __all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP"]
 

@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from graphattn.cli.options import DEVICE_HELP
-from graphattn.cli.options import check_train_numbers
-from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.cli.options import DEVICE_HELP, check_train_numbers
 from graphattn.data.download import DataFileError
+from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.tasks.molecules.data import spooled
-from graphattn.tasks.molecules.pretrain import PRETRAIN_DEFAULTS as D, run_pretraining
+from graphattn.tasks.molecules.pretrain import PRETRAIN_DEFAULTS as D
+from graphattn.tasks.molecules.pretrain import run_pretraining
 from graphattn.tasks.molecules.pretrain_data import molecule_pool
 from graphattn.train.loop import CheckpointError, resolve_device, write_metrics
 from graphattn.utils.files import check_out_folder

@@ -9,16 +9,16 @@ from typing import Any, Dict
 
 import torch
 
+from graphattn.cli.options import message_of
+from graphattn.data.download import DataFileError
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
-from graphattn.utils.files import check_output_not_input, out_path, write_csv
-from graphattn.data.download import DataFileError
 from graphattn.tasks.social.graph import evaluate_graph, predict_graph
 from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.node import node_accuracy
 from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 from graphattn.train.loop import load_checkpoint
-from graphattn.cli.options import message_of
-from graphattn.tasks.social.node import node_accuracy
+from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "explain"]
 

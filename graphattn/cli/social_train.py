@@ -17,22 +17,19 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-
-from graphattn.tasks.social import node as sn
-from graphattn.cli.social_predict import message_of, node_accuracy, build_model, evaluate, explain, predict
-from graphattn.cli.options import check_applicable
-from graphattn.tasks.social.graph_data import GRAPH_DATASETS
+from graphattn.cli.options import check_applicable, out_dir_for, social_hparams
+from graphattn.cli.social_predict import build_model, evaluate, explain, message_of, node_accuracy, predict
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
 from graphattn.data.download import DataFileError, data_root, files_sha256
 from graphattn.data.social import SOCIAL_NODE_ALIASES as node_aliases
 from graphattn.data.tu import SOCIAL_GRAPH_ALIASES as graph_aliases
+from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
-from graphattn.train.loop import fit, resolve_device, set_seed, write_metrics
-from graphattn.cli.options import out_dir_for, social_hparams
-from graphattn.train.loop import threads_for
+from graphattn.train.loop import fit, resolve_device, set_seed, threads_for, write_metrics
 
 __all__ = ["DATASETS", "dataset_key", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
 

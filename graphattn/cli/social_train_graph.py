@@ -8,13 +8,13 @@ import warnings
 from typing import Any, Dict, Optional
 
 import torch
+
 from graphattn.cli.options import out_dir_for, social_hparams
-from graphattn.nn.models.registry import build_model
-from graphattn.train.loop import threads_for
 from graphattn.data.download import files_sha256
-from graphattn.train.loop import write_metrics
+from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social.graph import finished_same_fold, fit_fold, gin_protocol, graph_defaults, graph_model_spec
 from graphattn.tasks.social.graph_data import edge_dim_of, graph_data_spec, graph_split, load_graphs
+from graphattn.train.loop import threads_for, write_metrics
 
 __all__ = ["data_spec", "prepare_graph", "run_graph"]
 def data_spec(args, name: Optional[str]) -> Dict[str, Any]:

@@ -7,21 +7,18 @@ when molecules are featurized.
 """
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from graphattn.data.download import DataFileError, cache_root, data_root, find_file
+from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
+                                      FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, DuplicateSmilesWarning,
+                                      InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning,
+                                      ToxicityDataset, mol_to_data, parse_smiles, smiles_to_data)
 from graphattn.data.rawio import canonical_label
-from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS,
-                                      BOND_FEATURE_NAMES, FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS,
-                                      InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset,
-                                      TaskColumnWarning, ToxicityDataset, DuplicateSmilesWarning, mol_to_data,
-                                      parse_smiles, smiles_to_data)
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid,
-                                   load_social_node_dataset, random_walk_pe, stratified_masks,
-                                   structural_node_features)
-from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features,
-                               load_social_graph_dataset, load_tu_dataset, load_tu_folder, load_tu_folds,
-                               load_tu_text, stratified_folds)
+                                   load_social_node_dataset, random_walk_pe, stratified_masks, structural_node_features)
 from graphattn.data.splits import (balanced_scaffold_split, murcko_scaffold, random_split, scaffold_groups,
                                    scaffold_split, stratified_split)
+from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
+                               load_tu_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
 
 __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",

@@ -17,8 +17,7 @@ import torch
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import (as_number, csv_rows, parse_json, read_text, sorted_unique,
-                                  undirected_edge_index)
+from graphattn.data.rawio import as_number, csv_rows, parse_json, read_text, sorted_unique, undirected_edge_index
 from graphattn.data.tu_text import GraphList
 
 __all__ = ["load_ego_json"]

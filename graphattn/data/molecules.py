@@ -26,12 +26,11 @@ from torch_geometric.data import InMemoryDataset
 from tqdm.auto import tqdm
 
 from graphattn.data.download import DataFileError, cache_root, find_file, sha256sum
+from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
+                                      CANONICAL_MAX_ATOMS, FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning,
+                                      canonical_smiles, mol_to_data, parse_smiles, smiles_to_data)
 from graphattn.data.rawio import MISSING_LABELS
 from graphattn.data.smiles_table import find_column, read_csv_table
-from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS,
-                                      BOND_FEATURE_NAMES, CANONICAL_MAX_ATOMS, FEATURIZER_VERSION,
-                                      InvalidSmilesError, InvalidSmilesWarning, canonical_smiles, mol_to_data,
-                                      parse_smiles, smiles_to_data)
 
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",

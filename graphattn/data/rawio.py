@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import csv
 import gzip
-import zlib
 import io
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 

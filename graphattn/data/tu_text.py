@@ -34,8 +34,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import (check_int64_range, has_lone_sign, read_bytes, sorted_unique,
-                                  undirected_edge_index, unique_pairs)
+from graphattn.data.rawio import (check_int64_range, has_lone_sign, read_bytes, sorted_unique, undirected_edge_index,
+                                  unique_pairs)
 
 __all__ = ["GraphList", "load_tu_text"]
 

@@ -29,8 +29,7 @@ from tqdm.auto import tqdm
 from graphattn.train import distributed as D
 from graphattn.train.checkpoint import (CheckpointError, check_meta, check_same_run, load_checkpoint, rng_state,
                                         save_checkpoint, set_rng_state, write_metrics)
-from graphattn.train.metrics import (accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task,
-                                     roc_auc_per_task)
+from graphattn.train.metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 from graphattn.utils.files import check_out_folder
 
 __all__ = ["TASK_KINDS", "threads_for", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",

@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import (GATConv, GCNConv, GINConv, GINEConv, TransformerConv, global_add_pool,
-                                global_max_pool, global_mean_pool)
+from torch_geometric.nn import (GATConv, GCNConv, GINConv, GINEConv, TransformerConv, global_add_pool, global_max_pool,
+                                global_mean_pool)
 from torch_geometric.nn.norm import BatchNorm
 
 from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm, graph_feature_input

@@ -38,9 +38,9 @@ from torch import nn
 
 from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_graph
 from graphattn.nn.variants.linear_attention import LinearGlobalAttention, linear_attention
-from graphattn.ops.normalization import NORMALIZATIONS, edge_normalize, normalized_edge_attention
 from graphattn.nn.variants.reduced_attention import ReducedKeyAttention
 from graphattn.nn.variants.synthesizer import SynthesizerAttention
+from graphattn.ops.normalization import NORMALIZATIONS, edge_normalize, normalized_edge_attention
 
 __all__ = ["GLOBAL_ATTNS", "NORMALIZATIONS", "make_global_attention", "edge_normalize",
            "normalized_edge_attention", "linear_attention", "cluster_graph", "LinearGlobalAttention",

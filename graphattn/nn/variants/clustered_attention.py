@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.ops.csr import to_csr
 from graphattn.functional import edge_attention
+from graphattn.ops.csr import to_csr
 from graphattn.ops.padding import GraphLayout, check_batch
 from graphattn.utils.validation import check_features, check_int, check_tensor_shape
 

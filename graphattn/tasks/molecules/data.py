@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
+
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
 from graphattn.data.download import cache_root, sha256sum
 from graphattn.data.molecules import InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torch import Tensor, nn
+
 from graphattn.data.download import sha256sum
 from graphattn.data.molecules import FEATURIZER_VERSION
 from graphattn.nn.models.graph_transformer import GraphClassifier

@@ -16,13 +16,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.nn.models.registry import build_model
-from graphattn.train.loop import model_device
 from graphattn.data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION
 from graphattn.nn.encodings import pe_inputs
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
+from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.finetune import apply_init
-from graphattn.train.loop import fit, load_checkpoint, resolve_device, save_checkpoint, set_seed
+from graphattn.train.loop import fit, load_checkpoint, model_device, resolve_device, save_checkpoint, set_seed
 from graphattn.train.metrics import compute_pos_weight, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
 __all__ = ["BASELINES", "DEFAULTS", "model_spec", "forward", "split_metrics", "probability_metrics",

@@ -36,12 +36,11 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 from torch import Tensor
 
-from graphattn.tasks.molecules.finetune import backbone_kwargs
-from graphattn.train.loop import model_device
 from graphattn.data.molecules import ATOM_FEATURE_NAMES, FEATURIZER_VERSION
 from graphattn.nn.models.pretrainer import MoleculePretrainer
+from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.tasks.molecules.pipeline import model_spec
-from graphattn.train.loop import fit, resolve_device, set_seed
+from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
 __all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "arch_spec", "sample_atom_mask", "pretrain_forward",
            "masked_atom_accuracy", "run_pretraining"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
-from graphattn.data.molecules import TOXICITY_DATASETS
+
 from graphattn.data.descriptors import descriptor_names
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles, parse_smiles
-from graphattn.data.molecules import MoleculeCSVDataset, ToxicityDataset
+from graphattn.data.molecules import TOXICITY_DATASETS, MoleculeCSVDataset, ToxicityDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.tasks.molecules.data import cache_dir, pre_transform
 

@@ -15,10 +15,10 @@ from typing import Iterator, List, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.train.loop import model_device
 from graphattn.data.featurize import parse_smiles
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
+from graphattn.train.loop import model_device
 
 __all__ = ["collect_attention", "attention_rollout", "molecule_attention", "draw_molecule_attention"]
 

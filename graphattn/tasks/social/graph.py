@@ -21,13 +21,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from graphattn.nn.models.baselines import EDGE_BASELINES
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social.graph_data import graph_split, load_graphs
-from graphattn.train.loop import model_device
-from graphattn.nn.models.baselines import EDGE_BASELINES
 from graphattn.tasks.social.node import check_matches_checkpoint
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
-from graphattn.train.loop import fit, resolve_device, set_seed
+from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
 __all__ = ["graph_defaults", "graph_model_spec", "graph_forward", "fit_fold", "gin_protocol", "finished_same_fold",
            "evaluate_graph", "predict_graph"]
