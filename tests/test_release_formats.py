@@ -233,7 +233,7 @@ def test_id_column_choice(tmp_path):
     (tmp_path / "u.csv").write_text("paid,label,user_id\n" + "".join(f"{i % 2},{i % 2},{i}\n" for i in range(n)))
     assert load_musae(tmp_path / "e.csv", tmp_path / "u.csv").node_id.tolist() == list(range(n))  # not "paid"
     (tmp_path / "v.csv").write_text("views,mature,key\n" + "".join(f"{i % 3},{i % 2},{i}\n" for i in range(n)))
-    with pytest.raises(DataFileError, match="duplicated node ids in column 'views'"):
+    with pytest.raises(DataFileError, match=r"node id 0 \(column 'views'\) has two labels .*--id-col"):
         load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature")
     d = load_musae(tmp_path / "e.csv", tmp_path / "v.csv", target_col="mature", id_col="KEY")
     assert d.node_id.tolist() == list(range(n))

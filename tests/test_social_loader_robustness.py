@@ -135,8 +135,17 @@ def test_feature_count_uses_matching_nodes(tmp_path):
 
 def test_repeated_node_key_counts_once(tmp_path):
     with pytest.warns(UserWarning, match="fewer than half"):
-        d = load(tmp_path, LABELS, '{"1": [3], "01": [4], "001": [5]}')
+        d = load(tmp_path, LABELS, '{"1": [3, 4], "01": [4, 3], "001": [3, 4]}')
     assert d.x is None
+
+
+def test_a_node_listed_twice_is_read_once_or_refused(tmp_path):
+    """Features JSON: a node listed again with the same features is read once (warning); with other
+    features it is an error naming both keys (a dict would silently keep the last)."""
+    with pytest.warns(UserWarning, match=r"1 node\(s\) listed more than once with the same features"):
+        load(tmp_path, LABELS, '{"0": [1], "1": [2], "2": [3], "0": [1]}')
+    with pytest.raises(DataFileError, match="node 1 is listed twice with different features .keys '1' and '01'"):
+        load(tmp_path, LABELS, '{"0": [1], "1": [2], "2": [3], "01": [4]}')
 
 
 @pytest.mark.filterwarnings("ignore:.*absent from the target file")
@@ -321,7 +330,16 @@ def test_ego_json_string_targets_name_the_file(tmp_path):
     write(t, "id,target\n0,1.0\n1,0\n")            # an integral float is an integer label
     assert load_ego_json(g, t).y.tolist() == [1, 0]
     write(t, "id,target\n0,1\n0,0\n")
-    with pytest.raises(DataFileError, match="graph id 0 appears twice"):
+    with pytest.raises(DataFileError, match="graph id 0 has two labels: 1 on row 2 and 0 on row 3"):
+        load_ego_json(g, t)
+    write(t, "id,target\n0,1\n1,0\n0,1\n")                # the same label again: read once
+    with pytest.warns(UserWarning, match=r"1 graph id\(s\) on more than one row with the same label"):
+        assert load_ego_json(g, t).y.tolist() == [1, 0]
+    write(g, '{"0": [[0, 1]], "1": [[0, 1], [1, 2]], "0": [[0, 1]]}')
+    with pytest.warns(UserWarning, match="listed more than once with the same edges"):
+        assert len(load_ego_json(g, t)) == 2
+    write(g, '{"0": [[0, 1]], "1": [[0, 1], [1, 2]], "0": [[1, 0]]}')
+    with pytest.raises(DataFileError, match="graph id 0 appears twice with different edges"):
         load_ego_json(g, t)
 
 

@@ -17,7 +17,8 @@ import torch
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import as_number, csv_rows, parse_json, read_text, sorted_unique, undirected_edge_index
+from graphattn.data.rawio import (JSONObject, as_number, csv_rows, parse_json, read_text, sorted_unique,
+                                  undirected_edge_index)
 from graphattn.data.tu_text import GraphList
 
 __all__ = ["load_ego_json"]
@@ -29,6 +30,8 @@ def _targets(header: List[str], rows: List[List[str]], what: str) -> Dict[int, i
     tcol = header.index("target") if "target" in header else len(header) - 1
     icol = header.index("id") if "id" in header else 0
     out: Dict[int, int] = {}
+    row_of: Dict[int, int] = {}
+    repeated = []
     for k, r in enumerate(rows):
         if len(r) != len(header):
             raise DataFileError(f"{what}: row {k + 2} has {len(r)} fields, header {header} has "
@@ -38,28 +41,42 @@ def _targets(header: List[str], rows: List[List[str]], what: str) -> Dict[int, i
             raise DataFileError(f"{what}: row {k + 2}: graph id {r[icol]!r} and target "
                                 f"{r[tcol]!r} (column {header[tcol]!r}) must be integers; "
                                 "string or missing labels are not supported in this format")
-        if gid in out:
-            raise DataFileError(f"{what}: graph id {gid} appears twice (row {k + 2})")
-        out[gid] = lab
+        if gid in out:  # the same label again: read once; another label: which one is meant?
+            if out[gid] != lab:
+                raise DataFileError(f"{what}: graph id {gid} has two labels: {out[gid]} on row {row_of[gid]} and "
+                                    f"{lab} on row {k + 2}")
+            repeated.append(gid)
+            continue
+        out[gid], row_of[gid] = lab, k + 2
+    if repeated:
+        warnings.warn(f"{what}: {len(repeated)} graph id(s) on more than one row with the same label, read once: "
+                      f"{repeated[:10]}" + (" ..." if len(repeated) > 10 else ""), stacklevel=3)
     return out
 
 
 def _edge_lists(obj, what: str) -> Tuple[List[int], List[list]]:
     """Graph ids (sorted) and their edge lists ``[[u, v], ...]``, validated."""
-    if not isinstance(obj, dict):
+    if not isinstance(obj, JSONObject):
         raise DataFileError(f"{what}: expected an object {{graph id: [[u, v], ...]}}")
     by_id: Dict[int, list] = {}
-    for key, edges in obj.items():
+    repeated = []
+    for key, edges in obj.pairs:
         try:
             gid = int(key)
         except ValueError:
             raise DataFileError(f"{what}: key {key!r} is not an integer graph id") from None
-        if gid in by_id:
-            raise DataFileError(f"{what}: graph id {gid} appears twice (key {key!r})")
         if not isinstance(edges, list):
             raise DataFileError(f"{what}: graph {key}: expected a list of [u, v] pairs, got "
                                 f"{type(edges).__name__}")
+        if gid in by_id:  # the same edges again: read once; other edges: which graph is meant?
+            if by_id[gid] != edges:
+                raise DataFileError(f"{what}: graph id {gid} appears twice with different edges (key {key!r})")
+            repeated.append(gid)
+            continue
         by_id[gid] = edges
+    if repeated:
+        warnings.warn(f"{what}: {len(repeated)} graph id(s) listed more than once with the same edges, read once: "
+                      f"{repeated[:10]}" + (" ..." if len(repeated) > 10 else ""), stacklevel=3)
     ids = sorted(by_id)
     lists = [by_id[g] for g in ids]
     pairs = list(chain.from_iterable(lists))
@@ -82,7 +99,9 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
     ``target`` names the CSV member, e.g. ``deezer_egos/deezer_target.csv``). Node ids are
     local and must cover 0..n-1; graphs are ordered by integer id. Targets must be
     integers (re-coded to 0..C-1 in sorted order, originals in ``label_values``); a
-    non-integer or duplicated one is a :class:`DataFileError` naming the file and row.
+    non-integer one is a :class:`DataFileError` naming the file and row. A graph id listed twice
+    is read once when both give the same label (or edges), with a warning; otherwise it is a
+    :class:`DataFileError` naming both rows (keys).
 
     A graph with an empty edge list has **0 nodes** (the format cannot list isolated
     nodes). Such graphs are kept, with a warning counting them: the graph pipeline
@@ -94,7 +113,7 @@ def load_ego_json(graphs: PathLike, target: PathLike, *, member_prefix: str = ""
     """
     graphs = Path(graphs)
     jtext, ttext, jwhat, twhat = _read_files(graphs, target)
-    ids, lists = _edge_lists(parse_json(jtext, jwhat), jwhat)
+    ids, lists = _edge_lists(parse_json(jtext, jwhat, pairs=True), jwhat)
     header, rows = csv_rows(ttext, twhat)
     targets = _targets(header, rows, twhat)
     missing = [i for i in ids if i not in targets]

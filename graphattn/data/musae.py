@@ -26,8 +26,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import (csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json, read_bytes,
-                                  read_text, sorted_unique, undirected_edge_index)
+from graphattn.data.rawio import (JSONObject, csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json,
+                                  read_bytes, read_text, sorted_unique, undirected_edge_index)
 
 __all__ = ["load_musae", "check_max_features", "read_target"]
 
@@ -184,6 +184,7 @@ def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str]
         raise DataFileError(f"{path}: id column {header[id_col]!r} is not an int64 integer "
                             f"({exc}); name the node id column with id_col= (--id-col)") from exc
     y, names = label_codes([r[t_col] for r in rows])
+    ids, y, rows = drop_duplicate_ids(path, header, rows, ids, y, id_col, t_col)
     n_missing = int(np.count_nonzero(y < 0))
     if rows and n_missing == len(rows):
         raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
@@ -220,11 +221,11 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
                    ) -> Tuple[Tensor, np.ndarray, int, int]:
     """``(x (N, F) multi-hot, feature ids (F,), number of target nodes that have a row,
     number of distinct feature ids before any cut)``."""
-    obj = parse_json(read_text(path), str(path))
-    if not isinstance(obj, dict):
+    obj = parse_json(read_text(path), str(path), pairs=True)
+    if not isinstance(obj, JSONObject):
         raise DataFileError(f"{path}: expected an object {{node id: [feature ids]}}")
-    keys, nodes, lists, unknown = [], [], [], 0
-    for key, feats in obj.items():
+    keys, nodes, lists, unknown, seen, repeated = [], [], [], 0, {}, []
+    for key, feats in obj.pairs:
         try:
             nid = int(key)
         except ValueError:
@@ -232,6 +233,13 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
         if not isinstance(feats, list):
             raise DataFileError(f"{path}: node {key!r}: expected a list of feature ids, got "
                                 f"{type(feats).__name__} {str(feats)[:40]}")
+        if nid in seen:  # a node listed twice: the same features once, different ones an error
+            if sorted(map(str, seen[nid][1])) != sorted(map(str, feats)):
+                raise DataFileError(f"{path}: node {nid} is listed twice with different features "
+                                    f"(keys {seen[nid][0]!r} and {key!r})")
+            repeated.append(nid)
+            continue
+        seen[nid] = (key, feats)
         node = id_index.get(nid)
         if node is None:
             unknown += 1
@@ -239,6 +247,9 @@ def _read_features(path: PathLike, id_index: Dict[int, int], num_nodes: int,
         keys.append(key)
         nodes.append(node)
         lists.append(feats)
+    if repeated:
+        warnings.warn(f"{path}: {len(repeated)} node(s) listed more than once with the same features, read "
+                      f"once: {repeated[:10]}" + (" ..." if len(repeated) > 10 else ""), stacklevel=3)
     if unknown:
         warnings.warn(f"{path}: {unknown} feature rows name nodes absent from the target file; "
                       "ignored", stacklevel=3)
@@ -288,6 +299,41 @@ def check_max_features(max_features: Optional[int]) -> None:
                          "(it keeps the F most frequent feature ids)")
 
 
+def drop_duplicate_ids(path, header: List[str], rows: List[List[str]], ids: np.ndarray, y: np.ndarray,
+                       id_col: int, t_col: int):
+    """``(ids, y, rows)`` without the repeats of a node id whose label agrees with its first row (a
+    warning names the ids and the columns that differ); an id whose rows disagree on the label is a
+    :class:`DataFileError` naming both file rows (the header is row 1). Public releases have such
+    repeats: Twitch FR's target file lists ``new_id`` 1018 twice (identical rows) and 3754 twice (the
+    ``views`` differ by one)."""
+    order = np.argsort(ids, kind="stable")
+    again = np.zeros(ids.size, dtype=bool)
+    again[order[1:]] = ids[order[1:]] == ids[order[:-1]]
+    if not again.any():
+        return ids, y, rows
+    first = {}
+    for i in order.tolist():  # the first file row of every id (stable sort: file order within an id)
+        first.setdefault(int(ids[i]), i)
+    differ: Dict[int, List[str]] = {}
+    for i in np.flatnonzero(again).tolist():
+        j = first[int(ids[i])]
+        if y[i] != y[j]:
+            raise DataFileError(f"{path}: node id {int(ids[i])} (column {header[id_col]!r}) has two labels in column "
+                                f"{header[t_col]!r}: {rows[j][t_col]!r} on row {j + 2} and {rows[i][t_col]!r} on row "
+                                f"{i + 2}; if {header[id_col]!r} is not the node id column, name it with id_col= "
+                                "(--id-col)")
+        differ.setdefault(int(ids[i]), [])
+        differ[int(ids[i])] += [header[c] for c in range(len(header)) if rows[i][c] != rows[j][c]
+                                and header[c] not in differ[int(ids[i])]]
+    shown = ", ".join(f"{k}" + (f" (differing in {', '.join(v)})" if v else " (identical rows)")
+                      for k, v in list(differ.items())[:10])
+    warnings.warn(f"{path}: {len(differ)} node id(s) in column {header[id_col]!r} appear on more than one row "
+                  f"with the same label; the first row of each is kept: {shown}"
+                  + (" ..." if len(differ) > 10 else ""), stacklevel=4)
+    keep = ~again
+    return ids[keep], y[keep], [r for r, k in zip(rows, keep.tolist()) if k]
+
+
 def load_musae(edges_path: PathLike, target_path: PathLike,
                features_path: Optional[PathLike] = None, target_col: Optional[str] = None,
                *, max_features: Optional[int] = None, remove_self_loops: bool = True,
@@ -330,6 +376,10 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     a column with 20 or more values and fewer than 5 labelled nodes per value on average (a
     quantity such as page traffic, not class labels) is loaded with a warning.
 
+    A node id on several rows of the target file is read once when every row gives it the same
+    label (a warning names it and the columns that differ); rows that disagree on the label are a
+    :class:`DataFileError` naming both.
+
     Nodes are the rows of the target file, numbered 0..N-1 in increasing id order
     (``data.node_id`` keeps the file ids). Edges are made undirected (both directions),
     deduplicated and sorted.
@@ -364,8 +414,8 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
 
 def _sorted_nodes(target_path: PathLike, ids: np.ndarray, y: np.ndarray, class_names, id_name: str,
                   t_name: str):
-    """:func:`read_target`'s result with the nodes in increasing id order; a duplicated id or an
-    empty file is a :class:`DataFileError`."""
+    """:func:`read_target`'s result with the nodes in increasing id order (ids are unique there, see
+    :func:`drop_duplicate_ids`); an empty file is a :class:`DataFileError`."""
     order = np.argsort(ids, kind="stable")
     ids, y = ids[order], y[order]
     if ids.size and np.any(ids[1:] == ids[:-1]):

@@ -23,7 +23,7 @@ import numpy as np
 
 from graphattn.data.download import DataFileError, PathLike
 
-__all__ = ["read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
+__all__ = ["JSONObject", "read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
            "parse_json", "delimiter_hint", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
            "label_codes", "sorted_unique",
            "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
@@ -109,10 +109,19 @@ def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
     return [h.strip() for h in rows[0]], rows[1:]
 
 
-def parse_json(text: str, what: str):
-    """``json.loads(text)``, a :class:`DataFileError` naming ``what`` when it is invalid."""
+class JSONObject:
+    """A JSON object as its ``(key, value)`` pairs in file order, repeated keys included (a ``dict``
+    would keep only the last of them): :func:`parse_json` with ``pairs=True``."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+
+def parse_json(text: str, what: str, *, pairs: bool = False):
+    """``json.loads(text)``, a :class:`DataFileError` naming ``what`` when it is invalid. With ``pairs``
+    every object is a :class:`JSONObject`, so that a key given twice can be seen."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=JSONObject if pairs else None)
     except json.JSONDecodeError as exc:
         head = text.lstrip()[:1]
         if head and head not in "{[":  # not JSON at all, e.g. a CSV given where JSON belongs

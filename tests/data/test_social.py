@@ -93,8 +93,13 @@ def test_target_col_and_malformed_files(tmp_path):
         load_musae(bad, FIX / "tiny_target.csv")
     dup = tmp_path / "t.csv"
     dup.write_text("id,target\n0,a\n0,b\n1,a\n")
-    with pytest.raises(DataFileError, match="duplicated"):
+    with pytest.raises(DataFileError, match=r"node id 0 \(column .id.\) has two labels .* row 2 and .* row 3"):
         load_musae(FIX / "lastfmlike_edges.csv", dup)
+    dup.write_text("id,target,views\n0,a,5\n1,b,6\n0,a,7\n")  # Twitch FR's repeats: the same label, read once
+    (bad.parent / "e01.csv").write_text("id_1,id_2\n0,1\n")
+    with pytest.warns(UserWarning, match=r"1 node id\(s\) .*first row of each is kept: 0 \(differing in views\)"):
+        d = load_musae(bad.parent / "e01.csv", dup)
+    assert d.node_id.tolist() == [0, 1] and d.class_names == ["a", "b"] and d.y.tolist() == [0, 1]
     trunc = tmp_path / "e.csv.gz"
     trunc.write_bytes(gzip.compress((FIX / "tiny_edges.csv").read_bytes())[:-12])
     with pytest.raises(DataFileError, match="gzip"):
