@@ -73,7 +73,7 @@ def dense_mask_and_bias(edge_index: Tensor, num_nodes: int,
 def shared_data_dir() -> Optional[Path]:
     """``$GRAPHATTN_DATA`` if set and present, else ``../shared/data`` beside the checkout."""
     env = os.environ.get("GRAPHATTN_DATA")
-    candidates = [Path(env)] if env else []
+    candidates = [Path(env).expanduser().resolve()] if env else []
     candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
     for c in candidates:
         if c.is_dir():

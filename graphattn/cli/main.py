@@ -21,7 +21,8 @@ import torch
 from graphattn.cli import molecules_train as molecule_tasks
 from graphattn.cli import pretrain as pretrain_commands
 from graphattn.cli import social_train as social_tasks
-from graphattn.cli.options import DEVICE_HELP, check_paths, check_train_numbers, given_options, usage_error
+from graphattn.cli.options import (DATA_ROOT_HELP, DEVICE_HELP, check_paths, check_train_numbers, given_options,
+                                   usage_error)
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.train import distributed
 from graphattn.train.distributed import DistributedSetupError
@@ -56,6 +57,7 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                    help="smoke runs: only the first N valid molecules; for graph sets a seeded random N graphs "
                         "(the files are sorted by label)")
     g.add_argument("--device", default="auto", help=DEVICE_HELP)
+    g.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     m = p.add_argument_group("model")
     m.add_argument("--hidden", type=int, default=None, help="hidden channels (default: per dataset)")
     m.add_argument("--layers", type=int, default=None, help="transformer blocks (default: per dataset)")
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--csv", default=None, help="molecules: CSV with a SMILES column (labelled for evaluate)")
         p.add_argument("--smiles-col", default="smiles", help="molecules: SMILES column of --csv")
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
         if name != "evaluate":
             p.add_argument("--smiles", nargs="+", default=None, help="molecules: SMILES strings")
             p.add_argument("--out", default=None, help="output file (predictions CSV or picture PNG), or an "
@@ -193,6 +196,8 @@ def _main(argv: Optional[List[str]] = None) -> int:
     except ValueError as exc:
         return usage_error(args.command, str(exc))
     warnings.formatwarning = _one_line_warning
+    if getattr(args, "data_root", None):  # the one place a command line sets the data root
+        os.environ["GRAPHATTN_DATA"] = str(Path(args.data_root).expanduser().resolve())
     return COMMANDS[args.command](args)
 
 

@@ -14,10 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
+#: help of ``--data-root`` (every command that reads data); :func:`graphattn.data.data_root`
+DATA_ROOT_HELP = ("folder of the raw data files (default: $GRAPHATTN_DATA, else the checkout's datasets/, else "
+                  "~/.cache/graphattn); files missing there are downloaded into it")
 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
@@ -126,7 +129,7 @@ def check_train_numbers(args) -> None:
 
 
 #: options naming files or folders: an empty value is a mistake (it would mean the current folder)
-_PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude")
+_PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude", "data_root")
 
 
 def check_paths(args) -> None:

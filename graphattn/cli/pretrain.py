@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from graphattn.cli.options import DEVICE_HELP, check_train_numbers
+from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, check_train_numbers
 from graphattn.data.download import DataFileError
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.tasks.molecules.data import spooled
@@ -50,6 +50,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="molecules held out for the validation losses (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, masks and validation split (default 0)")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")

@@ -40,10 +40,10 @@ class DataFileError(ValueError):
 def data_root(root: Optional[PathLike] = None) -> Path:
     """Resolve the data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` > cache."""
     if root is not None:
-        return Path(root).expanduser()
+        return Path(root).expanduser().resolve()  # resolved where it enters: later cwd changes do not move it
     env = os.environ.get("GRAPHATTN_DATA")
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser().resolve()
     checkout = Path(__file__).resolve().parents[2] / "datasets"
     if (checkout / "README.md").exists():
         return checkout
@@ -54,9 +54,9 @@ def cache_root(cache_dir: Optional[PathLike] = None) -> Path:
     """Where processed (featurized) data is cached: ``cache_dir`` > ``$GRAPHATTN_CACHE`` >
     ``~/.cache/graphattn``. Kept apart from the data root, which may be a read-only shared copy."""
     if cache_dir is not None:
-        return Path(cache_dir).expanduser()
+        return Path(cache_dir).expanduser().resolve()
     env = os.environ.get("GRAPHATTN_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "graphattn"
+    return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "graphattn"
 
 
 def sha256sum(path: PathLike, chunk: int = 1 << 20) -> str:
@@ -204,7 +204,7 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
         why = ("no download is available for it" if url is None else
                f"downloads are disabled (download=False); it can be fetched from {url}")
         raise DataFileError(
-            f"none of {list(relpaths)} found under data root {base} (set root= or $GRAPHATTN_DATA), and {why}")
+            f"none of {list(relpaths)} found under data root {base} (set root= (Python), --data-root (command line) or $GRAPHATTN_DATA), and {why}")
     try:
         return download_url(url, base / relpaths[0], sha256=sha256, check=check, git_blob=git_blob)
     except DataFileError:
@@ -212,7 +212,7 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
     except OSError as exc:  # URLError is an OSError
         raise DataFileError(
             f"{relpaths[0]} is not under {base} and downloading {url} failed: {exc}. "
-            "Put the file there by hand or point root=/$GRAPHATTN_DATA at a copy.") from exc
+            "Put the file there by hand or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a copy.") from exc
 
 
 def copy_into_root(src: PathLike, relpath: str, root: Optional[PathLike] = None) -> Path:

@@ -389,7 +389,7 @@ TOXICITY_DATASETS = {
 def toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
     """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
     spec = TOXICITY_DATASETS[name]["tasks"]
-    hint = "delete it to re-download, or point root= / $GRAPHATTN_DATA at a good copy"
+    hint = "delete it to re-download, or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy"
     n_smiles = [h.lower() for h in header].count("smiles")  # 'smiles', or 'SMILES' in a re-saved copy
     if n_smiles != 1:
         raise DataFileError(f"{path}: " + ("several smiles columns" if n_smiles else "no 'smiles' column")
@@ -415,7 +415,7 @@ def _check_toxicity_file(name: str) -> Callable[[Path], None]:
             raise DataFileError(
                 f"{path}: found {len(rows)} molecule rows, expected {lo}-{hi} for {name}; the "
                 "file is truncated or not the MoleculeNet file. Delete it to re-download, or "
-                "point root= / $GRAPHATTN_DATA at a good copy")
+                "point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy")
     return check
 
 

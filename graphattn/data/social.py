@@ -172,8 +172,8 @@ def _get(spec: dict, kind: str, root, download: bool) -> Path:
         return find_file(rels, url=url, root=root, check=_structural_check(kind),
                          download=False)
     if not download:
-        raise DataFileError(f"none of {list(rels)} found under data root {base} (set root= or "
-                            f"$GRAPHATTN_DATA); downloads are disabled (download=False): pass "
+        raise DataFileError(f"none of {list(rels)} found under data root {base} (set root=, --data-root "
+                            f"or $GRAPHATTN_DATA); downloads are disabled (download=False): pass "
                             f"download=True to fetch {url}, or put the file there by hand")
     if kind == "features" and url in _FAILED_DOWNLOADS:
         raise DataFileError(f"{url}: its download already failed in this process, not retried "
