@@ -13,3 +13,10 @@ def molecule_csv(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     yield Path(__file__).parent / "fixtures" / "molecules_tasks_train.csv"
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """Featurized data is cached under ``tmp_path`` (``$GRAPHATTN_CACHE``), never in ``~/.cache``."""
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"

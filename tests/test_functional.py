@@ -220,3 +220,105 @@ def test_csr_is_cached_per_tensor_and_invalidated_by_inplace_edits():
     b = to_csr(ei, 3)
     assert b is not a
     assert sorted(zip(b.row.tolist(), b.col.tolist())) == [(0, 2), (1, 2), (2, 1)]
+
+
+# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
+EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
+
+
+def _t(*shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gradgradcheck_dot_with_bias_and_edge_features(impl):
+    E, H, C = EI.size(1), 2, 3
+    q, k, v = _t(5, H, C, seed=1), _t(5, H, C, seed=2), _t(5, H, C, seed=3)
+    bias, ek, ev = _t(E, H, seed=4), _t(E, H, C, seed=5), _t(E, H, C, seed=6)
+    fn = lambda q, k, v, b, ek, ev: edge_attention(  # noqa: E731
+        q, k, v, EI, bias=b, edge_key=ek, edge_value=ev, impl=impl)
+    assert torch.autograd.gradgradcheck(fn, (q, k, v, bias, ek, ev))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_gradgradcheck_aliased_inputs(impl):
+    """One tensor in several roles (q = k = v, edge_key = edge_value): gradients add once."""
+    x, e = _t(5, 1, 2, seed=7), _t(EI.size(1), 1, 2, seed=8)
+    fn = lambda x, e: edge_attention(x, x, x, EI, edge_key=e, edge_value=e, impl=impl)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (x, e))
+
+
+def test_gradgradcheck_additive_and_dropout_chunked():
+    q, k, att = _t(5, 2, 3, seed=9), _t(5, 2, 3, seed=10), _t(2, 3, seed=11)
+
+    def fn(q, k, att):
+        torch.manual_seed(0)  # the same dropout mask on every call
+        return edge_attention(q, k, k, EI, score="additive", att=att, dropout=0.3, impl="chunked")
+
+    assert torch.autograd.gradgradcheck(fn, (q, k, att))
+
+
+def test_sdpa_path_fails_loudly_on_double_backward():
+    """Complete graphs through SDPA: PyTorch's CPU flash kernel has no 2nd derivative; it
+    must raise, never return a wrong number."""
+    ei = torch.cartesian_prod(torch.arange(3), torch.arange(3)).T.contiguous()
+    q = _t(3, 1, 2, seed=12)
+    g, = torch.autograd.grad(edge_attention(q, q, q, ei, impl="dense").pow(2).sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="not implemented"):
+        g.pow(2).sum().backward()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", ["q", "k", "v", "bias", "edge_key", "edge_value"])
+def test_edge_attention_rejects_nan_on_every_path(impl, name):
+    E = EI.size(1)
+    t = {"q": torch.randn(5, 1, 2), "k": torch.randn(5, 1, 2), "v": torch.randn(5, 1, 2),
+         "bias": torch.randn(E, 1), "edge_key": torch.randn(E, 1, 2), "edge_value": torch.randn(E, 1, 2)}
+    t[name].view(-1)[1] = float("nan")
+    q, k, v = t.pop("q"), t.pop("k"), t.pop("v")
+    with pytest.raises(ValueError, match=rf"^{name} contains NaN"):
+        edge_attention(q, k, v, EI, impl=impl, **t)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_fused_and_chunked_agree_on_neg_inf_bias(impl):
+    q = torch.randn(5, 1, 2)
+    b = torch.zeros(EI.size(1), 1)
+    into2 = EI[1] == 2
+    b[into2] = float("-inf")  # every edge into node 2 hidden
+    out, a = edge_attention(q, q, q, EI, bias=b, impl=impl, return_attention_weights=True)
+    assert (out[2] == 0).all() and (a[into2] == 0).all() and torch.isfinite(out).all()
+    torch.testing.assert_close(out, edge_attention(q, q, q, EI, bias=b, impl="chunked"))
+
+
+@pytest.mark.parametrize("impl", ["auto"] + IMPLS)
+@pytest.mark.parametrize("cv", [1, 5])
+def test_value_channels_differ_from_query_channels(impl, cv):
+    E, H, C = EI.size(1), 2, 3
+    q, k, v = _t(5, H, C, seed=13), _t(5, H, C, seed=14), _t(5, H, cv, seed=15)
+    bias, ek, ev = _t(E, H, seed=16), _t(E, H, C, seed=17), _t(E, H, cv, seed=18)
+    out, alpha = edge_attention(q, k, v, EI, bias=bias, impl=impl, return_attention_weights=True)
+    assert out.shape == (5, H, cv)
+    torch.testing.assert_close(out, dense_ref(q, k, v, EI, bias))
+    gv = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v, bias), gv)
+    want = torch.autograd.grad(dense_ref(q, k, v, EI, bias), (q, k, v, bias), gv)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    # per-edge key/value additions of their own widths: v_j + ev_e summed with the same weights
+    out = edge_attention(q, k, v, EI, edge_key=ek, edge_value=ev, impl=impl)
+    ref = edge_attention(q, k, v[:, :, :1].expand(5, H, C).contiguous(), EI, edge_key=ek, impl="chunked",
+                         return_attention_weights=True)[1]  # weights depend on q, k, ek only
+    msg = (v[EI[0]] + ev) * ref[..., None]  # (E, H, C')
+    torch.testing.assert_close(out, torch.zeros(5, H, cv, dtype=out.dtype).index_add(0, EI[1], msg))
+    assert torch.autograd.gradcheck(
+        lambda q, v, ev: edge_attention(q, k, v, EI, edge_key=ek, edge_value=ev, impl=impl), (q, v, ev))
+
+
+def test_value_channels_on_complete_graph_sdpa():
+    ei = torch.cartesian_prod(torch.arange(4), torch.arange(4)).T.contiguous()
+    q, v = torch.randn(4, 2, 3), torch.randn(4, 2, 6)
+    out = edge_attention(q, q, v, ei, impl="dense")
+    assert out.shape == (4, 2, 6)
+    torch.testing.assert_close(out, dense_ref(q, q, v, ei), atol=1e-5, rtol=1e-5)

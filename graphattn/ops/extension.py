@@ -104,7 +104,14 @@ def _load():
     build_dir = build_directory()
     build_dir.mkdir(parents=True, exist_ok=True)
     verbose = os.environ.get("GRAPHATTN_VERBOSE_BUILD", "") not in ("", "0")
-    if cpp_extension.is_ninja_available() and not os.environ.get("GRAPHATTN_NO_NINJA"):
+    ninja = cpp_extension.is_ninja_available() and not os.environ.get("GRAPHATTN_NO_NINJA")
+    built = build_dir / (f"{_NAME}.so" if ninja else f"{_NAME}_direct.so")
+    started = time.monotonic()
+    if not built.exists():  # a compile, not a load from the cache: say so instead of a silent minute
+        print(f"graphattn: building the CPU attention kernel, once per torch version (about a minute; "
+              f"set GRAPHATTN_NO_CPP=1 to skip it and use the slower pure PyTorch path) in {build_dir}",
+              file=sys.stderr, flush=True)
+    if ninja:
         clear_stale_lock(build_dir)
         cpp_extension.load(
             name=_NAME,
@@ -117,6 +124,8 @@ def _load():
         )
     else:
         torch.ops.load_library(_build_without_ninja(build_dir, verbose))
+    if time.monotonic() - started > 5.0:
+        print(f"graphattn: CPU attention kernel ready ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
     return torch.ops.graphattn_ea
 
 

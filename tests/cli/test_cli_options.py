@@ -10,7 +10,7 @@ from graphattn.cli import main as cli
 from graphattn.cli.options import GROUPS, check_applicable, given_options
 from graphattn.testing import requires_data, shared_data_dir
 
-from test_molecule_robustness import TINY, train_csv  # noqa: E402  (tests/ is on sys.path)
+from tiny_inputs import TINY, train_csv
 
 
 def _fails(argv, capsys, match, tmp_path):

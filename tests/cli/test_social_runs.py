@@ -12,6 +12,8 @@ from graphattn.cli.main import main
 from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import load_checkpoint
 
+from tiny_inputs import write_tu_text
+
 
 def _run(*argv):
     assert main([*map(str, argv)]) == 0
@@ -126,25 +128,8 @@ def test_edges_without_features_uses_structural_and_baseline(tmp_path, capsys):
     assert main(["explain", "--checkpoint", str(out / "best.pt"), "--node", "1"]) == 2  # no attention in GCN
 
 
-def _tu_text(path, n_graphs=24):
-    """DGCNN/GIN text format: class 0 = cycles, class 1 = stars (labels 3 and 7, re-mapped)."""
-    lines = [str(n_graphs)]
-    for k in range(n_graphs):
-        n = 5 + k % 4
-        star = k % 2 == 1
-        lines.append(f"{n} {7 if star else 3}")
-        for i in range(n):
-            if star:
-                nb = list(range(1, n)) if i == 0 else [0]
-            else:
-                nb = [(i - 1) % n, (i + 1) % n]
-            lines.append(" ".join(map(str, [0, len(nb), *nb])))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def test_tu_text_two_folds(tmp_path, capsys):
-    txt = _tu_text(tmp_path / "TOY.txt")
+    txt = write_tu_text(tmp_path / "TOY.txt")
     out = tmp_path / "cv"
     _run("train", "--tu-text", txt, "--folds", 2, "--epochs", 15, "--batch-size", 8, "--out", out,
          "--no-progress", "--lr", 0.01)
@@ -251,7 +236,7 @@ def _example(name):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "examples" / f"{name}.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"example_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -358,7 +343,7 @@ def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
     two = model(x, ei, torch.tensor([0, 0, 1, 1]), num_graphs=2)
     one = model(x[:2], ei[:, :2], torch.zeros(2, dtype=torch.long), num_graphs=1)
     torch.testing.assert_close(two[:1], one)  # graphs do not mix
-    txt = _tu_text(tmp_path / "TOY.txt")
+    txt = write_tu_text(tmp_path / "TOY.txt")
     out = tmp_path / "gin"
     _run("train", "--tu-text", txt, "--folds", 2, "--epochs", 15, "--batch-size", 8, "--out", out,
          "--no-progress", "--lr", 0.01, "--baseline", "gin")

@@ -10,7 +10,7 @@ import torch
 from graphattn.cli.main import main
 from graphattn.train import resolve_device
 
-from test_social_tasks import _tu_text
+from tiny_inputs import write_tu_text
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -61,7 +61,7 @@ def test_cli_refuses_a_gpu_that_is_not_there_before_loading_data(argv, tmp_path,
     for mod, name in ((graphattn.tasks.social.node, "load_node_graph"), (graphattn.cli.social_train_graph, "load_graphs"),
                       (graphattn.cli.molecules_train, "load_dataset"), (graphattn.cli.pretrain, "molecule_pool")):
         monkeypatch.setattr(mod, name, loaded)
-    files = {"TOY": _tu_text(tmp_path / "TOY.txt"), "MOL": tmp_path / "m.csv"}
+    files = {"TOY": write_tu_text(tmp_path / "TOY.txt"), "MOL": tmp_path / "m.csv"}
     (tmp_path / "m.csv").write_text("smiles,a\nCCO,1\nCCN,0\nCCC,1\nc1ccccc1,0\n")
     argv = [str(files.get(a, a)) for a in argv] + ["--out", str(tmp_path / "out"), "--device", "cuda"]
     assert main(argv) == 2
@@ -81,7 +81,7 @@ def test_explicit_cpu_trains_node_mini_batch_and_graph_sets(tmp_path):
     # must keep the mini-batch partition key hashable (Data.to turns a tuple into a list)
     assert main(["train", "karate", "--device", "cpu", "--mini-batch", "--epochs", "2", "--no-progress",
                  "--out", str(tmp_path / "k")]) == 0
-    txt = _tu_text(tmp_path / "TOY.txt")
+    txt = write_tu_text(tmp_path / "TOY.txt")
     assert main(["train", "--tu-text", str(txt), "--device", "cpu", "--epochs", "2", "--batch-size", "8",
                  "--no-progress", "--out", str(tmp_path / "g")]) == 0
 
@@ -89,7 +89,7 @@ def test_explicit_cpu_trains_node_mini_batch_and_graph_sets(tmp_path):
 @cuda
 def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_path, capsys):
     runs = {"k": ["karate", "--label-input", "--consistency", "2"], "m": ["karate", "--mini-batch"],
-            "g": ["--tu-text", str(_tu_text(tmp_path / "TOY.txt")), "--batch-size", "8", "--folds", "2"]}
+            "g": ["--tu-text", str(write_tu_text(tmp_path / "TOY.txt")), "--batch-size", "8", "--folds", "2"]}
     if importlib.util.find_spec("rdkit") is not None:  # molecules too where RDKit is installed
         mol = tmp_path / "m.csv"
         mol.write_text("smiles,a,b\n" + "".join(f"{s},{i % 2},{(i // 2) % 2}\n" for i, s in enumerate(

@@ -4,6 +4,10 @@ from torch_geometric.nn import GATv2Conv, TransformerConv
 
 from graphattn import GraphSelfAttention
 from graphattn.testing import random_graph
+from graphattn.nn.block import GraphTransformerBlock
+from graphattn.functional import dense_attention
+from graphattn.testing import dense_mask_and_bias
+from graphattn.ops import extension
 
 
 def _graph(n=12, e=40, seed=0, isolated=2):
@@ -165,3 +169,131 @@ def test_torch_compile_matches_eager():
     layer = GraphSelfAttention(16, 8, heads=2, impl="chunked").eval()
     compiled = torch.compile(layer)
     assert torch.allclose(compiled(x, ei), layer(x, ei), atol=1e-5)
+
+
+FUSED = extension.fused_available()
+
+
+IMPLS = ["chunked"] + (["fused"] if FUSED else [])
+
+
+needs_fused = pytest.mark.skipif(not FUSED, reason="fused C++ kernel unavailable")
+
+
+# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
+EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
+
+
+def dense_ref(q, k, v, edge_index, bias=None):
+    """Edge attention through the dense reference: (N, H, C) in, (N, H, C') out."""
+    mask, dbias = dense_mask_and_bias(edge_index, q.size(0), bias)
+    to_b = lambda t: t.permute(1, 0, 2)[None]  # noqa: E731  (N, H, C) -> (1, H, N, C)
+    out = dense_attention(to_b(q), to_b(k), to_b(v), mask[None], dbias[None].to(q.dtype))
+    return out[0].permute(1, 0, 2)  # (N, H, C')
+
+
+def _grad_penalty_grad(model, x0, ei):
+    x = x0.clone().requires_grad_()
+    g, = torch.autograd.grad(model(x, ei).pow(2).sum(), x, create_graph=True)
+    return torch.autograd.grad(g.pow(2).sum(), x)[0]
+
+
+def test_additive_layer_gradient_penalty_matches_pyg_gatv2():
+    from torch_geometric.nn import GATv2Conv
+
+    torch.manual_seed(0)
+    ei, x0 = EI[:, :6], torch.randn(5, 8, dtype=torch.float64)
+    ours = GraphSelfAttention(8, 4, heads=2, score="additive", root_weight=False, bias=False).double()
+    pyg = GATv2Conv(8, 4, heads=2, add_self_loops=False, bias=False, share_weights=False).double()
+    with torch.no_grad():
+        W = ours.lin_qkv.weight
+        pyg.lin_r.weight.copy_(W[:8]); pyg.lin_l.weight.copy_(W[8:]); pyg.att.copy_(ours.att.view(1, 2, 4))  # noqa: E702
+    torch.testing.assert_close(_grad_penalty_grad(ours, x0, ei), _grad_penalty_grad(pyg, x0, ei))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_dot_layer_second_derivative_matches_dense_reference(impl):
+    """Also with ``out.sum()`` (a grad_out that does not require grad): the second-order
+    term through the attention weights is not silently dropped."""
+    torch.manual_seed(1)
+    layer = GraphSelfAttention(6, 3, heads=2, impl=impl, root_weight=False).double()
+    x0 = torch.randn(5, 6, dtype=torch.float64)
+
+    def ref(x, ei):
+        q, k, v = layer.lin_qkv(x).view(5, 3, 2, 3).unbind(1)  # 3 x (N, H, C)
+        return dense_ref(q, k, v, ei).reshape(5, 6)  # (N, H*C)
+
+    x, xr = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    g, = torch.autograd.grad(layer(x, EI).sum(), x, create_graph=True)
+    gr, = torch.autograd.grad(ref(xr, EI).sum(), xr, create_graph=True)
+    torch.testing.assert_close(g, gr)
+    torch.testing.assert_close(torch.autograd.grad(g.pow(2).sum(), x)[0],
+                               torch.autograd.grad(gr.pow(2).sum(), xr)[0])
+    torch.testing.assert_close(_grad_penalty_grad(layer, x0, EI), _grad_penalty_grad(ref, x0, EI))
+
+
+@pytest.mark.slow
+def test_torch_compile_default_layer_matches_eager():
+    torch.manual_seed(0)
+    x = torch.randn(12, 8)
+    ei = torch.randint(0, 12, (2, 40))
+    ea = torch.randn(40, 3)
+    layer = GraphSelfAttention(8, 4, heads=2, edge_dim=3)  # impl="auto": fused C++ on CPU
+    compiled = torch.compile(layer)
+    out = compiled(x, ei, ea)
+    torch.testing.assert_close(out, layer(x, ei, ea))
+    out.square().sum().backward()
+    got = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    layer(x, ei, ea).square().sum().backward()
+    for a, b in zip(got, (p.grad for p in layer.parameters())):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.slow
+def test_torch_compile_block_with_dropout_runs_and_matches_in_eval():
+    torch.manual_seed(0)
+    x, ei = torch.randn(10, 8), torch.randint(0, 10, (2, 30))
+    block = GraphTransformerBlock(8, heads=2, dropout=0.2, attn_dropout=0.1)
+    compiled = torch.compile(block)
+    assert torch.isfinite(compiled(x, ei)).all()  # training: seeded C++ dropout is not traced
+    block.eval()
+    torch.testing.assert_close(compiled(x, ei), block(x, ei))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_layer_rejects_non_finite_edge_attr(bad):
+    layer = GraphSelfAttention(4, 2, heads=2, edge_dim=3)
+    ea = torch.randn(EI.size(1), 3)
+    ea[2, 1] = bad
+    with pytest.raises(ValueError, match="edge_attr"):
+        layer(torch.randn(5, 4), EI, ea)
+    with pytest.raises(ValueError, match="edge_attr"):  # table form too
+        layer(torch.randn(5, 4), EI, ea[:3], edge_attr_index=torch.zeros(EI.size(1), dtype=torch.long) + 2)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+def test_layer_rejects_nan_and_pos_inf_attn_bias_but_masks_with_neg_inf(score):
+    layer = GraphSelfAttention(4, 2, heads=2, score=score, root_weight=False)
+    x = torch.randn(5, 4)
+    for bad in (float("nan"), float("inf")):
+        b = torch.zeros(EI.size(1), 2)
+        b[6, 1] = bad
+        with pytest.raises(ValueError, match="attn_bias"):
+            layer(x, EI, attn_bias=b)
+    with pytest.raises(ValueError, match="attn_bias"):
+        layer(x, EI, attn_bias=torch.zeros(EI.size(1), 3))
+    b = torch.zeros(EI.size(1), 2)
+    b[EI[1] == 1] = float("-inf")  # hide every edge into node 1: like an isolated node
+    out = layer(x, EI, attn_bias=b)
+    assert torch.isfinite(out).all() and (out[1] == 0).all() and (out[0] != 0).any()
+
+
+@pytest.mark.parametrize("impl, score", [("chunked", "dot"), ("chunked", "additive"),
+                                         pytest.param("fused", "dot", marks=needs_fused)])
+def test_returned_attention_weights_are_detached(impl, score):
+    layer = GraphSelfAttention(4, 2, heads=2, score=score, impl=impl)
+    out, (ei, alpha) = layer(torch.randn(5, 4, requires_grad=True), EI, return_attention_weights=True)
+    assert out.requires_grad and not alpha.requires_grad and alpha.grad_fn is None
+    assert ei is EI and alpha.shape == (EI.size(1), 2)
+    torch.testing.assert_close(torch.zeros(5, 2).index_add_(0, EI[1], alpha)[:4], torch.ones(4, 2))

@@ -24,7 +24,7 @@ from graphattn.testing import random_graph
 from graphattn.nn.variants import GLOBAL_ATTNS, make_global_attention
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _qkv(n, h=2, c=8, seed=0, dtype=torch.float64):

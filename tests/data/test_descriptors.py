@@ -11,6 +11,7 @@ from graphattn.data import smiles_to_data  # noqa: E402
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors  # noqa: E402
 from graphattn.nn.features import GraphFeatureNorm  # noqa: E402
 from graphattn.nn.models.baselines import MPNNBaseline  # noqa: E402
+import warnings  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
@@ -136,3 +137,25 @@ def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molec
     spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
     with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):
         mp.run_training(ds, md.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)
+
+
+def test_ipc_is_skipped_on_huge_molecules_and_numpy_stays_quiet(monkeypatch):
+    from rdkit import Chem
+
+    from graphattn.data import descriptors as dmod
+
+    mol = Chem.MolFromSmiles("CCCCCCCCCCc1ccccc1")
+    names = dmod.descriptor_names()
+    full = dmod.mol_descriptors(mol)
+    monkeypatch.setattr(dmod, "SLOW_MAX_ATOMS", 5)  # "huge" = more than 5 atoms
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing leaks (numpy overflow warnings are silenced)
+        cut = dmod.mol_descriptors(mol)
+    ipc, avg = names.index("Ipc"), names.index("AvgIpc")
+    assert 0 < full[0, ipc] < cut[0, ipc] == pytest.approx(dmod.SATURATED)  # huge: grows with size, not 0
+    assert full[0, avg] != 0 and cut[0, avg] == 0  # levels off with size: unknown
+    monkeypatch.setattr(dmod, "_functions", lambda: {"Up": lambda m: float("inf"), "Down": lambda m: -float("inf"),
+                                                     "Bad": lambda m: float("nan")})
+    assert dmod.mol_descriptors(mol).tolist() == [[pytest.approx(dmod.SATURATED), pytest.approx(-dmod.SATURATED), 0.0]]
+    others = [j for j, n in enumerate(names) if n not in ("Ipc", "AvgIpc")]
+    assert torch.equal(full[:, others], cut[:, others])

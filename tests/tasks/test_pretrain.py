@@ -298,7 +298,7 @@ def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
 def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
     from pathlib import Path
 
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
     if not (shared / "tox21").is_dir():
         pytest.skip("../shared/data/tox21 not present")
     monkeypatch.setenv("GRAPHATTN_DATA", str(shared))

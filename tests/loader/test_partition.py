@@ -131,7 +131,7 @@ def test_benchmark_quick_runs_within_budget(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "large_graph.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "large_graph.py"
     spec = importlib.util.spec_from_file_location("bench_large_graph", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
