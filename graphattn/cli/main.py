@@ -49,6 +49,8 @@ def _common_train_args(p: argparse.ArgumentParser) -> None:
                         "fastest with 1 on a busy machine)")
     g.add_argument("--out", default=None, help="output folder (metrics.json, best.pt, last.pt)")
     g.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    g.add_argument("--overwrite", action="store_true", help="replace the run already in --out (without it, "
+                                                            "a folder holding a run is refused)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
     g.add_argument("--distributed", action="store_true",
                    help="data-parallel training across the processes started by torchrun "

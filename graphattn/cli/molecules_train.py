@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.cli.molecules_predict import evaluate, explain, predict
-from graphattn.cli.options import GROUPS, check_applicable, usage_error
+from graphattn.cli.options import GROUPS, check_applicable, check_rerun, usage_error
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.tasks.molecules.data import (SPLITS, descriptor_set, file_sha256, load_dataset, split_indices,
@@ -187,6 +187,7 @@ def train(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
     try:
         _check_options(args, hp, baseline)
+        check_rerun(out, args)
         device = resolve_device(getattr(args, "device", None))
         hp, ensemble, init = _architecture(args, hp, out)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:

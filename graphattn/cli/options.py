@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
@@ -159,6 +159,24 @@ def social_hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
         hp["baseline_readout"] = None
     hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
     return hp
+
+
+#: what a training run writes into its folder (or into its member/fold sub-folders)
+RUN_FILES = ("metrics.json", "best.pt", "last.pt")
+
+
+def check_rerun(out: Path, args) -> None:
+    """ValueError when the output folder ``out`` already holds a run and the command line does not say
+    what to do with it: continue it (``--resume``) or replace it (``--overwrite``)."""
+    resume, overwrite = bool(getattr(args, "resume", False)), bool(getattr(args, "overwrite", False))
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in --out, --overwrite replaces it: give one of them")
+    if resume or overwrite or not Path(out).is_dir():
+        return
+    found = sorted(str(p.relative_to(out)) for f in RUN_FILES for p in (*Path(out).glob(f), *Path(out).glob(f"*/{f}")))
+    if found:
+        raise ValueError(f"{out} holds another run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); "
+                         "continue it with --resume, replace it with --overwrite, or give another --out")
 
 
 def out_dir_for(args, name: str) -> Path:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, check_train_numbers
+from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, check_rerun, check_train_numbers
 from graphattn.data.download import DataFileError
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.tasks.molecules.data import spooled
@@ -54,6 +54,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
     p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -67,6 +68,7 @@ def _check(args) -> None:
         if not 0.0 < getattr(args, name) < 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1), got {getattr(args, name)}")
     check_out_folder(args.out)
+    check_rerun(Path(args.out), args)
 
 
 def pretrain(args) -> int:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from graphattn.cli.options import check_applicable, out_dir_for, social_hparams
+from graphattn.cli.options import check_applicable, check_rerun, out_dir_for, social_hparams
 from graphattn.cli.social_predict import build_model, evaluate, explain, message_of, node_accuracy, predict
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
 from graphattn.data.download import DataFileError, data_root, files_sha256
@@ -155,7 +155,9 @@ def train(args) -> int:
                 raise ValueError("--distributed needs batches to share between the ranks: a full-batch node "
                                  "set is one batch; add --mini-batch (partition mini-batches)")
             check_applicable(args, "node", args.baseline or "none")
-            job = _prepare_node(args, data_spec(args, None if args.edges else name))
+            spec = data_spec(args, None if args.edges else name)
+            check_rerun(out_dir_for(args, spec["display"]), args)
+            job = _prepare_node(args, spec)
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
         hint = " (on the command line: --target-col NAME)" if "target_col" in message_of(exc) else ""
         print(f"graphattn train: {message_of(exc)}{hint}", file=sys.stderr)

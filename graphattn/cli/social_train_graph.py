@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from graphattn.cli.options import out_dir_for, social_hparams
+from graphattn.cli.options import check_rerun, out_dir_for, social_hparams
 from graphattn.data.download import files_sha256
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social.graph import finished_same_fold, fit_fold, gin_protocol, graph_defaults, graph_model_spec
@@ -26,6 +26,7 @@ def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
 def prepare_graph(args, name: Optional[str]):
     """(data spec, graphs, hyperparameters) of a ``graphattn train`` command."""
     spec = data_spec(args, name)
+    check_rerun(out_dir_for(args, spec["display"] + (f"-{args.folds}fold" if args.folds else "")), args)
     hp = social_hparams(args, graph_defaults(name))
     if args.baseline == "none":
         spec["pe_dim"] = hp["pe_dim"]
