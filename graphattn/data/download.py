@@ -14,10 +14,14 @@ never leaves a file behind that later looks valid.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import io
+import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 import urllib.request
@@ -30,7 +34,7 @@ from graphattn.utils.files import plain_mode
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
+__all__ = ["pyg_progress_to_log", "data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
 
 
 class DataFileError(ValueError):
@@ -221,3 +225,49 @@ def copy_into_root(src: PathLike, relpath: str, root: Optional[PathLike] = None)
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(src, dest)
     return dest
+
+
+#: the progress lines PyG's dataset classes print on stderr while they download and process
+_PYG_LINES = ("Processing...", "Done!", "Downloading ", "Extracting ")
+logger = logging.getLogger("graphattn")
+
+
+class _PygLineFilter(io.TextIOBase):
+    """A stderr that sends PyG's progress lines (:data:`_PYG_LINES`) to the ``graphattn`` logger at
+    INFO level and writes everything else (warnings, tqdm bars) through unchanged."""
+
+    def __init__(self, stream):
+        self._stream, self._held = stream, ""
+
+    def write(self, text: str) -> int:
+        self._held += text
+        while self._held:
+            line, nl, rest = self._held.partition("\n")
+            if any(line.startswith(p) for p in _PYG_LINES):
+                if not nl:  # the rest of the line is still to come (print writes the newline apart)
+                    break
+                logger.info(line)
+                self._held = rest
+            elif not nl and any(p.startswith(line) for p in _PYG_LINES):
+                break  # a prefix of a PyG line: wait for more
+            else:
+                self._stream.write(line + nl)
+                self._held = rest
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+@contextlib.contextmanager
+def pyg_progress_to_log():
+    """Inside the block, PyG's "Processing..." / "Done!" / "Downloading ..." lines go to the ``graphattn``
+    logger (shown with ``logging.basicConfig(level=logging.INFO)``) instead of stderr, where a command
+    line tool's output and error messages are."""
+    filtered = _PygLineFilter(sys.stderr)
+    with contextlib.redirect_stderr(filtered):
+        try:
+            yield
+        finally:
+            if filtered._held:  # an unfinished line: let it out as it is
+                filtered._stream.write(filtered._held)

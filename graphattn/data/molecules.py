@@ -25,7 +25,7 @@ import torch
 from torch_geometric.data import InMemoryDataset
 from tqdm.auto import tqdm
 
-from graphattn.data.download import DataFileError, cache_root, find_file, sha256sum
+from graphattn.data.download import DataFileError, cache_root, find_file, pyg_progress_to_log, sha256sum
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       CANONICAL_MAX_ATOMS, FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning,
                                       canonical_smiles, mol_to_data, parse_smiles, smiles_to_data)
@@ -210,7 +210,9 @@ class _SmilesCSVDataset(InMemoryDataset):
         self._key = (f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
                      + (f"-limit{self._limit}" if self._limit else ""))
         base = writable_dir(Path(cache_base), rel or name)
-        super().__init__(str(base), transform, pre_transform, None, log, force_reload)
+        self.progress = bool(log)  # our featurizing bar; PyG's own "Processing..." lines go to the log
+        with pyg_progress_to_log():
+            super().__init__(str(base), transform, pre_transform, None, log, force_reload)
         self.load(self.processed_paths[0])
         with open(self.processed_paths[1]) as f:
             meta = json.load(f)
@@ -305,7 +307,7 @@ class _SmilesCSVDataset(InMemoryDataset):
         conflicting: List[Tuple[int, int]] = []
         total = len(rows) if self._limit is None else min(len(rows), self._limit)
         for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol", total=total,
-                                 disable=not self.log):
+                                 disable=not self.progress):
             if self._limit is not None and len(data_list) >= self._limit:
                 break
             read += 1

@@ -22,7 +22,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.datasets import Planetoid
 
-from graphattn.data.download import DataFileError, PathLike, cache_root, find_file
+from graphattn.data.download import DataFileError, PathLike, cache_root, find_file, pyg_progress_to_log
 from graphattn.utils.files import plain_mode
 
 __all__ = ["load_cora", "load_planetoid", "PLANETOID_DATASETS"]
@@ -127,6 +127,12 @@ def _link_raw(proc_root: Path, pyg_name: str, raw: Dict[str, Path]) -> None:
             shutil.copyfile(src, dst)
 
 
+def _planetoid(root: Path, pyg_name: str) -> Planetoid:
+    """PyG's ``Planetoid`` (public split) on ``root``, its progress lines sent to the log."""
+    with pyg_progress_to_log():
+        return Planetoid(str(root), pyg_name, split="public")
+
+
 def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
     """PyG's ``Planetoid`` on the cached folder ``proc_root``. PyG writes ``processed/data.pt``
     in place, without a lock: processes starting together read each other's half-written
@@ -135,7 +141,7 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
     folder that does not load is rebuilt."""
     if proc_root.is_dir():
         try:
-            return Planetoid(str(proc_root), pyg_name, split="public")
+            return _planetoid(proc_root, pyg_name)
         except Exception as exc:  # truncated / corrupt processed file (torch.load raises many kinds)
             warnings.warn(f"{proc_root}: the processed cache does not load ({type(exc).__name__}); "
                           "rebuilding it", stacklevel=3)
@@ -148,7 +154,7 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
                             f"({exc.strerror or exc}): point GRAPHATTN_CACHE at a writable folder") from exc
     try:
         _link_raw(tmp, pyg_name, raw)
-        Planetoid(str(tmp), pyg_name, split="public")
+        _planetoid(tmp, pyg_name)
         plain_mode(tmp, 0o777)  # mkdtemp makes it 0700: others sharing the cache could not read it
         try:
             os.rename(tmp, proc_root)
@@ -157,7 +163,7 @@ def _processed(proc_root: Path, pyg_name: str, raw: Dict[str, Path]):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return Planetoid(str(proc_root), pyg_name, split="public")
+    return _planetoid(proc_root, pyg_name)
 
 
 def load_cora(root: Optional[PathLike] = None, *, download: bool = True) -> Data:

@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 
 from torch_geometric.datasets import TUDataset
 
-from graphattn.data.download import DataFileError, PathLike, data_root, find_file
+from graphattn.data.download import DataFileError, PathLike, data_root, find_file, pyg_progress_to_log
 from graphattn.data.ego_json import load_ego_json
 from graphattn.data.rawio import canonical_name, zip_check
 from graphattn.data.social_splits import load_tu_folds, stratified_folds
@@ -221,7 +221,8 @@ def load_tu_dataset(root: PathLike, name: str, **kwargs):
                             f"read them as they are with graphattn.data.load_tu_folder({str(raw)!r}, {name!r})")
     made = [p for p in (Path(root), Path(root) / name, raw) if not p.exists()]
     try:
-        return TUDataset(str(root), name, **kwargs)
+        with pyg_progress_to_log():
+            return TUDataset(str(root), name, **kwargs)
     except Exception as exc:  # PyG's download: URLError, aiohttp errors, HTTP 404 for unknown names...
         if find_tu_prefix(raw, name) is not None:
             raise  # the files were there: PyG's own error is about their content
