@@ -12,6 +12,8 @@ fold-mean test curve — is printed too).
     python examples/social_baselines.py --datasets imdb-binary --folds 10 --epochs 100
     python examples/social_baselines.py --datasets imdb-binary --models ours,gin   # + GIN-0 (sum readout)
     python examples/social_baselines.py --datasets karate --epochs 1        # smoke run
+    python examples/social_baselines.py --edges E.csv --target T.csv --target-col mature  # your own graph
+    python examples/social_baselines.py --tu-text MY_GRAPHS.txt --folds 10                # your own graph set
     python examples/social_baselines.py --datasets cora --seeds 0,1,2 \
         --grid "lr=0.005,0.01;dropout=0.5,0.7;weight_decay=5e-4,5e-3"      # same grid for every model
 
@@ -65,22 +67,38 @@ def parse_grid(text):
     return [dict(point) for point in itertools.product(*axes)]
 
 
-def train_node(name, data, mspec, hp, seed, device=None):
+def train_node(name, data, mspec, hp, seed, device=None, log=None):
     set_seed(seed)
     dev = resolve_device(device)
     model, data = build_model(mspec).to(dev), data.to(dev)
     loaders = {s: [data] for s in ("train", "val", "test")}
     return fit(model, loaders, sn.node_forward(mspec), kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
                weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=seed,
-               progress=False, log=lambda s: None)
+               progress=False, log=log or (lambda s: None))
+
+
+def node_spec(name, args, seed):
+    """The data spec of a named node set, or of the user's ``--edges/--target[/--features]`` files."""
+    spec = {"level": "node", "name": name, "display": name, "split": list(sn.SPLIT), "split_seed": seed,
+            "hops": args.hops}
+    if args.edges:
+        spec.update(name=None, display=name, edges=str(Path(args.edges).resolve()),
+                    target=str(Path(args.target).resolve()),
+                    features=str(Path(args.features).resolve()) if args.features else None,
+                    target_col=args.target_col, id_col=args.id_col)
+    return spec
+
+
+def epoch_printer(log, args, *where):
+    """One line per epoch (``--epoch-lines``), prefixed with the run it belongs to."""
+    return (lambda line: log("   " + " ".join(map(str, where)) + " | " + line)) if args.epoch_lines else None
 
 
 def run_node(name, args, log):
     results = {m: [] for m in args.models}
     grid = args.grid_points
     for seed in args.seeds:
-        spec = {"level": "node", "name": name, "display": name, "split": list(sn.SPLIT), "split_seed": seed,
-                "hops": args.hops}
+        spec = node_spec(name, args, seed)
         data = sn.load_node_data(spec)
         hp = hparams(args, sn.node_defaults(name, data.num_nodes))
         if hp.get("label_input"):
@@ -91,7 +109,7 @@ def run_node(name, args, log):
             for point in (grid if m in args.grid_models else [{}]):
                 hp_m = dict(hp, **point)  # baselines use one dropout for input, features and attention
                 res = train_node(name, data, sn.node_model_spec("none" if m == "ours" else m, data, hp_m),
-                                 hp_m, seed, args.device)
+                                 hp_m, seed, args.device, epoch_printer(log, args, name, "seed", seed, m))
                 if point:
                     log(f"   {name} seed {seed} {m} {point}: val {res['val']['accuracy']:.4f}")
                 if best is None or res["val"]["accuracy"] > best[0]["val"]["accuracy"]:
@@ -107,13 +125,13 @@ def run_node(name, args, log):
 
 def run_graph(name, args, log):
     # the data spec of `graphattn train <name>` (node attributes and TU edge features included)
-    spec = gd.graph_data_spec(name, folds=args.folds)
+    spec = gd.graph_data_spec(None if args.tu_text else name, folds=args.folds, tu_text=args.tu_text)
     graphs = gd.load_graphs(spec)
     edge_dim = gd.edge_dim_of(graphs)
     if edge_dim:
         log(f"{name}: {edge_dim} edge features (TU edge attributes/labels), used by ours, gat, transformer "
             "and gin (GINEConv); not by gcn")
-    hp = hparams(args, sg.graph_defaults(name))
+    hp = hparams(args, sg.graph_defaults(None if args.tu_text else name))
     results, gin = {m: [] for m in args.models}, {}
     histories = {m: [] for m in args.models}
     folds = args.fold_ids if args.fold_ids else list(range(args.folds))
@@ -124,7 +142,8 @@ def run_graph(name, args, log):
                                         graphs.num_classes, hp, edge_dim)
             t = time.perf_counter()
             res = sg.fit_fold(graphs, split, mspec, hp, seed=args.seeds[0], batch_size=args.batch_size,
-                              progress=False, log=lambda s: None, device=args.device)
+                              progress=False, log=epoch_printer(log, args, name, "fold", fold + 1, m) or (lambda s: None),
+                              device=args.device)
             results[m].append(res["test"]["accuracy"])
             histories[m].append(res["history"])
             log(f"{name} fold {fold + 1} {m:>11}: test acc {res['test']['accuracy']:.4f} (val "
@@ -184,7 +203,23 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on small graphs)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--json", default=None, help="append the results to this JSON-lines file")
+    p.add_argument("--epoch-lines", default=True, action=argparse.BooleanOptionalAction,
+                   help="print one line per epoch of every run (default), not only one per run")
+    g = p.add_argument_group("your own graph (instead of --datasets), in the formats `graphattn train` reads")
+    g.add_argument("--edges", default=None, help="node classification: edges CSV (two id columns)")
+    g.add_argument("--target", default=None, help="node classification: node id + label CSV")
+    g.add_argument("--features", default=None, help="node classification: features JSON {node id: [feature ids]}")
+    g.add_argument("--target-col", default=None, help="label column of --target (default: recognised)")
+    g.add_argument("--id-col", default=None, help="node id column of --target (default: recognised)")
+    g.add_argument("--tu-text", default=None, help="graph classification: a DGCNN/GIN text file or TU folder")
     args = p.parse_args(argv)
+    if args.edges and not args.target:
+        p.error("--edges needs --target (the node id + label CSV)")
+    if args.edges and args.tu_text:
+        p.error("give --edges/--target (one graph) or --tu-text (a set of graphs), not both")
+    for flag in ("target", "features", "target_col", "id_col"):
+        if getattr(args, flag) and not args.edges:
+            p.error(f"--{flag.replace('_', '-')} goes with --edges")
     torch.set_num_threads(args.threads)
     try:
         resolve_device(args.device)
@@ -203,17 +238,20 @@ def main(argv=None):
         p.error(f"unknown models {bad}; choose from {MODELS + EXTRA_MODELS}")
     log = lambda s: print(s, flush=True)  # noqa: E731
     table = []
-    for raw in args.datasets.split(","):
-        name = dataset_key(raw)
+    own = Path(args.target if args.edges else args.tu_text or "").name.split(".")[0] if args.edges or args.tu_text else None
+    kinds = {own: "node" if args.edges else "graph"} if own else {}
+    for raw in [own] if own else args.datasets.split(","):
+        name = raw if own else dataset_key(raw)
         if name is None:
             p.error(f"unknown dataset {raw!r}; choose from {', '.join(DATASETS)}")
-        if DATASETS[name] == "node":
+        kind = kinds.get(name) or DATASETS[name]
+        if kind == "node":
             res, hp = run_node(name, args, log)
             gin = None
         else:
             res, hp, gin = run_graph(name, args, log)
         row = {"dataset": name, "results": res, "hparams": hp, "gin_protocol": gin,
-               "runs": "seeds " + ",".join(map(str, args.seeds)) if DATASETS[name] == "node"
+               "runs": "seeds " + ",".join(map(str, args.seeds)) if kind == "node"
                else f"{len(next(iter(res.values())))} folds"}
         table.append(row)
         log(f"== {name} ({row['runs']}): " + " | ".join(f"{m} {fmt(v)}" for m, v in res.items()))
