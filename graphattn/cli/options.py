@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun"]
+__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
@@ -177,6 +177,19 @@ def check_rerun(out: Path, args) -> None:
     if found:
         raise ValueError(f"{out} holds another run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); "
                          "continue it with --resume, replace it with --overwrite, or give another --out")
+
+
+def applied_defaults(specific: Dict[str, Any], args, task: str) -> str:
+    """A line naming the dataset-specific settings of a ``task`` run (``"node"`` or ``"graph"``) that the
+    command line did not give (e.g. Facebook's label input and propagation), or ``""`` when there are none."""
+    given = getattr(args, "given_options", frozenset())
+    ours = (getattr(args, "baseline", "none") or "none") == "none"
+    shown = {k: v for k, v in specific.items() if k not in given and not k.startswith("baseline_")
+             and (ours or k not in OURS_ONLY[task])}
+    if not shown:
+        return ""
+    return ("defaults of this dataset (each has its option): "
+            + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in shown.items()))
 
 
 def out_dir_for(args, name: str) -> Path:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from graphattn.cli.options import check_applicable, check_rerun, out_dir_for, social_hparams
+from graphattn.cli.options import applied_defaults, check_applicable, check_rerun, out_dir_for, social_hparams
 from graphattn.cli.social_predict import build_model, evaluate, explain, message_of, node_accuracy, predict
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
 from graphattn.data.download import DataFileError, data_root, files_sha256
@@ -289,6 +289,9 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
             # full batch, partitions or sampled neighbourhoods: a resume must not switch it
             "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(args.mini_batch or "", "full")}
     print(describe_node(spec, data, model_spec, hp, args.mini_batch))
+    applied = applied_defaults(sn.dataset_specific_defaults(spec.get("name") or ""), args, "node")
+    if applied:
+        print(applied)
     if args.mini_batch == "neighbor":
         loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
     elif args.mini_batch:

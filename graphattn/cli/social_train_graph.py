@@ -9,10 +9,11 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from graphattn.cli.options import check_rerun, out_dir_for, social_hparams
+from graphattn.cli.options import applied_defaults, check_rerun, out_dir_for, social_hparams
 from graphattn.data.download import files_sha256
 from graphattn.nn.models.registry import build_model
-from graphattn.tasks.social.graph import finished_same_fold, fit_fold, gin_protocol, graph_defaults, graph_model_spec
+from graphattn.tasks.social.graph import (finished_same_fold, fit_fold, gin_protocol, graph_dataset_specific_defaults,
+                                          graph_defaults, graph_model_spec)
 from graphattn.tasks.social.graph_data import edge_dim_of, graph_data_spec, graph_split, load_graphs
 from graphattn.train.loop import threads_for, write_metrics
 
@@ -86,6 +87,9 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
           + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
           + f"readout {model_spec['kwargs']['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
           + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
+    applied = applied_defaults(graph_dataset_specific_defaults(spec.get("name")), args, "graph")
+    if applied:
+        print(applied)
     folds = list(range(args.folds)) if args.folds else [None]
     if args.folds and (graphs.folds is None or len(graphs.folds) != args.folds):
         why = (f"the dataset has {len(graphs.folds)} folds" if graphs.folds is not None else

@@ -28,7 +28,7 @@ from graphattn.tasks.social.node import check_matches_checkpoint
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
 from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
-__all__ = ["graph_defaults", "graph_model_spec", "graph_forward", "fit_fold", "gin_protocol", "finished_same_fold",
+__all__ = ["graph_defaults", "graph_dataset_specific_defaults", "graph_model_spec", "graph_forward", "fit_fold", "gin_protocol", "finished_same_fold",
            "evaluate_graph", "predict_graph"]
 
 
@@ -47,7 +47,13 @@ _PER_DATASET: Dict[str, Dict[str, Any]] = {
 
 
 def graph_defaults(name: Optional[str]) -> Dict[str, Any]:
+    """Hyperparameters used when the command line leaves them out."""
     return {**_BASE, **_PER_DATASET.get(name or "", {})}
+
+
+def graph_dataset_specific_defaults(name: Optional[str]) -> Dict[str, Any]:
+    """The settings a named graph set gets beyond the general defaults."""
+    return dict(_PER_DATASET.get(name or "", {}))
 
 
 # ----------------------------------------------------------------------------- models

@@ -40,7 +40,7 @@ from graphattn.tasks.social.inputs import warn_if_inputs_changed
 from graphattn.train.loop import model_device
 from graphattn.train.metrics import consistency_loss
 
-__all__ = ["NODE_DATASETS", "node_accuracy", "run_model", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_model_spec", "node_forward",
+__all__ = ["NODE_DATASETS", "dataset_specific_defaults", "node_accuracy", "run_model", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_model_spec", "node_forward",
            "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
 
 
@@ -96,6 +96,12 @@ _PER_DATASET["twitch-engb"] = dict(_PER_DATASET["twitch-engb"], gcn_weight=0.9)
 # GitHub, the same way (seeds 0-2, mean validation accuracy): w = 0 0.8575, 0.5 0.8584, 0.9 0.8582
 # (test 85.7 / 85.9 / 85.9): w = 0.5, a small margin
 _PER_DATASET["github"] = dict(_PER_DATASET["github"], gcn_weight=0.5)
+
+
+def dataset_specific_defaults(name: str) -> Dict[str, Any]:
+    """The settings a named node set gets beyond the general defaults (chosen on its validation
+    accuracy; ``graphattn train`` names them in its run description)."""
+    return dict(_PER_DATASET.get(name, {}))
 
 
 def node_defaults(name: str, num_nodes: int) -> Dict[str, Any]:
