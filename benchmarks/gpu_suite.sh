@@ -21,7 +21,7 @@ step() {  # step NAME SECONDS COMMAND...
 }
 python3 -c "import torch, triton; assert torch.cuda.is_available(), 'no CUDA GPU'; \
 print(torch.cuda.get_device_name(), torch.__version__, 'triton', triton.__version__)" || exit 2
-step tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_triton_attention.py
+step tests 150 python3 -m pytest -q -p no:cacheprovider tests/ops/test_fused_triton.py
 for c in 32 64 128; do
     step "sweep_c$c" 150 python3 benchmarks/triton_sweep.py --channels "$c" --blocks 8 16 32 --warps 1 2 4 \
         --cases 100k molecules --out "$OUT/triton_sweep_c$c.json"
