@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")
+            p.add_argument("--task", default=None, help="molecules: also draw this task's attribution "
+                                                        "(attention × gradient) beside the rollout")
+            p.add_argument("--top-k", type=int, default=None, help="the k most attended atoms named in the "
+                                                                   "text (molecules, default 3) or nodes "
+                                                                   "labelled (social, default 10)")
 
     pretrain_commands.add_parser(sub)
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")

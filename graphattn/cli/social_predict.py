@@ -151,9 +151,14 @@ def _node_row(data, node: int) -> int:
     return int(hit[0])
 
 
+#: nodes labelled in an ego-graph picture besides the centre, when --top-k is not given
+DEFAULT_TOP_K = 10
+
+
 @_social_command
 def explain(args) -> int:
-    """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out."""
+    """Ego-graph of --node with edges coloured by last-layer attention, as a PNG at --out; only
+    the centre and the --top-k nodes it attends to most are labelled (default 10)."""
     ck, meta, model = _load(args.checkpoint, args)
     if meta["pipeline"] != "node":
         raise ValueError("ego-graph pictures need a node-classification checkpoint")
@@ -161,6 +166,12 @@ def explain(args) -> int:
         raise ValueError("attention pictures need our model (not a --baseline checkpoint)")
     if args.hops < 1:
         raise ValueError(f"--hops must be >= 1, got {args.hops}")
+    if getattr(args, "task", None) is not None:
+        raise ValueError("--task is for molecule checkpoints (a task's atom attribution); a social-network "
+                         "picture shows the predicted class of every node")
+    top_k = DEFAULT_TOP_K if getattr(args, "top_k", None) is None else args.top_k
+    if top_k < 0:
+        raise ValueError(f"--top-k must be >= 0, got {top_k}")
 
     data = _node_data(meta)
     if args.node is None:  # the first node (row 0), whatever its id in the files
@@ -175,13 +186,13 @@ def explain(args) -> int:
     if not out.suffix:
         out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
-                              hops=args.hops)
+                              hops=args.hops, top_k=top_k)
     label = "unlabelled" if info["label"] is None else f"label {info['label']}"
     print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), {label}; "
           f"{info['nodes']} nodes / {info['edges']} edges drawn"
           + (f" (of the {info['ego_nodes']} nodes within {args.hops} hops)"
              if info["ego_nodes"] > info["nodes"] else "")
-          + "; "
+          + f", {len(info['labelled'])} labelled; "
           + (f"top attended neighbour {info['top_source']} (α={info['top_alpha']:.3f})"
              if info["top_source"] is not None else "no neighbours to attend to (isolated node)")
           + f". Wrote {out}")

@@ -1,13 +1,15 @@
 """Attention pictures: what a :class:`~graphattn.GraphClassifier` looks at.
 
-Molecules (this file, RDKit): :func:`collect_attention` records every block's attention
-weights during an ordinary forward pass (forward hooks; the model is not modified),
-:func:`attention_rollout` turns them into node importances, :func:`draw_molecule_attention`
-colours atoms and bonds. Other pictures (ego-graphs, training curves) can live beside them.
-RDKit is imported inside the drawing function only.
+Molecules: :func:`collect_attention` records every block's attention weights during an
+ordinary forward pass (forward hooks; the model is not modified), :func:`attention_rollout`
+turns them into node importances (the same for every task; a task's own attribution is in
+:mod:`graphattn.tasks.molecules.attribution`), :func:`draw_molecule_attention` colours atoms and
+bonds (RDKit), atoms numbered as :func:`atom_labels` names them, in panels over their colour
+bars (matplotlib). RDKit and matplotlib are imported inside the functions that use them only.
 """
 from __future__ import annotations
 
+import io
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Sequence, Tuple
@@ -20,7 +22,8 @@ from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
 from graphattn.train.loop import model_device
 
-__all__ = ["collect_attention", "attention_rollout", "molecule_attention", "draw_molecule_attention"]
+__all__ = ["collect_attention", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
+           "atom_labels", "molecule_figure", "draw_molecule_attention"]
 
 
 @contextmanager
@@ -81,23 +84,12 @@ def attention_rollout(attentions: Sequence[Tuple[Tensor, Tensor]], num_nodes: in
     return R
 
 
-@torch.no_grad()
-def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[Tensor, Tensor]:
-    """Per-task probabilities ``(T,)`` and atom importances ``(N,)`` in [0, 1] for one molecule.
-
-    Importance = attention rollout over all layers (heads averaged) read from what the
-    prediction is made of: the rows of the global tokens for ``readout="token"``, the mean
-    of the atom rows otherwise (mean/sum/max pooling); restricted to atoms and scaled so
-    the most important atom is 1. For a :class:`~graphattn.ProbabilityEnsemble` the
-    probabilities are the ensemble's (mean over members) and the importances the mean of the
-    members' (each scaled to max 1 first), rescaled to max 1.
-    """
-    if isinstance(model, ProbabilityEnsemble):
-        parts = [molecule_attention(m, data, residual) for m in model.members]
-        scores = torch.stack([p[1] for p in parts]).mean(0)
-        return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+def molecule_logits(model: nn.Module, data) -> Tuple[Tensor, object]:
+    """``(logits (1, T), data on the model's device)``: one forward pass of ``model`` in eval
+    mode on one molecule with every input it reads (bond features when it has an edge encoder,
+    Laplacian PE, descriptors); the caller's train/eval mode is kept, as PyG's Explainer does."""
     if int(getattr(data, "num_graphs", 1) or 1) > 1:
-        raise ValueError(f"molecule_attention explains one molecule; got a batch of {data.num_graphs} "
+        raise ValueError(f"an explanation is of one molecule; got a batch of {data.num_graphs} "
                          "(call it per graph: batch.get_example(i) or batch.to_data_list())")
     was_training = model.training
     model.eval()
@@ -105,20 +97,48 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     data = data.to(device)
     batch = torch.zeros(data.num_nodes, dtype=torch.long, device=device)
     has_edge_encoder = getattr(getattr(model, "backbone", None), "edge_encoder", None) is not None
+    gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
     try:
-        with collect_attention(model) as att:
-            gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
-            logits = model(data.x, data.edge_index, batch, data.edge_attr if has_edge_encoder else None,
-                           num_graphs=1, pe=getattr(data, "lap_pe", None),
-                           pe_eigvals=getattr(data, "lap_eigval", None), pe_mask=getattr(data, "lap_pe_mask", None),
-                           **({"graph_features": gf} if gf is not None else {}))
+        logits = model(data.x, data.edge_index, batch, data.edge_attr if has_edge_encoder else None,
+                       num_graphs=1, pe=getattr(data, "lap_pe", None),
+                       pe_eigvals=getattr(data, "lap_eigval", None), pe_mask=getattr(data, "lap_pe_mask", None),
+                       **({"graph_features": gf} if gf is not None else {}))
     finally:
-        model.train(was_training)  # as PyG's Explainer: the caller's mode is kept
+        model.train(was_training)
+    return logits, data
+
+
+def readout_scores(model: nn.Module, R: Tensor, num_atoms: int) -> Tensor:
+    """Atom scores ``(N,)`` from a rollout ``R`` ``(N + G, N + G)``, read from what the
+    prediction is made of: the rows of the global tokens for ``readout="token"``, the mean of
+    the atom rows otherwise (mean/sum/max pooling); atom columns only."""
+    N = num_atoms
+    G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
+    rows = R[N:N + G] if getattr(model, "readout", "mean") == "token" and G > 0 else R[:N]
+    return rows.mean(0)[:N].float()
+
+
+@torch.no_grad()
+def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[Tensor, Tensor]:
+    """Per-task probabilities ``(T,)`` and atom importances ``(N,)`` in [0, 1] for one molecule.
+
+    Importance = attention rollout over all layers (heads averaged) read from what the
+    prediction is made of (:func:`readout_scores`): the rows of the global tokens for
+    ``readout="token"``, the mean of the atom rows otherwise (mean/sum/max pooling); restricted
+    to atoms and scaled so the most important atom is 1. For a
+    :class:`~graphattn.ProbabilityEnsemble` the probabilities are the ensemble's (mean over
+    members) and the importances the mean of the members' (each scaled to max 1 first),
+    rescaled to max 1.
+    """
+    if isinstance(model, ProbabilityEnsemble):
+        parts = [molecule_attention(m, data, residual) for m in model.members]
+        scores = torch.stack([p[1] for p in parts]).mean(0)
+        return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+    with collect_attention(model) as att:
+        logits, data = molecule_logits(model, data)
     N = data.num_nodes
     G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
-    R = attention_rollout(att, N + G, residual)
-    rows = R[N:N + G] if getattr(model, "readout", "mean") == "token" and G > 0 else R[:N]
-    scores = rows.mean(0)[:N].float()
+    scores = readout_scores(model, attention_rollout(att, N + G, residual), N)
     scores = scores / scores.max().clamp_min(1e-12)
     return torch.sigmoid(logits[0]).float().cpu(), scores.cpu()
 
@@ -146,47 +166,91 @@ def _colour(v: float) -> Tuple[float, float, float]:
     return (1.0 - 0.1 * t, 0.65 - 0.55 * t, 0.2 - 0.15 * t)
 
 
+def atom_labels(smiles: str) -> List[str]:
+    """Element and index of every atom, ``["C0", "C1", "O2"]`` for ``"CCO"``: the names the
+    text output and the pictures (atom indices drawn beside the atoms) share. Atom ``i`` is
+    node ``i`` of :func:`graphattn.data.molecules.smiles_to_data`."""
+    return [f"{a.GetSymbol()}{a.GetIdx()}" for a in parse_smiles(smiles).GetAtoms()]
+
+
+def _molecule_png(mol, levels: List[float], size: Tuple[int, int]) -> bytes:
+    """RDKit PNG of ``mol``, atom ``i`` coloured by ``levels[i]`` (white .. red), each bond by
+    the mean of its atoms, atom indices drawn beside the atoms."""
+    from rdkit import rdBase  # optional dependency, as in parsing
+    from rdkit.Chem.Draw import rdMolDraw2D
+
+    atoms = list(range(mol.GetNumAtoms()))
+    bonds = [b.GetIdx() for b in mol.GetBonds()]
+    bond_cols = {b.GetIdx(): _colour((levels[b.GetBeginAtomIdx()] + levels[b.GetEndAtomIdx()]) / 2)
+                 for b in mol.GetBonds()}
+    drawer = rdMolDraw2D.MolDraw2DCairo(*size)
+    drawer.drawOptions().addAtomIndices = True
+    with rdBase.BlockLogs():  # RDKit's console notes on exotic valences, as in parsing
+        rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, highlightAtoms=atoms,
+                                           highlightAtomColors={i: _colour(levels[i]) for i in atoms},
+                                           highlightBonds=bonds, highlightBondColors=bond_cols)
+    drawer.FinishDrawing()
+    return drawer.GetDrawingText()
+
+
+def molecule_figure(smiles: str, panels: Sequence[Tuple[str, Sequence[float]]], caption: str = "",
+                    size: Tuple[int, int] = (600, 520)):
+    """A matplotlib ``Figure``: one panel per ``(title, atom_scores)`` side by side, each the
+    molecule with atom ``i`` coloured by ``atom_scores[i]`` (:func:`colour_levels`: the
+    molecule's highest score red, white at most :data:`MIN_COLOUR_SPAN` of it lower) and its
+    atoms labelled with their index, over a colour bar in the panel's scores (axis label
+    ``"colour bar"``); ``caption`` (may have several lines) below. A SMILES
+    :func:`graphattn.data.featurize.parse_smiles` rejects raises its ``ValueError``."""
+    from matplotlib.cm import ScalarMappable  # optional dependency (graphattn[viz])
+    from matplotlib.colors import ListedColormap, Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    mol = parse_smiles(smiles)
+    panels = [(title, [float(v) for v in scores]) for title, scores in panels]
+    for title, scores in panels:
+        if len(scores) != mol.GetNumAtoms():
+            raise ValueError(f"{title}: {len(scores)} atom scores but {smiles!r} has {mol.GetNumAtoms()} atoms")
+    w, h = size[0] / 100, size[1] / 100
+    lines = caption.count("\n") + 1 if caption else 0
+    fig = Figure(figsize=(w * len(panels), h + 0.8 + 0.2 * lines), dpi=100, layout="constrained")
+    grid = fig.add_gridspec(2, len(panels), height_ratios=[h, 0.15])
+    cmap = ListedColormap([_colour(v / 255) for v in range(256)], name="attention")
+    for k, (title, scores) in enumerate(panels):
+        ax = fig.add_subplot(grid[0, k])
+        ax.imshow(imread(io.BytesIO(_molecule_png(mol, colour_levels(scores), size)), format="png"))
+        ax.set_title(title, fontsize=11)
+        ax.axis("off")
+        hi = max(scores)
+        span = max(hi - min(scores), MIN_COLOUR_SPAN * hi) or 1.0
+        cax = fig.add_subplot(grid[1, k], label="colour bar")
+        fig.colorbar(ScalarMappable(Normalize(hi - span, hi), cmap), cax=cax, orientation="horizontal")
+        cax.set_xlabel("atom score (1 = the molecule's highest)", fontsize=9)
+    if caption:
+        fig.supxlabel(caption, fontsize=9)
+    return fig
+
+
 def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, legend: str = "",
-                            size: Tuple[int, int] = (600, 520)) -> Path:
+                            size: Tuple[int, int] = (600, 520), title: str = "attention rollout",
+                            more: Sequence[Tuple[str, Sequence[float]]] = ()) -> Path:
     """PNG (or SVG, by ``path``'s suffix) of ``smiles`` with atom ``i`` highlighted by
-    ``atom_scores[i]``, rescaled so the molecule's lowest score is white and its highest red,
-    and each bond by the mean of its two atoms; ``legend`` (may have several lines) below.
-    Scores closer together than :data:`MIN_COLOUR_SPAN` of the highest are not stretched to
-    the full white-red range (benzene's six rollout scores differ by 0.2 %: all red, not a
-    pattern); on Tox21 molecules the spread is 30-76 % of the highest (5-95 % quantiles).
+    ``atom_scores[i]`` under ``title``, panels ``more`` (``(title, atom_scores)``, e.g. a task's
+    attribution) beside it, each over its colour bar, ``legend`` (may have several lines)
+    below: :func:`molecule_figure`. Scores closer together than :data:`MIN_COLOUR_SPAN` of the
+    highest are not stretched to the full white-red range (benzene's six rollout scores differ
+    by 0.2 %: all red, not a pattern); on Tox21 molecules the spread is 30-76 % of the highest
+    (5-95 % quantiles). Needs RDKit and matplotlib.
 
     Atom ``i`` is RDKit atom ``i`` of :func:`graphattn.data.featurize.parse_smiles`, the node
     order of :func:`graphattn.data.molecules.smiles_to_data`; a SMILES it rejects raises its
     :class:`~graphattn.data.featurize.InvalidSmilesError` (a ``ValueError``).
     """
-    from rdkit.Chem.Draw import rdMolDraw2D
-
-    mol = parse_smiles(smiles)
-    scores = [float(s) for s in atom_scores]
-    if len(scores) != mol.GetNumAtoms():
-        raise ValueError(f"atom_scores has {len(scores)} entries but {smiles!r} has {mol.GetNumAtoms()} atoms")
-    scores = colour_levels(scores)
-    atoms = list(range(mol.GetNumAtoms()))
-    atom_cols = {i: _colour(scores[i]) for i in atoms}
-    bonds = [b.GetIdx() for b in mol.GetBonds()]
-    bond_cols = {b.GetIdx(): _colour((scores[b.GetBeginAtomIdx()] + scores[b.GetEndAtomIdx()]) / 2)
-                 for b in mol.GetBonds()}
     path = Path(path)
     fmt = path.suffix.lower() or ".png"
     if fmt not in (".png", ".svg"):
         raise ValueError(f"{path}: molecule pictures are written as .png or .svg, not {path.suffix}")
-    drawer = rdMolDraw2D.MolDraw2DSVG(*size) if fmt == ".svg" else rdMolDraw2D.MolDraw2DCairo(*size)
-    opts = drawer.drawOptions()
-    opts.legendFontSize = 16
-    opts.legendFraction = 0.2
-    from rdkit import rdBase
-
-    with rdBase.BlockLogs():  # RDKit's console notes on exotic valences, as in parsing
-        rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, legend=legend, highlightAtoms=atoms,
-                                           highlightAtomColors=atom_cols, highlightBonds=bonds,
-                                           highlightBondColors=bond_cols)
-    drawer.FinishDrawing()
+    fig = molecule_figure(smiles, [(title, atom_scores), *more], legend, size)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = drawer.GetDrawingText()
-    path.write_bytes(text.encode() if isinstance(text, str) else text)  # SVG text / PNG bytes
+    fig.savefig(path, format=fmt[1:])
     return path

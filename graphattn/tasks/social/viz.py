@@ -3,8 +3,9 @@
 :func:`last_layer_attention` runs a :class:`~graphattn.NodeClassifier` once and keeps the
 attention weights of its last block (mean over heads); :func:`draw_ego_attention` draws the
 ``hops``-hop ego-graph of one node with networkx + matplotlib: every edge j -> centre
-coloured and thickened by α_j,centre (how much the centre listens to j), the other edges of
-the ego-graph in light grey, nodes coloured by predicted class, the centre outlined.
+coloured and thickened by α_j,centre (how much the centre listens to j; a colour bar), drawn
+above the nodes, the other edges of the ego-graph in light grey, nodes coloured by predicted
+class (a legend), the centre outlined, only the centre and the nodes it attends to most labelled.
 matplotlib is imported only here, inside the functions.
 """
 from __future__ import annotations
@@ -16,7 +17,11 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import k_hop_subgraph
 
-__all__ = ["last_layer_attention", "draw_ego_attention"]
+__all__ = ["last_layer_attention", "ego_attention_figure", "draw_ego_attention"]
+
+#: colour map of the attention arrows, and their drawing order: above the nodes (networkx: 2),
+#: under the labels
+ATTENTION_CMAP, ARROW_ZORDER = "viridis", 3
 
 
 @torch.no_grad()
@@ -93,72 +98,126 @@ def _ego_subgraph(node: int, edge_index: Tensor, alpha: Tensor, num_nodes: int, 
     return subset, mask, total
 
 
-def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
-                       class_names: List[str], out, hops: int = 1, max_nodes: int = 60) -> Dict[str, Any]:
-    """Draw the ego-graph of ``node`` (a row of ``data``; at most ``max_nodes`` nodes: the
-    centre's strongest sources first) to the PNG ``out``; returns a small summary dict.
-    Nodes are labelled with ``data.node_id`` (the ids of the input files) when present."""
-    import matplotlib
+def _top_sources(edge_index: Tensor, alpha: Tensor, node: int, drawn: Tensor, k: int) -> List[int]:
+    """The ``k`` nodes of ``drawn`` (other than ``node``) that ``node`` attends to most, highest α first."""
+    into = (edge_index[1] == node) & (edge_index[0] != node) & torch.isin(edge_index[0], drawn)
+    order = torch.argsort(alpha[into], descending=True, stable=True)
+    return list(dict.fromkeys(int(j) for j in edge_index[0, into][order].tolist()))[:max(int(k), 0)]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _draw_graph(ax, g, pos, node: int, pred: Tensor, labelled: List[int], name, cmap, cmap_e) -> None:
+    """Nodes coloured by predicted class (the centre larger, outlined), grey context edges, the
+    centre's incoming edges as arrows above the nodes (coloured by α, never hidden under a
+    node), and labels on ``labelled`` only, above everything."""
+    import networkx as nx  # optional dependency, with matplotlib
+
+    nodes = list(g.nodes)
+    sizes = [420 if n == node else 160 for n in nodes]
+    nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_size=sizes,
+                           node_color=[cmap(int(pred[n]) % 10) for n in nodes],
+                           edgecolors=["black" if n == node else "white" for n in nodes], linewidths=2)
+    context = sorted({tuple(sorted(e)) for e in g.edges if node not in e})  # undirected, grey
+    nx.draw_networkx_edges(g, pos, edgelist=context, ax=ax, edge_color="0.8", width=0.6, arrows=False)
+    into = [e for e in g.edges if e[1] == node]  # what the centre listens to
+    weights = [g.edges[e]["alpha"] for e in into]
+    vmax = max(weights, default=1.0) or 1.0
+    if into:
+        arrows = nx.draw_networkx_edges(g, pos, edgelist=into, ax=ax, edge_color=weights, edge_cmap=cmap_e,
+                                        edge_vmin=0.0, edge_vmax=vmax, arrows=True, arrowsize=12,
+                                        width=[1.0 + 5.0 * w / vmax for w in weights], node_size=sizes,
+                                        nodelist=nodes)
+        for a in arrows:  # networkx puts arrows under the nodes (zorder 1 < 2)
+            a.set_zorder(ARROW_ZORDER)
+    texts = nx.draw_networkx_labels(g, pos, labels={n: name(n) for n in labelled if n in g}, font_size=7, ax=ax,
+                                    bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7})
+    for t in texts.values():
+        t.set_zorder(ARROW_ZORDER + 1)
+
+
+def _class_legend(ax, classes: List[int], class_names: List[str], cmap, centre: str) -> None:
+    """Legend: one marker per predicted class in the picture, and the outlined centre."""
+    from matplotlib.lines import Line2D  # optional dependency
+
+    handles = [Line2D([], [], marker="o", linestyle="", markersize=8, markerfacecolor=cmap(c % 10),
+                      markeredgecolor="white", label=class_names[c]) for c in classes]
+    handles.append(Line2D([], [], marker="o", linestyle="", markersize=10, markerfacecolor="none",
+                          markeredgecolor="black", markeredgewidth=2, label=f"node {centre} (centre)"))
+    ax.legend(handles=handles, title="predicted class", loc="upper center", bbox_to_anchor=(0.5, 0.0),
+              ncol=min(len(handles), 4), fontsize=8, title_fontsize=8, frameon=False)  # below: hides no node
+
+
+def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
+                         class_names: List[str], hops: int = 1, max_nodes: int = 60, top_k: int = 10):
+    """``(figure, summary)``: the matplotlib ``Figure`` of :func:`draw_ego_attention` and its
+    summary dict (``"labelled"``: the node rows labelled, the centre first)."""
+    import matplotlib  # optional dependency (graphattn[viz])
     import networkx as nx
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
 
     node, alpha = _check_ego_inputs(data, node, edge_index, alpha)
     subset, mask, total = _ego_subgraph(node, edge_index, alpha, int(data.num_nodes), hops, max_nodes)
-    into = edge_index[1] == node
-    ei, a = edge_index[:, mask], alpha[mask]
     prob = torch.softmax(logits.float(), -1)
     pred = prob.argmax(-1)
     ids = getattr(data, "node_id", None)
     name = (lambda n: str(int(ids[n]))) if ids is not None else str  # noqa: E731
     g = nx.DiGraph()
     g.add_nodes_from(subset.tolist())
-    for (j, i), w in zip(ei.t().tolist(), a.tolist()):
+    for (j, i), w in zip(edge_index[:, mask].t().tolist(), alpha[mask].tolist()):
         if j != i:
             g.add_edge(j, i, alpha=w)
-    fig, ax = plt.subplots(figsize=(7, 6))
+    fig = Figure(figsize=(7, 6))
+    ax = fig.add_subplot()
     pos = nx.spring_layout(g.to_undirected(), seed=0)
-    cmap = plt.get_cmap("tab10")
-    nodes = list(g.nodes)
-    nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_size=[420 if n == node else 160 for n in nodes],
-                           node_color=[cmap(int(pred[n]) % 10) for n in nodes],
-                           edgecolors=["black" if n == node else "white" for n in nodes], linewidths=2)
-    nx.draw_networkx_labels(g, pos, labels={n: name(n) for n in nodes}, font_size=7, ax=ax)
-    into_c = [e for e in g.edges if e[1] == node]  # what the centre listens to
-    context = sorted({tuple(sorted(e)) for e in g.edges if node not in e})  # undirected, grey
-    nx.draw_networkx_edges(g, pos, edgelist=context, ax=ax, edge_color="0.8", width=0.6, arrows=False)
-    weights = [g.edges[e]["alpha"] for e in into_c]
-    vmax = max(weights, default=1.0) or 1.0
-    cmap_e = plt.get_cmap("viridis")
-    if into_c:
-        nx.draw_networkx_edges(g, pos, edgelist=into_c, ax=ax, edge_color=weights, edge_cmap=cmap_e, edge_vmin=0.0,
-                               edge_vmax=vmax, arrows=True, arrowsize=12, width=[1.0 + 5.0 * w / vmax for w in weights],
-                               node_size=[420 if n == node else 160 for n in nodes], nodelist=nodes)
-        sm = plt.cm.ScalarMappable(cmap=cmap_e, norm=plt.Normalize(0.0, vmax))
-        fig.colorbar(sm, ax=ax, label=f"attention α_j→{name(node)} (last layer, mean over heads)")
-    y = getattr(data, "y", None)
-    label = int(y[node]) if y is not None and y.dim() == 1 else None  # (N,) class ids; (N, C) is not one label
-    label = label if label is not None and 0 <= label < len(class_names) else None  # -1: unlabelled node
+    cmap = matplotlib.colormaps["tab10"]
+    top = _top_sources(edge_index, alpha, node, subset, top_k)
+    _draw_graph(ax, g, pos, node, pred, [node] + top, name, cmap, matplotlib.colormaps[ATTENTION_CMAP])
+    _class_legend(ax, sorted({int(pred[n]) for n in g.nodes}), class_names, cmap, name(node))
+    into = [g.edges[e]["alpha"] for e in g.edges if e[1] == node]
+    if into:
+        vmax = max(into) or 1.0
+        fig.colorbar(ScalarMappable(Normalize(0.0, vmax), ATTENTION_CMAP), ax=ax,
+                     label=f"attention α_j→{name(node)} (last layer, mean over heads)")
+    label = _label(data, node, class_names)
     ax.set_title(f"node {name(node)}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
                  + (f", label {class_names[label]}" if label is not None else "")
                  + f"\n{hops}-hop ego-graph"
                  + (f" ({subset.numel()} of its {total} nodes: the most attended first)"
                     if total > subset.numel() else "")
-                 + f"; arrows j→{name(node)} coloured by how much {name(node)} attends to j",
-                 fontsize=10)
+                 + f"; arrows j→{name(node)} coloured by how much {name(node)} attends to j"
+                 + f"\nlabelled: node {name(node)} and the {len(top)} it attends to most", fontsize=10)
     ax.axis("off")
-    out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=120, bbox_inches="tight")
-    finally:
-        plt.close(fig)  # also when the file cannot be written: no figure left open
-    src, w = edge_index[0, into], alpha[into]
-    top = int(torch.argmax(w)) if w.numel() else None
+    into_all = edge_index[1] == node
+    src, w = edge_index[0, into_all], alpha[into_all]
+    best = int(torch.argmax(w)) if w.numel() else None
+    context = {tuple(sorted(e)) for e in g.edges if node not in e}
     # what the picture shows: the arrows into the centre and the other pairs once (grey, undirected)
-    return {"nodes": g.number_of_nodes(), "edges": len(into_c) + len(context), "ego_nodes": total,
-            "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
-            "label": class_names[label] if label is not None else None,
-            "top_source": int(name(int(src[top]))) if top is not None else None,
-            "top_alpha": float(w[top]) if top is not None else float("nan")}
+    return fig, {"nodes": g.number_of_nodes(), "edges": len(into) + len(context), "ego_nodes": total,
+                 "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
+                 "label": class_names[label] if label is not None else None,
+                 "labelled": [node] + top,
+                 "top_source": int(name(int(src[best]))) if best is not None else None,
+                 "top_alpha": float(w[best]) if best is not None else float("nan")}
+
+
+def _label(data, node: int, class_names: List[str]) -> Optional[int]:
+    """The node's class id, None when unlabelled (-1) or the labels are not one class per node."""
+    y = getattr(data, "y", None)
+    label = int(y[node]) if y is not None and y.dim() == 1 else None  # (N,) class ids; (N, C) is not one label
+    return label if label is not None and 0 <= label < len(class_names) else None  # -1: unlabelled node
+
+
+def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
+                       class_names: List[str], out, hops: int = 1, max_nodes: int = 60,
+                       top_k: int = 10) -> Dict[str, Any]:
+    """Draw the ego-graph of ``node`` (a row of ``data``; at most ``max_nodes`` nodes: the
+    centre's strongest sources first) to the PNG ``out``; returns a small summary dict. Nodes
+    are coloured by predicted class (a legend names them); the arrows j -> centre, coloured by
+    α (a colour bar), are drawn above the nodes; only the centre and the ``top_k`` nodes it
+    attends to most are labelled, with ``data.node_id`` (the ids of the input files) when present."""
+    fig, info = ego_attention_figure(data, node, edge_index, alpha, logits, class_names, hops, max_nodes, top_k)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    return info
