@@ -40,6 +40,7 @@ from _molecules_report import render, suite_rows, table_rows  # noqa: E402
 from graphattn.data.download import find_file, sha256sum  # noqa: E402
 from graphattn.data.molecules import FEATURIZER_VERSION  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
+from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.version import __version__  # noqa: E402
 
@@ -71,10 +72,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", nargs="+", default=list(MODELS[:4]), choices=MODELS)
     p.add_argument("--epochs", type=int, default=None,
                    help="every model's epoch count (default: each model's own: ours/GINE/GAT "
-                        f"{mp.DEFAULTS['epochs']} with patience {mp.DEFAULTS['patience']}, chemprop 50)")
+                        f"{molecule_defaults.DEFAULTS['epochs']} with patience {molecule_defaults.DEFAULTS['patience']}, chemprop 50)")
     p.add_argument("--patience", type=int, default=None, help="early-stopping patience of ours/GINE/GAT")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"another value of the recipe of ours/GINE/GAT (keys: {', '.join(mp.DEFAULTS)}); repeatable")
+                   help=f"another value of the recipe of ours/GINE/GAT (keys: {', '.join(molecule_defaults.DEFAULTS)}); repeatable")
     p.add_argument("--chemprop-bin", default=None, help="the chemprop executable (default: `chemprop` on $PATH)")
     p.add_argument("--chemprop-descriptors", action="store_true",
                    help="chemprop also reads its RDKit 2-D descriptors (v1_rdkit_2d_normalized): "
@@ -107,7 +108,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _recipe(p: argparse.ArgumentParser, args) -> Dict[str, object]:
     """The hyperparameters of ours/GINE/GAT: the package defaults, --epochs, --patience, --set."""
-    hp = dict(mp.DEFAULTS)
+    hp = dict(molecule_defaults.DEFAULTS)
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep or key not in hp:

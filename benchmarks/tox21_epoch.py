@@ -80,7 +80,9 @@ def build_models(num_tasks: int, seed: int, which: str):
     """(our model, the model to time): ``which`` = "ours" or "TransformerConv"."""
     import torch
 
-    from graphattn.tasks.molecules.pipeline import DEFAULTS, build_model, model_spec
+    from graphattn.nn.models.registry import build_model
+    from graphattn.tasks.molecules.defaults import DEFAULTS
+    from graphattn.tasks.molecules.pipeline import model_spec
 
     hp = {**DEFAULTS, "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "global_tokens": 0, "pe_dim": 0}
     torch.manual_seed(seed)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from graphattn.tasks.molecules import data as md
-
+from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp
 
 
@@ -29,10 +29,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=md.SPLITS)
+    p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=molecule_defaults.SPLITS)
     p.add_argument("--models", nargs="+", default=["ours", "baseline"], choices=["ours", "baseline"])
     p.add_argument("--baseline", default="gine", choices=["gine", "gat"], help="PyG baseline layer")
-    d = mp.DEFAULTS
+    d = molecule_defaults.DEFAULTS
     p.add_argument("--epochs", type=int, default=d["epochs"])
     p.add_argument("--patience", type=int, default=d["patience"])
     p.add_argument("--lr", type=float, default=d["lr"])
@@ -116,13 +116,12 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    hp = {k: getattr(args, k) for k in mp.DEFAULTS}
+    hp = {k: getattr(args, k) for k in molecule_defaults.DEFAULTS}
     if args.init:
         from graphattn.tasks.molecules.finetune import load_pretrained
-        from graphattn.tasks.molecules.pretrain import ARCH_KEYS
 
         pre = load_pretrained(args.init)[1]["hparams"]
-        hp.update({k: pre[k] for k in ARCH_KEYS})
+        hp.update({k: pre[k] for k in molecule_defaults.ARCH_KEYS})
         args.pe_dim = hp["pe_dim"]
     descriptors = md.descriptor_set(args.descriptors)
     ds = md.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,

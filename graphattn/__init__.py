@@ -1,61 +1,41 @@
-"""graphattn: graph self-attention layers and models for PyTorch Geometric."""
-from graphattn import functional
-from graphattn.functional import dense_attention, edge_attention
-from graphattn.loader.neighbor_loader import NeighborLoader
-from graphattn.nn import (AddLaplacianPE, AddRandomWalkPE, ClusteredAttention, GlobalTokens, GraphSelfAttention,
-                          GraphTransformerBlock, LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention,
-                          SynthesizerAttention, TokenGraph, make_global_attention, sinusoidal_pe, sinusoidal_pe_2d)
-from graphattn.nn.models import (FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
-                                 MoleculePretrainer, NodeClassifier, ProbabilityEnsemble)
-from graphattn.nn.variants import (GLOBAL_ATTNS, NORMALIZATIONS, cluster_graph, edge_normalize, linear_attention,
-                                   normalized_edge_attention)
-from graphattn.ops.csr import EdgeCSR, to_csr
-from graphattn.patterns import image_graph, images_to_batch, sequence_graph, sequences_to_batch
-from graphattn.utils.validation import refuse_scripting as _refuse_scripting
+"""graphattn: graph self-attention layers and models for PyTorch Geometric.
+
+The public names are loaded on first use (PEP 562): ``from graphattn import GraphSelfAttention`` and
+``graphattn.GraphSelfAttention`` work as usual, while ``import graphattn`` alone, and so the command
+line's ``--help``, does not import torch.
+"""
+import importlib
+
 from graphattn.version import __version__
 
-# torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
-_refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
-                  NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
-                  LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)
+#: the module that defines each public name
+_HOME = {
+    **dict.fromkeys(["GraphSelfAttention", "GraphTransformerBlock", "GlobalTokens", "TokenGraph", "AddLaplacianPE",
+                     "AddRandomWalkPE", "LapPEEncoder", "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention",
+                     "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "make_global_attention"],
+                    "graphattn.nn"),
+    **dict.fromkeys(["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier", "GraphFeatureNorm",
+                     "ProbabilityEnsemble", "MoleculePretrainer"], "graphattn.nn.models"),
+    **dict.fromkeys(["cluster_graph", "edge_normalize", "normalized_edge_attention", "linear_attention",
+                     "NORMALIZATIONS", "GLOBAL_ATTNS"], "graphattn.nn.variants"),
+    **dict.fromkeys(["sequence_graph", "image_graph", "sequences_to_batch", "images_to_batch"], "graphattn.patterns"),
+    **dict.fromkeys(["EdgeCSR", "to_csr"], "graphattn.ops.csr"),
+    **dict.fromkeys(["NeighborLoader"], "graphattn.loader.neighbor_loader"),
+    **dict.fromkeys(["dense_attention", "edge_attention"], "graphattn.functional"),
+}
 
-__all__ = [
-    "__version__",
-    "functional",
-    "GraphSelfAttention",
-    "GraphTransformerBlock",
-    "GlobalTokens",
-    "TokenGraph",
-    "FeatureEncoder",
-    "GraphTransformer",
-    "NodeClassifier",
-    "GraphClassifier",
-    "GraphFeatureNorm",
-    "ProbabilityEnsemble",
-    "MoleculePretrainer",
-    "AddLaplacianPE",
-    "AddRandomWalkPE",
-    "LapPEEncoder",
-    "sinusoidal_pe",
-    "sinusoidal_pe_2d",
-    "sequence_graph",
-    "image_graph",
-    "sequences_to_batch",
-    "images_to_batch",
-    "LinearGlobalAttention",
-    "ReducedKeyAttention",
-    "ClusteredAttention",
-    "SynthesizerAttention",
-    "make_global_attention",
-    "cluster_graph",
-    "edge_normalize",
-    "normalized_edge_attention",
-    "linear_attention",
-    "NORMALIZATIONS",
-    "GLOBAL_ATTNS",
-    "EdgeCSR",
-    "NeighborLoader",
-    "to_csr",
-    "dense_attention",
-    "edge_attention",
-]
+__all__ = ["__version__", "functional", *_HOME]
+
+
+def __getattr__(name: str):
+    if name == "functional":
+        return importlib.import_module("graphattn.functional")
+    if name not in _HOME:
+        raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -17,6 +17,8 @@ RANKS = {"version": 0, "utils": 0, "ops": 1, "functional": 2, "data": 3, "loader
 INNER_ALLOWED = {
     # the Triton module imports triton at its top: only loaded where the Triton path runs
     ("graphattn.ops.fused_triton", "graphattn.ops._triton_kernels"),
+    # the command line parses first: --help and bad options answer without importing torch
+    ("graphattn.cli.main", "graphattn.cli.commands"),
 }
 
 

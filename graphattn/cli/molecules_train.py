@@ -13,7 +13,6 @@ version, the task names, the PE size and the data/split settings, so ``evaluate`
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -21,57 +20,21 @@ from graphattn.cli.molecules_predict import evaluate, explain, predict
 from graphattn.cli.options import GROUPS, check_applicable, check_rerun, usage_error
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.molecules import TOXICITY_DATASETS
-from graphattn.tasks.molecules.data import (SPLITS, descriptor_set, file_sha256, load_dataset, split_indices,
-                                            unlabelled_tasks, warn_one_class_tasks)
+from graphattn.nn.models.registry import build_model
+from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_dataset, split_indices, unlabelled_tasks,
+                                            warn_one_class_tasks)
+from graphattn.tasks.molecules.defaults import ARCH_KEYS, BASELINES, DEFAULTS
 from graphattn.tasks.molecules.finetune import load_pretrained
-from graphattn.tasks.molecules.pipeline import BASELINES, DEFAULTS, build_model, model_spec, run_ensemble
-from graphattn.tasks.molecules.pretrain import ARCH_KEYS
+from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble
 from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device, write_metrics
 
-__all__ = ["handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
-
+__all__ = ["handles", "train", "evaluate", "predict", "explain"]
 
 
 def handles(args) -> bool:
     """True when ``train`` is ours: a MoleculeNet toxicity set name or ``--csv``."""
     name = getattr(args, "dataset", None)
     return (name is not None and name.lower() in TOXICITY_DATASETS) or getattr(args, "csv", None) is not None
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Molecule options of ``graphattn train``. ``--baseline`` is shared with the social tasks:
-    whichever pipeline adds its options first defines it (no ``choices``); each validates its
-    own values (none|gine|gat here) in ``train``."""
-    g = parser.add_argument_group("molecules")
-    g.add_argument("--csv", default=None, help="train on any CSV (or .csv.gz) with a SMILES column and 0/1 task "
-                                                "columns (instead of a named dataset)")
-    g.add_argument("--smiles-col", default="smiles", help="SMILES column of --csv (default: smiles)")
-    g.add_argument("--tasks", default=None,
-                   help="comma-separated task names, matched case-insensitively; names containing commas "
-                        "(SIDER) are recognised (default: every task; for --csv every column of 0/1 labels)")
-    g.add_argument("--split", choices=SPLITS, default="scaffold",
-                   help="scaffold (deterministic Bemis-Murcko, chemprop's order; default), deepchem_scaffold "
-                        "(the same with DeepChem's tie order: other val/test molecules), random or "
-                        "balanced_scaffold (seeded)")
-    g.add_argument("--pos-weight", action="store_true",
-                   help="weight positives by negatives/positives per task (training split)")
-    g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
-                   help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block "
-                        "(molecules; graph sets such as imdb-binary take gin: they have no edge features)")
-    g.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=None,
-                   help="feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
-                        "standardised on the training split, stored in the checkpoint); default: "
-                        f"{'on' if DEFAULTS['descriptors'] else 'off'}")
-    g.add_argument("--ensemble", type=int, default=None, metavar="N",
-                   help="train N models on the same split (seeds S, S+1000, ...) and average their "
-                        "probabilities (chemprop's --ensemble_size); one checkpoint holds them all (default: 1)")
-    g.add_argument("--init", default=None, metavar="PRE.pt",
-                   help="start our model's backbone from a graphattn pretrain checkpoint (its width, depth, "
-                        "heads, global tokens and PE size are taken from it; the head starts fresh)")
-    if "--baseline" not in parser._option_string_actions:  # shared with the social tasks; each validates
-        g.add_argument("--baseline", default="none",
-                       help="train a PyG model of the same width and depth instead of ours: molecules "
-                            "gine|gat, social networks gcn|gat|transformer|gin (default: none)")
 
 
 def _hparams(args) -> Dict[str, Any]:

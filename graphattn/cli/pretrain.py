@@ -2,61 +2,19 @@
 (:mod:`graphattn.tasks.molecules.pretrain`); ``graphattn train tox21 --init OUT/best.pt`` fine-tunes from it."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, check_rerun, check_train_numbers
+from graphattn.cli.options import check_rerun, check_train_numbers
 from graphattn.data.download import DataFileError
 from graphattn.data.molecules import TOXICITY_DATASETS
 from graphattn.tasks.molecules.data import spooled
-from graphattn.tasks.molecules.pretrain import PRETRAIN_DEFAULTS as D
 from graphattn.tasks.molecules.pretrain import run_pretraining
 from graphattn.tasks.molecules.pretrain_data import molecule_pool
 from graphattn.train.loop import CheckpointError, resolve_device, write_metrics
 from graphattn.utils.files import check_out_folder
 
-__all__ = ["add_parser", "pretrain"]
-
-
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("pretrain", help="pretrain the molecule backbone on unlabelled SMILES files "
-                                        "(masked atoms + RDKit descriptors); fine-tune with train --init")
-    p.add_argument("--csv", nargs="+", required=True, metavar="FILE",
-                   help="CSV (or .csv.gz) files with a SMILES column; other columns are ignored")
-    p.add_argument("--smiles-col", default="smiles",
-                   help="SMILES column name(s), comma-separated: the first one present in each file's header "
-                        "is used, case-insensitively (default: smiles; e.g. smiles,mol for BACE)")
-    p.add_argument("--exclude", nargs="+", default=[], metavar="SET",
-                   help="leave out every molecule of these toxicity sets (tox21, toxcast, clintox, sider) or "
-                        "CSV files (matched on the largest fragment, neutralised, stereochemistry ignored, so "
-                        "salt forms and stereoisomers go too), e.g. the set you fine-tune and test on")
-    p.add_argument("--out", default="runs/pretrain", help="output folder (best.pt, last.pt, metrics.json)")
-    p.add_argument("--epochs", type=int, default=D["epochs"], help="pretraining epochs (default %(default)s)")
-    p.add_argument("--lr", type=float, default=D["lr"], help="Adam learning rate (default %(default)s)")
-    p.add_argument("--weight-decay", type=float, default=D["weight_decay"], help="(default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=D["batch_size"], help="molecules per batch (default %(default)s)")
-    p.add_argument("--hidden", type=int, default=D["hidden"], help="hidden channels (default %(default)s)")
-    p.add_argument("--layers", type=int, default=D["layers"], help="transformer blocks (default %(default)s)")
-    p.add_argument("--heads", type=int, default=D["heads"], help="attention heads (default %(default)s)")
-    p.add_argument("--global-tokens", type=int, default=D["global_tokens"],
-                   help="global tokens per molecule (default %(default)s)")
-    p.add_argument("--pe-dim", type=int, default=D["pe_dim"], help="Laplacian PE size (fine-tuning uses the same)")
-    p.add_argument("--dropout", type=float, default=D["dropout"], help="(default %(default)s; fine-tuning sets its own)")
-    p.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
-                   help="GraphGPS-style message-passing branch in every block (default: none)")
-    p.add_argument("--mask-rate", type=float, default=D["mask_rate"], help="fraction of atoms masked (default 0.15)")
-    p.add_argument("--val-fraction", type=float, default=D["val_fraction"],
-                   help="molecules held out for the validation losses (default 0.05)")
-    p.add_argument("--seed", type=int, default=0, help="initialisation, masks and validation split (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    p.add_argument("--data-root", default=None, help=DATA_ROOT_HELP)
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
-    p.add_argument("--limit", type=int, default=None, help="read only the first N valid molecules of each file")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p
+__all__ = ["pretrain"]
 
 
 def _check(args) -> None:

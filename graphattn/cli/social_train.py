@@ -12,7 +12,6 @@ the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/pred
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -31,7 +30,7 @@ from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 from graphattn.train.loop import fit, resolve_device, set_seed, threads_for, write_metrics
 
-__all__ = ["DATASETS", "dataset_key", "handles", "add_train_arguments", "train", "evaluate", "predict", "explain"]
+__all__ = ["DATASETS", "dataset_key", "handles", "train", "evaluate", "predict", "explain"]
 
 DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
 SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer", "gin")
@@ -55,64 +54,6 @@ def handles(args) -> bool:
     """True when the train command is ours: a social dataset name, --edges or --tu-text."""
     return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None)
                 or dataset_key(args.dataset) in DATASETS)
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("social networks")
-    g.add_argument("--edges", default=None, help="edges CSV of a graph in the MUSAE/FEATHER release format")
-    g.add_argument("--target", default=None, help="target CSV (node id column + label column) for --edges")
-    g.add_argument("--features", default=None, help="optional features JSON {node id: [feature ids]} for --edges")
-    g.add_argument("--target-col", default=None, help="label column of --target (default: auto-detected)")
-    g.add_argument("--id-col", default=None,
-                   help="node id column of --target (default: new_id, id, node_id, node, numeric_id, else the first "
-                        "column named *_id / *Id, else the first column)")
-    g.add_argument("--max-features", default=None,
-                   help="node sets: keep the N most frequent feature ids of a features file, or 'all' (default: "
-                        "all that fit a dense x of 1 GiB, with a warning when some are cut)")
-    g.add_argument("--tu-text", default=None,
-                   help="graph classification set: a file in the DGCNN/GIN text format, or the TU original "
-                        "format (a folder with NAME_A.txt, NAME_graph_indicator.txt, NAME_graph_labels.txt, or "
-                        "its NAME_A.txt)")
-    g.add_argument("--folds", type=int, default=None,
-                   help="k-fold cross-validation for graph classification (10 uses the dataset's "
-                        "10fold_idx files when present); reports mean ± std")
-    if "--baseline" not in parser._option_string_actions:  # shared with the molecule tasks
-        g.add_argument("--baseline", default="none",
-                       help="train a PyG model of the same depth and width instead of ours: "
-                            "social: gcn | gat | transformer (GCNConv, GATConv, TransformerConv); "
-                            "molecules: gine | gat")
-    g.add_argument("--mini-batch", nargs="?", const="partition", default=None, choices=("partition", "neighbor"),
-                   help="node classification in mini-batches (graphs too large for full batch): "
-                        "'partition' (the default) trains on induced subgraphs of graph partitions, "
-                        "'neighbor' on sampled neighbourhoods of 1024 seed nodes (GraphSAGE; --num-neighbors)")
-    g.add_argument("--num-neighbors", default=None,
-                   help="with --mini-batch neighbor: incoming edges sampled per node and hop, comma-separated "
-                        "(all or -1 = every edge, e.g. 10,all or --num-neighbors=-1,-1; default 10 per attention "
-                        "layer)")
-    g.add_argument("--attn-dropout", type=float, default=None, help="node sets: dropout on attention weights")
-    g.add_argument("--input-dropout", type=float, default=None,
-                   help="node sets: dropout on the input features (default: --dropout)")
-    g.add_argument("--propagation", type=int, default=None,
-                   help="node sets: K steps of APPNP propagation of our logits (0 = none)")
-    g.add_argument("--propagation-alpha", type=float, default=None, help="node sets: APPNP teleport a")
-    g.add_argument("--propagation-learned", default=None, action=argparse.BooleanOptionalAction,
-                   help="node sets: learn the K+1 hop weights of the propagation (GPR-GNN), "
-                        "initialised to APPNP's")
-    g.add_argument("--gcn-weight", type=float, default=None,
-                   help="node sets: weight w in [0, 1) of a GCN branch next to our attention (SGFormer)")
-    g.add_argument("--gcn-layers", type=int, default=None, help="node sets: GCN layers of that branch (default 1)")
-    g.add_argument("--propagation-dropout", type=float, default=None,
-                   help="node sets: edge dropout on Â in each training propagation step (APPNP)")
-    g.add_argument("--self-loops", default=None, action=argparse.BooleanOptionalAction,
-                   help="node sets: each node also attends to itself")
-    g.add_argument("--label-input", default=None, action=argparse.BooleanOptionalAction,
-                   help="node sets: training labels as input columns (UniMP), for every model alike")
-    g.add_argument("--consistency", type=int, default=None,
-                   help="node sets: S >= 2 dropout passes per training step with GRAND's consistency "
-                        "loss on every node (0 or 1 = off), for every model alike")
-    g.add_argument("--consistency-weight", type=float, default=None, help="node sets: weight of that loss (1.0)")
-    g.add_argument("--consistency-temperature", type=float, default=None,
-                   help="node sets: sharpening temperature in (0, 1] of its target (0.5)")
 
 
 def train(args) -> int:

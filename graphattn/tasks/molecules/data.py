@@ -15,11 +15,10 @@ from graphattn.data.molecules import InvalidSmilesError, MoleculeCSVDataset, Tox
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
 from graphattn.nn.encodings import AddLaplacianPE
+from graphattn.tasks.molecules.defaults import SPLITS
 
-__all__ = ["SPLITS", "cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
+__all__ = ["cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
            "featurize"]
-
-SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
 
 
 def cache_dir() -> Path:

@@ -38,20 +38,13 @@ from torch import Tensor
 
 from graphattn.data.molecules import ATOM_FEATURE_NAMES, FEATURIZER_VERSION
 from graphattn.nn.models.pretrainer import MoleculePretrainer
+from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS
 from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.tasks.molecules.pipeline import model_spec
 from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
-__all__ = ["PRETRAIN_DEFAULTS", "ARCH_KEYS", "arch_spec", "sample_atom_mask", "pretrain_forward",
+__all__ = ["arch_spec", "sample_atom_mask", "pretrain_forward",
            "masked_atom_accuracy", "run_pretraining"]
-
-#: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of
-#: :data:`graphattn.tasks.molecules.pipeline.DEFAULTS`, so ``train tox21 --init`` needs no other flag.
-PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, patience=None, hidden=64, layers=3,
-                         heads=4, dropout=0.1, global_tokens=1, pe_dim=8, pe_kind="laplacian", local_mpnn=None,
-                         mask_rate=0.15, atom_weight=1.0, val_fraction=0.05)
-#: Hyper-parameters that define the backbone's shape: fixed by the pretrained checkpoint.
-ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn")
 
 
 def sample_atom_mask(batch_vec: Tensor, num_graphs: int, rate: float,
