@@ -38,13 +38,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphattn.tasks.social import graph as sg  # noqa: E402
-from graphattn.tasks.social import graph_data as gd  # noqa: E402
-from graphattn.tasks.social import node as sn  # noqa: E402
+from graphattn.cli.options import DEVICE_HELP  # noqa: E402
 from graphattn.cli.options import social_hparams as hparams  # noqa: E402
 from graphattn.cli.social_train import DATASETS, dataset_key  # noqa: E402
 from graphattn.nn.models.registry import build_model  # noqa: E402
-from graphattn.cli.options import DEVICE_HELP  # noqa: E402
+from graphattn.tasks.social import graph as sg  # noqa: E402
+from graphattn.tasks.social import graph_data as gd  # noqa: E402
+from graphattn.tasks.social import node as sn  # noqa: E402
 from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"

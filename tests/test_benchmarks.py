@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from graphattn.testing import shared_data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "attention.py"
 LAYERS = ("ours (auto)", "ours (chunked)", "TransformerConv", "GATConv")
@@ -18,7 +20,7 @@ def quick_run(tmp_path_factory):
     pytest.importorskip("torch_geometric")
     out = tmp_path_factory.mktemp("bench") / "attention.json"
     # One tiny case, 1 thread per worker, workers in parallel: fast on a 2-core machine.
-    # GRAPHATTN_NO_CPP keeps a cold C++ build out of the smoke test (tests/test_kernels.py
+    # GRAPHATTN_NO_CPP keeps a cold C++ build out of the smoke test (tests/ops/test_fused_cpp.py
     # covers the kernel); "ours (auto)" then reports the chunked fallback as its backend.
     env = {**os.environ, "GRAPHATTN_NO_CPP": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cases", "random-2k",
@@ -108,7 +110,6 @@ def test_graph_sizes_spreads():
 def test_tox21_epoch_smoke(tmp_path):
     pytest.importorskip("torch_geometric")
     pytest.importorskip("rdkit")
-    from graphattn.testing import shared_data_dir
 
     root = shared_data_dir()
     if root is None or not (root / "tox21").is_dir():

@@ -1,4 +1,4 @@
-"""Smoke and meaning tests of issue 3's examples and the full-sequence benchmark.
+"""Smoke and meaning tests of the sequence and image examples and the full-sequence benchmark.
 
 examples/sequence_patterns.py, examples/digits_as_graphs.py (tiny sizes, one epoch) and
 benchmarks/sequence.py --quick (a subprocess, as a user runs it).
@@ -29,7 +29,7 @@ def load_script(relpath: str):
 @pytest.fixture(autouse=True)
 def no_cpp_build(monkeypatch):
     """The examples use the C++ kernel when it is built; a cold build takes minutes, and the
-    kernel has its own tests (tests/test_kernels.py): smoke-test the pure PyTorch paths."""
+    kernel has its own tests (tests/ops/test_fused_cpp.py): smoke-test the pure PyTorch paths."""
     monkeypatch.setenv("GRAPHATTN_NO_CPP", "1")
 
 

@@ -4,16 +4,18 @@ import pytest
 import torch
 
 import graphattn.ops.chunked as chunked
+from graphattn import dense_attention, edge_attention, to_csr
 from graphattn.ops import extension
-from graphattn.ops.csr import clear_csr_cache, to_csr
-from graphattn.functional import dense_attention, edge_attention
+from graphattn.ops.csr import clear_csr_cache
 from graphattn.testing import dense_mask_and_bias, random_graph
 
 IMPLS = ["chunked"] + (["fused"] if extension.fused_available() else [])
+# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
+EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
 
 
 def dense_ref(q, k, v, edge_index, bias=None):
-    """Edge attention through the dense reference: (N, H, C) in, (N, H, C) out."""
+    """Edge attention through the dense reference: (N, H, C) in, (N, H, C') out (values of their own width)."""
     N = q.size(0)
     mask, dbias = dense_mask_and_bias(edge_index, N, bias)
     to_b = lambda t: t.permute(1, 0, 2)[None]  # noqa: E731  (N,H,C) -> (1,H,N,C)
@@ -220,10 +222,6 @@ def test_csr_is_cached_per_tensor_and_invalidated_by_inplace_edits():
     b = to_csr(ei, 3)
     assert b is not a
     assert sorted(zip(b.row.tolist(), b.col.tolist())) == [(0, 2), (1, 2), (2, 1)]
-
-
-# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
-EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
 
 
 def _t(*shape, seed=0, dtype=torch.float64):

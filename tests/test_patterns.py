@@ -1,9 +1,10 @@
 import pytest
 import torch
 
-from graphattn.nn.encodings import sinusoidal_pe, sinusoidal_pe_2d
-from graphattn.patterns import (IMAGE_PATTERNS, SEQUENCE_PATTERNS, image_graph, images_to_batch,
-                                sequence_graph, sequences_to_batch)
+import graphattn.patterns as P
+from graphattn import (GlobalTokens, LapPEEncoder, image_graph, images_to_batch, patterns, sequence_graph,
+                       sequences_to_batch, sinusoidal_pe, sinusoidal_pe_2d)
+from graphattn.patterns import IMAGE_PATTERNS, SEQUENCE_PATTERNS
 
 RULES = {  # brute-force definitions: may target i attend to source j?
     "full": lambda i, j, p: True,
@@ -235,9 +236,6 @@ def test_images_to_batch_patches():
 
 
 def test_huge_patterns_and_encodings_are_refused_before_allocating(monkeypatch):
-    from graphattn import patterns
-    from graphattn.nn.encodings import sinusoidal_pe, sinusoidal_pe_2d
-
     with pytest.raises(ValueError, match=r"'full' on 100,000 tokens needs 10,000,000,000 edges"):
         patterns.sequence_graph(10 ** 5)
     with pytest.raises(ValueError, match="MAX_EDGES"):
@@ -253,9 +251,6 @@ def test_huge_patterns_and_encodings_are_refused_before_allocating(monkeypatch):
 
 
 def test_window_stride_kernel_wider_than_the_input_equal_full():
-    from graphattn import image_graph, sequence_graph
-    from graphattn.nn.encodings import sinusoidal_pe
-
     full = sequence_graph(4)
     assert torch.equal(sequence_graph(4, "window", window=2 ** 63 - 1), full)
     assert torch.equal(sequence_graph(4, "stride", stride=2 ** 63 - 3), sequence_graph(4, "stride", stride=4))
@@ -290,10 +285,32 @@ def test_causal_keeps_the_patterns_edges_with_source_not_after_target(length):
 
 
 def test_causal_patterns_are_built_causal_so_the_size_limit_counts_their_own_edges(monkeypatch):
-    import graphattn.patterns as P
-
     monkeypatch.setattr(P, "MAX_EDGES", 50)
     assert sequence_graph(10, "window", window=4, causal=True).size(1) == 40  # the two-sided window has 70
     assert sequence_graph(10, "stride", stride=2, causal=True).size(1) == 30  # (two-sided: 50)
     with pytest.raises(ValueError, match=r"pattern 'window' \(causal\) on 20 tokens needs"):
         sequence_graph(20, "window", window=4, causal=True)
+
+
+def test_images_to_batch_empty():
+    with pytest.raises(ValueError, match=r"no images \(B = 0\)"):
+        images_to_batch(torch.zeros(0, 4, 4, 4))
+    with pytest.raises(ValueError, match=r"no images \(B = 0\)"):
+        images_to_batch(torch.zeros(0, 4, 4, 4), pe=None)
+
+
+def test_small_argument_checks():
+    with pytest.raises(TypeError, match="dtype"):
+        sinusoidal_pe(3, 4, dtype=torch.int64)
+    with pytest.raises(TypeError, match="dtype"):
+        sinusoidal_pe_2d(2, 2, 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="hidden_channels"):
+        LapPEEncoder(3, 8, hidden_channels=0)
+    for bad in (1.5, True, 0):
+        with pytest.raises(ValueError, match="num_tokens"):
+            GlobalTokens(4, bad)
+    with pytest.raises(ValueError, match="kernel_size"):
+        image_graph(3, 3, "full", kernel_size="x")
+    assert image_graph(3, 3, "full", kernel_size=4).shape == (2, 81)  # unused by "full": any size
+    with pytest.raises(TypeError, match="device"):
+        sequences_to_batch(torch.randn(2, 3, 4), device="cpu")

@@ -1,14 +1,29 @@
-"""Newcomer audit (session 8): options of another task or of our model under --baseline are
+"""The CLI's options and outputs: options of another task or of our model under --baseline are
 refused instead of silently ignored; input mistakes are one-line errors (exit 2); --threads;
-predict/explain input handling; metrics.json written atomically and by rank 0 only."""
+predict/explain input handling; metrics.json written atomically, by rank 0 only, with the
+environment; interrupted or full-disk runs, unwritable --out and --resume messages; `bench`."""
+import errno
 import json
+import os
+import subprocess
+import sys
+import urllib.request
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
+from torch_geometric.data import Batch, Data
 
+import graphattn.cli.molecules_predict as mc
+from graphattn import GraphClassifier
 from graphattn.cli import main as cli
+from graphattn.cli.main import main
 from graphattn.cli.options import GROUPS, check_applicable, given_options
 from graphattn.testing import requires_data, shared_data_dir
+from graphattn.train import distributed, fit
+from graphattn.train.checkpoint import write_metrics
+from graphattn.utils.files import check_output_not_input
 
 from tiny_inputs import TINY, train_csv
 
@@ -121,9 +136,6 @@ def test_threads_option_sets_torch_threads(run):
 
 
 def test_metrics_are_written_by_rank_zero_only(tmp_path, monkeypatch):
-    from graphattn.train import distributed
-    from graphattn.train.checkpoint import write_metrics
-
     write_metrics(tmp_path / "a" / "metrics.json", {"x": float("nan"), "y": 1})
     assert json.loads((tmp_path / "a" / "metrics.json").read_text()) == {"x": None, "y": 1}
     monkeypatch.setattr(distributed, "is_main", lambda: False)
@@ -134,10 +146,6 @@ def test_metrics_are_written_by_rank_zero_only(tmp_path, monkeypatch):
 def test_a_closed_output_pipe_ends_quietly(tmp_path):
     # `graphattn train karate | head -1`: the reader leaves; no traceback, no "Exception ignored"
     # (without PYTHONUNBUFFERED the last lines are still buffered when main() returns)
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     env["GRAPHATTN_NO_CPP"] = "1"  # a first-time C++ kernel build would itself write to the closed pipe
     proc = subprocess.Popen([sys.executable, "-m", "graphattn", "train", "karate", "--epochs", "3", "--no-progress",
@@ -216,9 +224,6 @@ def test_a_diverging_run_is_one_line_naming_the_learning_rate(argv, capsys, tmp_
 
 def test_divergence_is_named_for_tuple_batches_with_missing_labels():
     # the labels' NaN (missing) must not pass for non-finite inputs: the model diverged
-    from graphattn import GraphClassifier
-    from graphattn.train import fit
-
     torch.manual_seed(0)
     x, ei = torch.randn(8, 4), torch.tensor([[0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7]])
     batch = torch.zeros(8, dtype=torch.long)
@@ -231,10 +236,6 @@ def test_divergence_is_named_for_tuple_batches_with_missing_labels():
 
 
 def test_output_to_stdout_is_never_taken_for_an_input(run, capsys, tmp_path):
-    from pathlib import Path
-
-    from graphattn.utils.files import check_output_not_input
-
     check_output_not_input(Path("/dev/stdout"), {"the --csv input": "/dev/stdin"})  # not a regular file
     folder, src, _ = run
     assert cli.main(["predict", "--checkpoint", str(folder / "best.pt"), "--smiles", "xx", "yy"]) == 0
@@ -250,8 +251,6 @@ def test_max_features_on_a_named_set_without_a_features_file(capsys, tmp_path, m
 
 
 def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
-    import graphattn.cli.molecules_predict as mc
-
     folder, src, _ = run
     args = ["predict", "--checkpoint", str(folder / "best.pt"), "--csv", str(src)]
     assert cli.main(args + ["--out", str(tmp_path / "all.csv")]) == 0
@@ -268,11 +267,6 @@ def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
 
 
 def test_nan_features_in_a_list_of_graphs_stay_a_data_error_and_dict_labels_are_left_out():
-    from torch_geometric.data import Batch, Data
-
-    from graphattn import GraphClassifier
-    from graphattn.train import fit
-
     torch.manual_seed(0)
     ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
     y = torch.tensor([[1.0, 0.0]])
@@ -292,3 +286,82 @@ def test_nan_features_in_a_list_of_graphs_stay_a_data_error_and_dict_labels_are_
         fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [d] * 4, "val": [d]},
             lambda m, b, split: (m(b["x"], b["ei"], b["b"]), b["labels"]), kind="binary", epochs=5, lr=1e9,
             progress=False, log=lambda m: None)
+
+
+def test_bench_without_such_script_lists_the_available_ones(capsys):
+    assert main(["bench", "no_such_benchmark"]) == 2
+    err = capsys.readouterr().err
+    assert "large_graph" in err and "attention" in err
+
+
+def test_interrupt_and_full_disk_are_one_line(monkeypatch, capsys):
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_main", interrupted)
+    assert main(["train", "karate"]) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert main(["predict", "--checkpoint", "x"]) == 130
+    assert "--resume" not in capsys.readouterr().err
+
+    def full(argv=None):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cli, "_main", full)
+    monkeypatch.setattr(cli, "_stdout_to_devnull", lambda: None)  # keep pytest's capture
+    assert main(["predict", "--checkpoint", "x"]) == 1
+    assert "no space left" in capsys.readouterr().err
+
+    def other(argv=None):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(cli, "_main", other)
+    with pytest.raises(OSError):  # other OS errors are not hidden
+        main(["predict", "--checkpoint", "x"])
+
+
+def test_resume_without_last_pt_says_so(tmp_path, capsys):
+    assert main(["train", "karate", "--epochs", "1", "--resume", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "new")]) == 0
+    assert "no " + str(tmp_path / "new" / "last.pt") + " to resume from" in capsys.readouterr().out
+
+
+def test_a_missing_dataset_on_train_gives_only_the_real_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "empty"))  # today's root = the root train records
+    (tmp_path / "empty").mkdir()
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("offline (test)")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning that "the data root this model was trained with ... does not hold"
+        code = main(["train", "mutag", "--epochs", "1", "--no-progress", "--out", str(tmp_path / "r")])
+    assert code == 2 and "mutag" in capsys.readouterr().err.lower()
+
+
+def test_unwritable_out_is_refused_before_training(tmp_path, monkeypatch, capsys):
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(tmp_path) else real(p, mode))
+    assert main(["train", "karate", "--out", str(tmp_path / "run")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+
+
+def test_resume_names_changed_settings_and_refuses_another_batching(tmp_path, capsys):
+    base = ["train", "karate", "--no-progress", "--threads", "1", "--out", str(tmp_path / "k")]
+    assert main([*base, "--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert main([*base, "--epochs", "2", "--resume", "--mini-batch"]) == 2  # full batch -> partitions
+    err = capsys.readouterr().err
+    assert "another run" in err and "batching" in err
+    assert main([*base, "--epochs", "2", "--resume", "--lr", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "--resume with changed settings" in out and "lr 0.01 -> 0.02" in out and "epochs 1 -> 2" in out
+
+
+def test_metrics_record_the_environment(tmp_path):
+    assert main(["train", "karate", "--epochs", "1", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "k")]) == 0
+    env = json.loads((tmp_path / "k" / "metrics.json").read_text())["environment"]
+    assert env["torch"] == torch.__version__ and env["torch_threads"] == 1
+    assert env["cpp_kernel"] in ("loaded", "failed to build: pure PyTorch path",
+                                 "disabled (GRAPHATTN_NO_CPP): pure PyTorch path")

@@ -1,7 +1,7 @@
-"""Bad input to the molecule API and CLI: non-binary labels, empty or lopsided splits,
-whitespace inside SMILES, the cache location, gzipped / oddly-cased CSVs for predict and
-evaluate, predict column collisions, task names with commas, ``--out`` folders, models
-without attention, ``--limit`` and conflicting dataset options.
+"""The molecule commands on awkward input: non-binary labels, empty splits, whitespace inside
+SMILES, gzipped / oddly-cased / piped CSVs for predict and evaluate, predict column collisions,
+task names, ``--out`` folders, models without attention, conflicting dataset options, changed
+training files and resumed runs of another featurizer version.
 
 All fixtures are written into ``tmp_path``; models are tiny (1 epoch, no descriptors unless
 they are the point). The featurized cache goes to a private ``$GRAPHATTN_CACHE``.
@@ -17,15 +17,25 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn.cli import main as cli
-from graphattn.cli import molecules_predict as molecule_commands
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+
+from torch_geometric.data import Data  # noqa: E402
+
+from graphattn.cli import main as cli  # noqa: E402
+from graphattn.cli import molecules_predict as molecule_commands  # noqa: E402
+from graphattn.cli.molecules_predict import _spooled  # noqa: E402
+from graphattn.data import DataFileError, MoleculeCSVDataset, molecules, read_csv_table, smiles_to_data  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
-from graphattn.data import molecules  # noqa: E402
-from graphattn.data.molecules import MoleculeCSVDataset, smiles_to_data  # noqa: E402
-from graphattn.data.download import DataFileError  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
 
-from tiny_inputs import SMILES, TINY, molecule_labels, train_csv, write_csv  # noqa: E402
+from tiny_inputs import SMILES, TINY, molecule_labels, train_csv, write_csv, write_file  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
 
 @pytest.fixture(scope="module")
 def mpatch():
@@ -53,10 +63,7 @@ def run(tmp_path_factory):
     return root / "run", src
 
 
-# ----------------------------------------------------------------------------- 1. binary labels
-
-
-def test_cli_train_and_evaluate_refuse_non_binarymolecule_labels(run, tmp_path, capsys):
+def test_cli_train_and_evaluate_refuse_non_binary_labels(run, tmp_path, capsys):
     src = write_csv(tmp_path / "e.csv", ["smiles", "toxic", "active"],
                     [(s, [0, 1, 2][i % 3], 1) for i, s in enumerate(SMILES)])
     assert cli.main(["train", "--csv", str(src), "--tasks", "toxic", "--split", "random", *TINY]) == 2
@@ -66,7 +73,6 @@ def test_cli_train_and_evaluate_refuse_non_binarymolecule_labels(run, tmp_path, 
     assert err.startswith("graphattn evaluate:") and "label '2'" in err and "Traceback" not in err
 
 
-# ----------------------------------------------------------------------------- 2. empty splits
 @pytest.mark.parametrize("desc", ["--no-descriptors", "--descriptors"])
 def test_single_row_csv_gives_a_clear_error(tmp_path, capsys, desc):
     src = write_csv(tmp_path / "one.csv", ["smiles", "a"], [("CCO", 1)])
@@ -74,9 +80,6 @@ def test_single_row_csv_gives_a_clear_error(tmp_path, capsys, desc):
     err = capsys.readouterr().err
     assert "the scaffold split of 1 molecule left no training molecules" in err
     assert "--split random or more data" in err
-
-
-# ----------------------------------------------------------------------------- 3. whitespace
 
 
 def test_outer_whitespace_and_cxsmiles_extensions_are_fine(tmp_path, capsys, run):
@@ -127,10 +130,6 @@ def test_a_smiles_column_under_another_name_is_suggested_and_one_class_tasks_war
     assert "no column 'mol'" in capsys.readouterr().err
 
 
-# ----------------------------------------------------------------------------- 4. cache dir
-
-
-# ----------------------------------------------------------------------------- 5. gz and headers
 def test_predict_and_evaluate_read_gzip_and_loose_headers(run, tmp_path, capsys):
     src = write_csv(tmp_path / "in.csv.gz", [" SMILES ", " TOXIC", "Active "],
                     [(s, *molecule_labels(s)) for s in SMILES[:12]])
@@ -144,7 +143,6 @@ def test_predict_and_evaluate_read_gzip_and_loose_headers(run, tmp_path, capsys)
     assert "csv: 12 molecules" in res and '"tasks": ["toxic", "active"]' in res
 
 
-# ----------------------------------------------------------------------------- 6. column collisions
 def test_output_columns_never_collide():
     assert molecule_commands._output_columns(["row", "error", "smiles", "a"], False) == (
         ["row_task", "error_task", "smiles_task", "a"], [])
@@ -164,9 +162,6 @@ def test_predict_keeps_row_smiles_and_error_for_tasks_named_like_them(run, tmp_p
     assert 0 <= float(rows[0]["row_task"]) <= 1 and "'row' is written as column 'row_task'" in out.err
 
 
-# ----------------------------------------------------------------------------- 7. --tasks
-
-
 def test_cli_tasks_duplicates_and_case(tmp_path, capsys):
     src = train_csv(tmp_path / "t.csv")
     assert cli.main(["train", "--csv", str(src), "--tasks", "toxic,TOXIC", *TINY]) == 2
@@ -176,7 +171,6 @@ def test_cli_tasks_duplicates_and_case(tmp_path, capsys):
     assert load_checkpoint(tmp_path / "r" / "best.pt")["meta"]["task_names"] == ["active"]
 
 
-# ----------------------------------------------------------------------------- 8. --out folders
 def test_predict_and_explain_write_into_an_existing_folder(run, tmp_path):
     ck = str(run[0] / "best.pt")
     folder = tmp_path / "out"
@@ -189,7 +183,6 @@ def test_predict_and_explain_write_into_an_existing_folder(run, tmp_path):
     assert (folder / "explain_1.png").is_file() and (folder / "explain_2.png").is_file()
 
 
-# ----------------------------------------------------------------------------- 9. no attention
 def test_explain_without_transformer_layers_is_a_clear_error(tmp_path, capsys, run):
     assert cli.main(["train", "--csv", str(run[1]), "--split", "random", "--out", str(tmp_path / "r0"),
                      *TINY, "--layers", "0"]) == 0
@@ -199,18 +192,11 @@ def test_explain_without_transformer_layers_is_a_clear_error(tmp_path, capsys, r
     assert "0 transformer layers" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
 
 
-# ----------------------------------------------------------------------------- 10. --limit
-
-
-# ----------------------------------------------------------------------------- 11. name and --csv
 def test_named_dataset_and_csv_together_are_refused(run, capsys):
     assert cli.main(["train", "tox21", "--csv", str(run[1]), *TINY]) == 2
     assert "not both" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not both"):
         md.load_dataset("tox21", str(run[1]))
-
-
-# ----------------------------------------------------------------------------- files users have (session 13 QA)
 
 
 def test_explain_writes_svg_refuses_other_formats_and_empty_inputs(run, tmp_path, capsys):
@@ -263,8 +249,6 @@ def test_evaluate_says_which_tasks_it_cannot_score(run, tmp_path, capsys):
 
 
 def test_metrics_json_has_null_val_for_a_split_without_validation_molecules(tmp_path):
-    import json
-
     src = write_csv(tmp_path / "four.csv", ["smiles", "y"], [("CCO", 0), ("c1ccccc1", 1), ("CCCl", 0),
                                                           ("c1ccncc1", 1)])
     with warnings.catch_warnings():
@@ -275,9 +259,7 @@ def test_metrics_json_has_null_val_for_a_split_without_validation_molecules(tmp_
     assert m["val"] is None and isinstance(m["test"], dict)  # 4 molecules: train / test only
 
 
-def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
-    from torch_geometric.data import Data
-
+def test_task_columns_duplicate_spellings_other_task_rules_and_a_header_only_csv(tmp_path, monkeypatch, capsys):
     # a label column whose name ends in "Acid" stays a task
     rows = [(s, molecule_labels(s)[0], molecule_labels(s)[1]) for s in SMILES[:12]]
     src = write_csv(tmp_path / "acid.csv", ["smiles", "CarboxylicAcid", "Acid"], rows)
@@ -298,7 +280,7 @@ def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
     # a checkpoint whose tasks were inferred under other rules still evaluates (its own task names)
     ids = write_csv(tmp_path / "ids.csv", ["smiles", "SID", "toxic"],
                     [(s, i % 2, molecule_labels(s)[0]) for i, s in enumerate(SMILES)])
-    monkeypatch.setattr(molecules, "_is_id_column", lambda name: False)  # the old rules: SID was a task
+    monkeypatch.setattr(molecules, "_is_id_column", lambda name: False)  # rules that take SID for a task
     assert cli.main(["train", "--csv", str(ids), "--split", "random", "--out", str(tmp_path / "old"), *TINY]) == 0
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "old" / "best.pt")["meta"]["task_names"] == ["SID", "toxic"]
@@ -311,8 +293,6 @@ def test_review_fixes_molecules(tmp_path, monkeypatch, capsys):
 
 
 def test_resume_across_featurizer_versions_names_both(tmp_path, capsys):
-    from graphattn.train import load_checkpoint, save_checkpoint
-
     src = write_csv(tmp_path / "m.csv", ["smiles", "toxic"], [(s, molecule_labels(s)[0]) for s in SMILES])
     args = ["train", "--csv", str(src), "--split", "random", "--out", str(tmp_path / "r"), *TINY]
     assert cli.main(args) == 0
@@ -322,3 +302,72 @@ def test_resume_across_featurizer_versions_names_both(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main([*args, "--resume"]) == 2
     assert f"featurizer_version: '1' there, '{molecules.FEATURIZER_VERSION}' now" in capsys.readouterr().err
+
+
+def test_csv_from_a_pipe(tmp_path):
+    """`head x.csv | graphattn predict --csv /dev/stdin`: the table is read in one pass (a second
+    open would find the pipe consumed); evaluate spools a pipe to a file."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "w") as f:
+            f.write("smiles,y\nCCO,1\nCCN,0\n")
+
+    for read in (read_csv_table, lambda p: read_csv_table(_spooled(p))):
+        t = threading.Thread(target=feed)
+        t.start()
+        header, rows = read(fifo)
+        t.join()
+        assert header == ["smiles", "y"] and [r for _, r in rows] == [["CCO", "1"], ["CCN", "0"]]
+    assert _spooled(tmp_path / "plain.csv") == str(tmp_path / "plain.csv")  # files are read in place
+    names = []
+    for _ in range(2):  # the same contents get the same name: the processed cache is reused
+        t = threading.Thread(target=feed)
+        t.start()
+        names.append(Path(_spooled(fifo)).name)
+        t.join()
+    assert names[0] == names[1]
+
+
+def test_named_task_without_any_label(tmp_path):
+    f = write_file(tmp_path / "m.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 1)}O,{i % 2},\n" for i in range(12)))
+    res = _cli("train", "--csv", str(f), "--tasks", "a,b", "--epochs", "1", "--split", "random", "--no-descriptors",
+               "--no-progress", "--threads", "1", "--out", str(tmp_path / "o"), env_extra=tmp_path / "c")
+    assert res.returncode == 2 and "task column(s) ['b'] hold no label" in res.stderr, res.stderr
+
+
+def _cli(*args, env_extra=None):
+    env = {**os.environ, "GRAPHATTN_CACHE": str(env_extra)} if env_extra else None
+    return subprocess.run([sys.executable, "-m", "graphattn", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_evaluate_warns_when_the_training_csv_changed(tmp_path):
+    csv = tmp_path / "m.csv"
+    csv.write_text((FIXTURES / "molecules_tasks_train.csv").read_text())
+    res = _cli("train", "--csv", str(csv), "--tasks", "toxic", "--epochs", "1", "--split", "random",
+               "--no-descriptors", "--no-progress", "--threads", "1", "--out", str(tmp_path / "o"),
+               env_extra=tmp_path / "cache")
+    assert res.returncode == 0, res.stderr
+    lines = csv.read_text().splitlines()
+    csv.write_text("\n".join([lines[0]] + lines[1:][::-1]) + "\n")  # same rows, another order
+    res = _cli("evaluate", "--checkpoint", str(tmp_path / "o" / "best.pt"), "--no-progress",
+               env_extra=tmp_path / "cache")
+    assert res.returncode == 0, res.stderr
+    assert "the file changed since this checkpoint was trained" in res.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.load(tmp_path / "o" / "best.pt", weights_only=True)["meta"]["data"]["sha256"]
+
+
+def test_evaluate_csv_with_an_unlabelled_task_column(tmp_path):
+    rows = "".join(f"{'C' * (i + 1)}O,{i % 2},{(i // 2) % 2}\n" for i in range(16))
+    train = write_file(tmp_path / "m.csv", "smiles,a,b\n" + rows)
+    res = _cli("train", "--csv", str(train), "--epochs", "1", "--split", "random", "--no-descriptors",
+               "--no-progress", "--threads", "1", "--out", str(tmp_path / "o"), env_extra=tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    new = write_file(tmp_path / "n.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 2)}N,{i % 2},\n" for i in range(8)))
+    res = _cli("evaluate", "--checkpoint", str(tmp_path / "o" / "best.pt"), "--csv", str(new),
+               "--no-progress", env_extra=tmp_path / "c")
+    assert res.returncode == 0, res.stderr

@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn.cli import main as cli
+from graphattn.cli import main as cli  # noqa: E402
 from graphattn.testing import shared_data_dir  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
 

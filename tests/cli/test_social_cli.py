@@ -1,12 +1,26 @@
 """The social CLI on awkward input: clashing options, changed files, tiny sets, node ids."""
+import csv
 import json
 import math
+import os
+import subprocess
+import sys
+import urllib.request
 
 import pytest
 import torch
+from torch import nn
 
 from graphattn.cli.main import main
-from graphattn.train import load_checkpoint
+from graphattn.cli.social_train import dataset_key as _key
+from graphattn.data import DataFileError, find_file
+from graphattn.tasks.social import graph_data as sg
+from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.node import _standardize
+from graphattn.train import CheckpointError, fit, load_checkpoint
+from graphattn.train.checkpoint import check_same_run, write_metrics
+
+from tiny_inputs import write_file
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +51,6 @@ def _train(tmp_path, edges, target, out, *extra):
 
 
 def test_aliases_of_the_data_modules_reach_the_cli():
-    from graphattn.cli.social_train import dataset_key as _key
-
     for alias, name in (("lastfm", "lastfm_asia"), ("deezer", "deezer_europe"), ("imdbbinary", "imdb-binary"),
                         ("redditbinary", "reddit-binary"), ("deezer_ego_nets", "deezer-ego"),
                         ("deezer-egos", "deezer-ego"), ("reddit10k", "reddit-threads"),
@@ -77,8 +89,6 @@ def test_single_class_target_is_refused(tmp_path, capsys):
 
 
 def test_one_node_graph_gives_finite_features():
-    from graphattn.tasks.social.node import _standardize
-
     x = _standardize(torch.tensor([[3.0, 1.0]]))
     assert torch.isfinite(x).all() and torch.equal(x, torch.zeros(1, 2))
 
@@ -135,7 +145,6 @@ def test_features_source_is_pinned_in_the_checkpoint(tmp_path, capsys):
     _train(tmp_path, edges, target, out)
     spec = load_checkpoint(out / "best.pt")["meta"]["data"]
     assert spec["feature_source"] == "structural"
-    from graphattn.tasks.social import node as sn
 
     # a features file that appears later is not used by this checkpoint
     feats = tmp_path / "f.json"
@@ -158,15 +167,11 @@ def test_mini_batch_reports_whole_graph_accuracy(tmp_path, capsys):
 
 
 def test_metrics_json_is_strict(tmp_path):
-    from graphattn.train.checkpoint import write_metrics
-
     write_metrics(tmp_path / "m.json", {"a": float("nan"), "b": [1.0, math.inf], "c": {"d": 2}})
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": None, "b": [1.0, None], "c": {"d": 2}}
 
 
 def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
-    from graphattn.tasks.social import graph_data as sg
-
     lines = ["6"]
     for g in range(6):
         lines += [f"2 {g % 2}", f"0 1 1 {g}.5 1", f"0 1 0 {-g}.0 2"]
@@ -181,10 +186,6 @@ def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
 
 
 def test_resume_refuses_another_run_with_the_same_shapes(tmp_path):
-    from torch import nn
-
-    from graphattn.train import CheckpointError, fit
-
     torch.manual_seed(0)
     x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
     loaders = {"train": [(x, y)], "val": [(x, y)]}
@@ -202,8 +203,6 @@ def test_resume_refuses_another_run_with_the_same_shapes(tmp_path):
 
 
 def test_checkpoint_paths_that_are_not_checkpoints(tmp_path):
-    from graphattn.train import CheckpointError, load_checkpoint
-
     with pytest.raises(CheckpointError, match="is a folder"):
         load_checkpoint(tmp_path)
     (tmp_path / "x.csv").write_text("smiles,y\nCCO,1\n")
@@ -212,10 +211,6 @@ def test_checkpoint_paths_that_are_not_checkpoints(tmp_path):
 
 
 def test_failed_download_leaves_no_folders_and_disabled_download_says_so(tmp_path, monkeypatch):
-    import urllib.request
-
-    from graphattn.data.download import DataFileError, find_file
-
     def offline(*a, **k):
         raise OSError("offline")
 
@@ -230,8 +225,6 @@ def test_failed_download_leaves_no_folders_and_disabled_download_says_so(tmp_pat
 
 
 def test_resume_tolerates_a_moved_data_root_and_newer_spec_keys(tmp_path):
-    from graphattn.train.checkpoint import CheckpointError, check_same_run
-
     old = {"pipeline": "node", "data": {"name": "lastfm_asia", "root": "/a", "split_seed": 0},
            "model": {"class": "NodeClassifier", "kwargs": {"hidden": 64}}}
     moved = {**old, "data": {**old["data"], "root": "/b", "feature_source": "structural"}}
@@ -265,7 +258,7 @@ def test_graph_checkpoint_refuses_files_with_other_classes_or_widths(tmp_path, c
     out = tmp_path / "run"
     assert main(["train", "--tu-text", str(two), "--epochs", "1", "--out", str(out), "--no-progress"]) == 0
     ck = out / "best.pt"
-    for labels in ([0, 1, 2] * 7, [0, 5] * 10):  # a new class (was an IndexError); relabelled (silently wrong)
+    for labels in ([0, 1, 2] * 7, [0, 5] * 10):  # a new class; relabelled classes: refused, no IndexError nor silent relabelling
         other = _rings(tmp_path / "other.txt", labels)
         for command in ("predict", "evaluate"):
             err = usage_error(capsys, command, "--checkpoint", ck, "--tu-text", other)
@@ -276,8 +269,6 @@ def test_graph_checkpoint_refuses_files_with_other_classes_or_widths(tmp_path, c
 
 
 def test_predict_numbers_a_limited_graph_set_by_file_position(tmp_path, capsys):
-    import csv
-
     txt = _rings(tmp_path / "many.txt", [i % 3 for i in range(30)])
     out = tmp_path / "run"
     assert main(["train", "--tu-text", str(txt), "--limit", "12", "--epochs", "1", "--out", str(out),
@@ -313,3 +304,28 @@ def test_features_file_of_edges_runs_moved_unused_or_shrunk(tmp_path, capsys):
     assert "covers too few" in err and "data root" not in err
     edges.rename(tmp_path / "moved.csv")  # a moved input names the flag that gives its new place
     assert "give their new place with --edges" in usage_error(capsys, "predict", "--checkpoint", used / "best.pt")
+
+
+@pytest.fixture
+def edges(tmp_path):
+    return write_file(tmp_path / "e.csv", "id_1,id_2\n0,1\n1,2\n2,3\n3,0\n")
+
+
+def _cli(*args, env_extra=None):
+    env = {**os.environ, "GRAPHATTN_CACHE": str(env_extra)} if env_extra else None
+    return subprocess.run([sys.executable, "-m", "graphattn", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def test_label_column_with_one_value_per_node_is_refused(tmp_path, edges):
+    t = write_file(tmp_path / "t.csv", "id,score\n" + "".join(f"{i},{i * 1.5}\n" for i in range(4)))
+    res = _cli("train", "--edges", str(edges), "--target", str(t), "--target-col", "score",
+               "--epochs", "1", "--no-progress", "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and "leaves the validation or test set empty" in res.stderr, res.stderr
+
+
+def test_too_few_graphs_for_folds_names_the_option(tmp_path):
+    f = write_file(tmp_path / "x.txt", "4\n" + "".join(f"2 {i % 2}\n0 1 1\n0 1 0\n" for i in range(4)))
+    res = _cli("train", "--tu-text", str(f), "--folds", "10", "--epochs", "1", "--no-progress",
+               "--out", str(tmp_path / "o"))
+    assert res.returncode == 2 and "--folds 10" in res.stderr, res.stderr

@@ -2,13 +2,22 @@
 DGCNN-text fixtures, k-fold CV, PyG baselines, exact resume."""
 import csv
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
 
+import graphattn.tasks.social.node as sn
+from graphattn import NodeClassifier
 from graphattn.cli.main import main
+from graphattn.cli.social_train import DATASETS
+from graphattn.cli.social_train import dataset_key as _key
+from graphattn.nn import ConvBaseline
+from graphattn.tasks.social.graph import graph_model_spec
+from graphattn.tasks.social.node import load_node_data, masked_label_input, node_inputs
+from graphattn.tasks.social.viz import last_layer_attention
 from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import load_checkpoint
 
@@ -64,10 +73,6 @@ def test_karate_train_evaluate_predict_explain(tmp_path, capsys):
 
 
 def test_last_layer_attention_sums_to_one_per_node():
-    from graphattn import NodeClassifier
-    from graphattn.tasks.social.node import load_node_data, node_inputs
-    from graphattn.tasks.social.viz import last_layer_attention
-
     data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
     model = NodeClassifier(data.num_features, 16, 2, num_layers=2, heads=2)
     logits, ei, alpha = last_layer_attention(model, data, node_inputs(data))
@@ -186,9 +191,6 @@ def test_neighbour_sampling_mode_on_karate(tmp_path, capsys):
 def test_neighbour_sampling_drops_default_propagation_and_refuses_an_explicit_one(tmp_path, capsys, monkeypatch):
     """A K-hop APPNP head trained on L-hop samples does not transfer to the whole graph
     (GitHub: 0.27 whole-graph accuracy): neighbour sampling trains without it."""
-    import graphattn.tasks.social.node as sn
-    from graphattn.train.checkpoint import load_checkpoint
-
     monkeypatch.setitem(sn._PER_DATASET, "karate", dict(sn._PER_DATASET.get("karate", {}), propagation=10))
     _run("train", "karate", "--mini-batch", "neighbor", "--epochs", 2, "--out", tmp_path / "nb", "--no-progress")
     meta = load_checkpoint(tmp_path / "nb" / "best.pt")["meta"]
@@ -210,8 +212,6 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 
 
 def test_dataset_names_are_canonicalised():
-    from graphattn.cli.social_train import DATASETS, dataset_key as _key
-
     assert _key("Twitch_DE") == "twitch-de" and _key("LastFM-Asia") == "lastfm_asia"
     assert _key("IMDB-BINARY") == "imdb-binary" and _key("karate") == "karate" and _key("tox21") is None
     for name in ("karate", "cora", "facebook", "lastfm_asia", "github", "twitch-engb", "deezer_europe",
@@ -233,9 +233,6 @@ def test_imdb_binary_folds_smoke(tmp_path, capsys):
 
 
 def _example(name):
-    import importlib.util
-    from pathlib import Path
-
     path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"example_{name}", path)
     mod = importlib.util.module_from_spec(spec)
@@ -258,8 +255,6 @@ def test_examples_run(tmp_path, capsys):
 
 
 def test_label_input_never_shows_val_or_test_labels():
-    from graphattn.tasks.social.node import load_node_data, masked_label_input
-
     spec = {"name": "karate", "split": [0.6, 0.2], "split_seed": 0}
     plain, data = load_node_data(spec), load_node_data({**spec, "label_input": True})
     K = len(data.class_names)
@@ -333,9 +328,6 @@ def test_baseline_grid_is_chosen_on_validation(capsys):
 def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
     # GIN-0 (the TU anchors' architecture): sum readout whatever our readout is; it must learn
     # the toy task and its checkpoint must evaluate like the others
-    from graphattn.nn.models.baselines import ConvBaseline
-    from graphattn.tasks.social.graph import graph_model_spec
-
     spec = graph_model_spec("gin", 5, 2, dict(hidden=16, layers=2, heads=4, dropout=0.0, readout="mean"))
     assert spec["kwargs"]["readout"] == "sum" and spec["kwargs"]["kind"] == "gin"
     model = ConvBaseline(**spec["kwargs"]).eval()
@@ -354,8 +346,6 @@ def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
 
 
 def test_gin_baseline_trains_on_a_one_node_batch():
-    from graphattn.nn.models.baselines import ConvBaseline
-
     model = ConvBaseline("gin", 3, 8, 2, graph_level=True, readout="sum").train()
     out = model(torch.randn(1, 3), torch.empty(2, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))
     out.sum().backward()

@@ -6,18 +6,24 @@ import torch
 
 pytest.importorskip("rdkit")
 
-from graphattn import GraphClassifier  # noqa: E402
-from graphattn.data import smiles_to_data  # noqa: E402
-from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors  # noqa: E402
-from graphattn.nn.features import GraphFeatureNorm  # noqa: E402
-from graphattn.nn.models.baselines import MPNNBaseline  # noqa: E402
 import warnings  # noqa: E402
+
+from rdkit import Chem  # noqa: E402
+from rdkit.Chem import Descriptors  # noqa: E402
+
+from graphattn import GraphClassifier, GraphFeatureNorm  # noqa: E402
+from graphattn.cli import main as cli  # noqa: E402
+from graphattn.data import AddMolDescriptors, descriptor_names  # noqa: E402
+from graphattn.data import descriptors as dmod  # noqa: E402
+from graphattn.data import mol_descriptors, smiles_to_data
+from graphattn.nn import MPNNBaseline  # noqa: E402
+from graphattn.tasks.molecules import data as md  # noqa: E402
+from graphattn.tasks.molecules import defaults as molecule_defaults
+from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
+from graphattn.train import load_checkpoint  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
-    from rdkit import Chem
-    from rdkit.Chem import Descriptors
-
     names = descriptor_names()
     assert len(names) > 100 and "MolWt" in names and "TPSA" in names
     mol = Chem.MolFromSmiles("CC(=O)Oc1ccccc1C(=O)O")  # aspirin
@@ -34,7 +40,6 @@ def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
 
 def test_uncomputable_descriptors_are_zero_not_nan():
     # partial charges are not defined for some exotic elements: RDKit gives NaN there
-    from rdkit import Chem
 
     mol = Chem.MolFromSmiles("[Se]=[Se]")
     d = mol_descriptors(mol)
@@ -98,9 +103,6 @@ def test_models_read_graph_features_and_keep_their_statistics(cls):
 
 
 def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, molecule_csv):
-    from graphattn.cli import main as cli
-    from graphattn.train import load_checkpoint
-
     fixture = molecule_csv
     assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "2", "--descriptors",
                      "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
@@ -122,27 +124,19 @@ def test_cli_train_predict_explain_evaluate_with_descriptors(tmp_path, molecule_
 
 
 def test_social_tasks_refuse_descriptors(capsys):
-    from graphattn.cli import main as cli
-
     assert cli.main(["train", "karate", "--descriptors", "--epochs", "1"]) == 2
     assert "--descriptors is a molecule option" in capsys.readouterr().err
 
 
 def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molecule_csv):
-    from graphattn.tasks.molecules import data as md
-    from graphattn.tasks.molecules import pipeline as mp
-
     ds = md.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
-    hp = dict(mp.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
+    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
     spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
     with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):
         mp.run_training(ds, md.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)
 
 
 def test_ipc_is_skipped_on_huge_molecules_and_numpy_stays_quiet(monkeypatch):
-    from rdkit import Chem
-
-    from graphattn.data import descriptors as dmod
 
     mol = Chem.MolFromSmiles("CCCCCCCCCCc1ccccc1")
     names = dmod.descriptor_names()

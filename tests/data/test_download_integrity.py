@@ -1,4 +1,5 @@
-"""Downloads are checked before they are kept: byte count, pinned hashes, whole-file checks."""
+"""Downloads are checked before they are kept: byte count, pinned hashes, whole-file checks;
+a failed download leaves no folders behind and is not retried."""
 import gzip
 import io
 import os
@@ -7,8 +8,11 @@ import urllib.request
 
 import pytest
 
-from graphattn.data import download
-from graphattn.data.download import DataFileError, download_url, git_blob_sha1
+from graphattn.data import (SOCIAL_NODE_DATASETS, DataFileError, download, load_social_node_dataset, planetoid,
+                            read_csv_table, social)
+from graphattn.data.download import download_url, git_blob_sha1
+from graphattn.data.rawio import read_bytes
+from graphattn.testing import shared_data_dir
 
 
 class _CutResponse(io.BytesIO):
@@ -68,8 +72,6 @@ def test_stale_part_files_of_killed_downloads_are_removed(tmp_path):
 
 
 def test_planetoid_files_are_checked_local_and_downloaded(tmp_path, monkeypatch):
-    from graphattn.data import planetoid
-
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "root"
     (root / "cora").mkdir(parents=True)
@@ -87,9 +89,6 @@ def test_planetoid_files_are_checked_local_and_downloaded(tmp_path, monkeypatch)
 
 
 def test_a_corrupt_gzip_is_a_data_file_error_naming_the_file(tmp_path):
-    from graphattn.data.smiles_table import read_csv_table
-    from graphattn.data.rawio import read_bytes
-
     bad = tmp_path / "bad.csv.gz"
     bad.write_bytes(gzip.compress(b"smiles,y\nCCO,1\n")[:10] + b"\xff" * 40)  # a gzip header, then garbage
     with pytest.raises(DataFileError, match="bad.csv.gz: corrupt or truncated gzip"):
@@ -99,8 +98,6 @@ def test_a_corrupt_gzip_is_a_data_file_error_naming_the_file(tmp_path):
 
 
 def test_a_cut_features_download_is_refused(tmp_path, monkeypatch):
-    from graphattn.data import social
-
     feats = tmp_path / "feats.json"
     feats.write_text('{"0": [1, 2], "1": [3')  # cut mid-way: starts like JSON
     spec = dict(social.SOCIAL_NODE_DATASETS["lastfm_asia"])
@@ -114,10 +111,6 @@ def test_a_cut_features_download_is_refused(tmp_path, monkeypatch):
 def test_pinned_hashes_match_the_shared_copies_of_the_upstream_files(tmp_path):
     # a wrong pin would refuse every real download: each one is checked against the shared data's
     # copy of the same upstream file (gunzipped: the copies are recompressed, the downloads are not)
-    from graphattn.data import planetoid, social
-    from graphattn.data.rawio import read_bytes
-    from graphattn.testing import shared_data_dir
-
     root = shared_data_dir()
     if root is None:
         pytest.skip("shared data not available (set GRAPHATTN_DATA)")
@@ -140,9 +133,6 @@ def test_pinned_hashes_match_the_shared_copies_of_the_upstream_files(tmp_path):
 
 def test_planetoid_downloads_pass_their_checks(tmp_path, monkeypatch):
     # the check of a download sees NAME.<random>.part: ind.cora.test.index was taken for a pickle
-    from graphattn.data import planetoid
-    from graphattn.testing import shared_data_dir
-
     src = (shared_data_dir() or tmp_path / "none") / "cora"
     if not (src / "ind.cora.test.index").is_file():
         pytest.skip("shared Cora files not available (set GRAPHATTN_DATA)")
@@ -151,3 +141,30 @@ def test_planetoid_downloads_pass_their_checks(tmp_path, monkeypatch):
     data = planetoid.load_planetoid("cora", root=tmp_path / "root")
     assert data.num_nodes == 2708 and int(data.test_mask.sum()) == 1000
     assert sorted(p.name for p in (tmp_path / "root" / "cora").iterdir()) == sorted(planetoid._SHA256)
+
+
+def test_download_cleanup_is_done_once_in_download_url(tmp_path, monkeypatch):
+    assert not hasattr(social, "_new_dirs")
+    spec = dict(SOCIAL_NODE_DATASETS["lastfm_asia"])
+    spec["features"] = (spec["features"][0], (tmp_path / "nowhere.json").as_uri())
+    monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
+    monkeypatch.setattr(social, "_FAILED_DOWNLOADS", {})
+    root = tmp_path / "fresh" / "root"
+    with pytest.raises(DataFileError, match="downloading .* failed"):
+        social._get(spec, "features", root, True)
+    assert not (tmp_path / "fresh").exists()  # root, parents and dataset folder removed
+    assert list(social._FAILED_DOWNLOADS) == [spec["features"][1]]
+    with pytest.raises(DataFileError, match="not retried"):
+        social._get(spec, "features", root, True)
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_failed_download_keeps_an_existing_root(tmp_path, monkeypatch):
+    spec = dict(SOCIAL_NODE_DATASETS["lastfm_asia"])
+    spec["edges"], spec["rows"] = (spec["edges"][0], (tmp_path / "nowhere.csv").as_uri()), None
+    monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
+    root = tmp_path / "root"
+    (root / "other").mkdir(parents=True)
+    with pytest.raises(DataFileError):
+        load_social_node_dataset("lastfm_asia", root=root)
+    assert [p.name for p in root.iterdir()] == ["other"]

@@ -1,3 +1,5 @@
+"""MoleculeNet toxicity sets and SMILES CSVs as datasets (graphattn.data.molecules): CSV layouts,
+task columns, labels, the featurized cache, downloads and the shared Tox21 copy."""
 import csv
 import gzip
 import shutil
@@ -9,16 +11,17 @@ import torch
 
 pytest.importorskip("rdkit")
 
+from torch_geometric.loader import DataLoader  # noqa: E402
+
 import graphattn.data.download as download  # noqa: E402
-from graphattn.data import molecules  # noqa: E402
-from graphattn.data.download import DataFileError  # noqa: E402
-from graphattn.data.molecules import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION,  # noqa: E402
-                                      TOX21_TASKS, TOXICITY_DATASETS, InvalidSmilesWarning, MoleculeCSVDataset,
-                                      TaskColumnWarning, ToxicityDataset)
+from graphattn.data import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION, SIDER_TASKS,  # noqa: E402
+                            TOXICITY_DATASETS, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset,
+                            TaskColumnWarning, ToxicityDataset, molecules, read_csv_table)
+from graphattn.data.molecules import TOX21_TASKS, canonical_key, toxicity_tasks, writable_dir  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
 
-from tiny_inputs import SMILES, molecule_labels, write_csv  # noqa: E402
+from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # Tox21 file rows (1-based, header = row 1) with hypervalent [AlH3]; see shared/data/MANIFEST.md
@@ -29,9 +32,6 @@ def assert_in_range(x, dims):
     assert x.dtype == torch.long and x.size(1) == len(dims)
     assert (x >= 0).all()
     assert (x < torch.tensor(dims)).all()
-
-
-# ----------------------------------------------------------------------------- featurizer
 
 
 # ----------------------------------------------------------------------------- CSV datasets
@@ -94,8 +94,6 @@ def test_csv_inference_skips_numeric_id_columns_and_handles_gzip(tmp_path):
 
 
 def test_csv_smiles_only_and_dataloader(tmp_path):
-    from torch_geometric.loader import DataLoader
-
     src = tmp_path / "smiles.csv"
     src.write_text("smiles\nCCO\nc1ccccc1\n[Na+]\n")
     ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "cache")
@@ -392,7 +390,6 @@ def test_toxicity_files_in_flat_raw_or_given_directly(tmp_path):
     src = None if shared is None else shared / "tox21" / "tox21.csv.gz"
     if src is None or not src.is_file():
         pytest.skip("tox21 not under $GRAPHATTN_DATA")
-    import shutil
 
     for rel in ("flat/tox21.csv.gz", "pyg/tox21/raw/tox21.csv.gz"):
         dest = tmp_path / rel
@@ -420,10 +417,6 @@ def test_toxcast_resaved_with_an_index_column(tmp_path):
 
 
 def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
-    from graphattn.data.download import DataFileError
-    from graphattn.data.molecules import canonical_key
-    from graphattn.data.smiles_table import read_csv_table
-
     src = tmp_path / "x.csv"
     src.write_text("smiles,tox\nCCO,1\nCCN,#N/A\nCCC,?\nCCCC,0\n")
     ds = MoleculeCSVDataset(src, cache_dir=tmp_path / "c", log=False)
@@ -432,3 +425,35 @@ def test_excel_placeholders_are_missing_labels_and_delimiter_hints(tmp_path):
     with pytest.raises(DataFileError, match="separated by semicolons"):
         read_csv_table(tmp_path / "semi.csv")
     assert canonical_key("C" * 6000) == "C" * 6000  # no canonical ranking of huge chains (RDKit segfaults)
+
+
+def test_unwritable_caches_are_named(tmp_path, monkeypatch):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.warns(UserWarning, match="not writable; processing into"):
+        assert writable_dir(blocker, "csv/x") == tmp_path / "home" / ".cache" / "graphattn" / "csv" / "x"
+    monkeypatch.setenv("HOME", str(blocker))  # the fallback cannot be made either
+    with pytest.raises(DataFileError, match="GRAPHATTN_CACHE"):
+        writable_dir(blocker, "csv/x")
+
+
+@pytest.mark.parametrize("text,msg", [("smiles,y\n", "no data rows"),
+                                      ("smiles;y\nCCO;1\n", "separated by semicolons"),
+                                      ("smiles\ty\nCCO\t1\n", "separated by tabs: name the file .tsv")])
+def test_molecule_csv_messages(tmp_path, text, msg):
+    with pytest.raises(DataFileError, match=msg):
+        MoleculeCSVDataset(write_file(tmp_path / "m.csv", text), cache_dir=tmp_path / "c", log=False)
+
+
+def test_molecule_csv_not_utf8(tmp_path):
+    f = tmp_path / "m.csv"
+    f.write_bytes("smiles,y,name\nCCO,1,caf\u00e9\n".encode("cp1252"))
+    with pytest.raises(DataFileError, match="not UTF-8 text"):
+        MoleculeCSVDataset(f, cache_dir=tmp_path / "c", log=False)
+
+
+def test_moleculenet_file_with_upper_case_smiles_header(tmp_path):
+    assert toxicity_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
+    with pytest.raises(DataFileError, match="no 'smiles' column"):
+        toxicity_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")

@@ -4,8 +4,7 @@ import gzip
 import pytest
 import torch
 
-from graphattn.data.splits import (balanced_scaffold_split, random_split, scaffold_split,
-                                   stratified_split)
+from graphattn.data import balanced_scaffold_split, murcko_scaffold, random_split, scaffold_split, stratified_split
 from graphattn.testing import requires_data, shared_data_dir
 
 
@@ -15,7 +14,6 @@ def assert_partition(parts, n):
 
 
 def scaffold_of(smiles):
-    from graphattn.data.splits import murcko_scaffold
     return [murcko_scaffold(s) for s in smiles]
 
 

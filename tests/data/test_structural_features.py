@@ -1,9 +1,15 @@
 """Structural node features of graph sets: the local degree profile (LDP) option."""
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import to_undirected
+from torch_geometric.utils import erdos_renyi_graph, to_undirected
 
-from graphattn.data.structural import add_structural_features, local_degree_profile
+from graphattn.cli import main as cli
+from graphattn.data import add_structural_features
+from graphattn.data.structural import local_degree_profile
+from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
+from graphattn.train import load_checkpoint
+
+from tiny_inputs import write_tu_text
 
 
 def _star_plus_edge():
@@ -39,14 +45,8 @@ def test_ldp_columns_are_appended_and_finite_on_degenerate_graphs():
 
 def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
     """``graphattn train`` specs carry ``ldp``; a checkpoint's spec without it rebuilds the old features."""
-    from test_social_tasks import _tu_text
-
-    from graphattn.cli import main as cli
-    from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
-    from graphattn.train import load_checkpoint
-
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
-    txt = _tu_text(tmp_path / "TOY.txt")
+    txt = write_tu_text(tmp_path / "TOY.txt")
     assert cli.main(["train", "--tu-text", str(txt), "--epochs", "1", "--batch-size", "8", "--no-progress",
                      "--out", str(tmp_path / "g")]) == 0
     spec = load_checkpoint(tmp_path / "g" / "best.pt")["meta"]["data"]
@@ -60,8 +60,6 @@ def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
 def test_features_computed_over_all_graphs_equal_per_graph_ones():
     # degree and LDP columns are computed once over the graphs' union and split back: bit for bit the
     # per-graph values, whatever the mix of sizes (empty, one-node, edgeless, dense)
-    from torch_geometric.utils import erdos_renyi_graph
-
     torch.manual_seed(0)
     graphs = [Data(edge_index=erdos_renyi_graph(n, 0.3) if n > 1 else torch.empty(2, 0, dtype=torch.long),
                    num_nodes=n) for n in (0, 1, 5, 12, 2, 0, 30, 7)]

@@ -1,10 +1,14 @@
 """NeighborLoader: PyG's neighbour-sampled mini-batches in pure PyTorch."""
+import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
-from graphattn import GraphSelfAttention, NodeClassifier
-from graphattn.loader.neighbor_loader import NeighborLoader
+from graphattn import GraphSelfAttention, NeighborLoader, NodeClassifier
+from graphattn.loader.neighbor_loader import sample_neighbors
+from graphattn.loader.partition import PartitionBatches, partition_nodes
+from graphattn.testing import sbm_graph
+from graphattn.train import distributed
 
 
 def _graph(n=60, e=400, seed=0):
@@ -84,8 +88,6 @@ def test_sampling_is_uniform_and_seeded():
 
 
 def test_trains_a_node_classifier_on_a_block_graph():
-    from graphattn.testing import sbm_graph
-
     torch.manual_seed(0)
     data = sbm_graph(600, 6000, num_blocks=3, p_in=0.9)
     data.x = torch.randn(600, 4)  # no features: the blocks are learned from the neighbours' labels
@@ -161,9 +163,6 @@ def test_eval_seed_shared_csr_and_distributed_shards():
 
 
 def test_partition_batches_shard_across_ranks(monkeypatch):
-    from graphattn.train import distributed
-    from graphattn.loader.partition import PartitionBatches, partition_nodes
-
     data = _graph()
     part = partition_nodes(data.edge_index, 60, 6, seed=0)
     ranks = [PartitionBatches(data, part, 1, shuffle=True) for _ in range(2)]
@@ -180,8 +179,6 @@ def test_partition_batches_shard_across_ranks(monkeypatch):
 def test_hub_sampling_draws_distinct_uniform_edges(deg, num):
     """Nodes with more than 8 num edges draw num distinct edges in O(num) (first distinct values of
     uniform draws; when the draws repeat too often, by keys): uniform and exactly num per node."""
-    from graphattn.loader.neighbor_loader import sample_neighbors
-
     rowptr = torch.tensor([0, 0, deg, deg + 2])  # node 1: the hub; node 2: two edges
     col = torch.arange(deg + 2)
     gen = torch.Generator().manual_seed(0)
@@ -199,11 +196,6 @@ def test_hub_sampling_draws_distinct_uniform_edges(deg, num):
 
 
 def test_fanout_zero_numpy_node_attributes_and_hetero_data_are_handled_as_pyg_users_expect():
-    import numpy as np
-    from torch_geometric.data import Data, HeteroData
-
-    from graphattn.loader.neighbor_loader import NeighborLoader
-
     data = Data(x=torch.randn(4, 2), edge_index=torch.tensor([[1, 2, 3, 0], [0, 0, 2, 3]]))
     b = next(iter(NeighborLoader(data, [0], batch_size=1)))  # was an IndexError; PyG samples nothing
     assert b.edge_index.size(1) == 0 and b.n_id.tolist() == [0]

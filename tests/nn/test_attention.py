@@ -2,12 +2,16 @@ import pytest
 import torch
 from torch_geometric.nn import GATv2Conv, TransformerConv
 
-from graphattn import GraphSelfAttention
-from graphattn.testing import random_graph
-from graphattn.nn.block import GraphTransformerBlock
-from graphattn.functional import dense_attention
-from graphattn.testing import dense_mask_and_bias
+from graphattn import (GraphSelfAttention, GraphTransformerBlock, dense_attention, normalized_edge_attention,
+                       sequences_to_batch)
 from graphattn.ops import extension
+from graphattn.testing import dense_mask_and_bias, random_graph
+
+FUSED = extension.fused_available()
+IMPLS = ["chunked"] + (["fused"] if FUSED else [])
+needs_fused = pytest.mark.skipif(not FUSED, reason="fused C++ kernel unavailable")
+# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
+EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
 
 
 def _graph(n=12, e=40, seed=0, isolated=2):
@@ -171,19 +175,6 @@ def test_torch_compile_matches_eager():
     assert torch.allclose(compiled(x, ei), layer(x, ei), atol=1e-5)
 
 
-FUSED = extension.fused_available()
-
-
-IMPLS = ["chunked"] + (["fused"] if FUSED else [])
-
-
-needs_fused = pytest.mark.skipif(not FUSED, reason="fused C++ kernel unavailable")
-
-
-# 5 nodes: a cycle, a duplicate edge (0->2 twice), a self-loop (3->3), node 4 isolated.
-EI = torch.tensor([[0, 1, 2, 3, 0, 0, 3], [1, 2, 0, 3, 2, 2, 1]])
-
-
 def dense_ref(q, k, v, edge_index, bias=None):
     """Edge attention through the dense reference: (N, H, C) in, (N, H, C') out."""
     mask, dbias = dense_mask_and_bias(edge_index, q.size(0), bias)
@@ -199,8 +190,6 @@ def _grad_penalty_grad(model, x0, ei):
 
 
 def test_additive_layer_gradient_penalty_matches_pyg_gatv2():
-    from torch_geometric.nn import GATv2Conv
-
     torch.manual_seed(0)
     ei, x0 = EI[:, :6], torch.randn(5, 8, dtype=torch.float64)
     ours = GraphSelfAttention(8, 4, heads=2, score="additive", root_weight=False, bias=False).double()
@@ -297,3 +286,57 @@ def test_returned_attention_weights_are_detached(impl, score):
     assert out.requires_grad and not alpha.requires_grad and alpha.grad_fn is None
     assert ei is EI and alpha.shape == (EI.size(1), 2)
     torch.testing.assert_close(torch.zeros(5, 2).index_add_(0, EI[1], alpha)[:4], torch.ones(4, 2))
+
+
+def test_dtype_mismatch_is_named():
+    layer = GraphSelfAttention(4, 2, edge_dim=2)
+    ei = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(TypeError, match="x has dtype torch.float64"):
+        layer(torch.randn(3, 4, dtype=torch.float64), ei, torch.randn(2, 2))
+    with pytest.raises(TypeError, match="edge_attr has dtype torch.float64"):
+        layer(torch.randn(3, 4), ei, torch.randn(2, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="edge_attr must be a floating-point"):
+        layer(torch.randn(3, 4), ei, torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"got \(2,\)"):  # the shape passed, not a reshaped one
+        layer(torch.randn(3, 4), ei, torch.randn(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts: no error
+        assert layer(torch.randn(3, 4).bfloat16(), ei, torch.randn(2, 2)).shape == (3, 2)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+def test_state_dicts_load_across_fused_lazy_and_pair_widths(score):
+    # an int in_channels fuses q/k/v into lin_qkv, -1 / (F, F) keep PyG's per-role names: either loads into both
+
+    torch.manual_seed(0)
+    x, ei, ea = torch.randn(5, 4), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]]), torch.randn(5, 2)
+    fused = GraphSelfAttention(4, 3, heads=2, edge_dim=2, score=score).eval()
+    lazy = GraphSelfAttention(-1, 3, heads=2, edge_dim=2, score=score).eval()
+    lazy(x, ei, ea)  # materialise the lazy widths
+    pair = GraphSelfAttention((4, 4), 3, heads=2, edge_dim=2, score=score).eval()
+    lazy.load_state_dict(fused.state_dict())
+    torch.testing.assert_close(lazy(x, ei, ea), fused(x, ei, ea))
+    pair.load_state_dict(lazy.state_dict())
+    fresh = GraphSelfAttention(4, 3, heads=2, edge_dim=2, score=score).eval()
+    fresh.load_state_dict(pair.state_dict())
+    torch.testing.assert_close(fresh(x, ei, ea), fused(x, ei, ea))
+    if score == "dot":  # PyG's TransformerConv weights load into the fused form too
+        tc = TransformerConv(4, 3, heads=2, edge_dim=2).eval()
+        fresh.load_state_dict(tc.state_dict())
+        torch.testing.assert_close(fresh(x, ei, ea), tc(x, ei, ea))
+    with pytest.raises(RuntimeError, match="Missing key"):  # a truly incomplete dict still fails
+        sd = pair.state_dict()
+        sd.pop(next(k for k in sd if k.startswith("lin_") and k.endswith(".weight") and "skip" not in k))
+        fresh.load_state_dict(sd)
+
+
+def test_batch_argument_is_validated():
+    b = sequences_to_batch([torch.randn(3, 6), torch.randn(5, 6)], "full", pe=None)
+    att = GraphSelfAttention(6, 4, heads=2)
+    q = torch.randn(8, 2, 3)
+    for bad, err in ((b.batch[:-1], ValueError), (b.batch - 1, ValueError), (b.batch[None], ValueError),
+                     (b.batch.float(), TypeError)):
+        with pytest.raises(err, match="batch"):
+            att(b.x, b.edge_index, batch=bad)
+        with pytest.raises(err, match="batch"):
+            normalized_edge_attention(q, q, q, b.edge_index, normalization="relu", batch=bad)
+    assert att(b.x, b.edge_index, batch=b.batch).shape == (8, 8)

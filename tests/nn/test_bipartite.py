@@ -8,8 +8,7 @@ from torch import nn
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv, to_hetero
 
-from graphattn import GraphSelfAttention
-from graphattn.functional import dense_attention
+from graphattn import GraphSelfAttention, dense_attention
 
 
 def _bipartite(n_src, n_dst, e, seed, f_src=5, f_dst=3, dtype=torch.float32, unique=True):

@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch_geometric.nn import global_mean_pool
 
-from graphattn import GlobalTokens, GraphClassifier, GraphSelfAttention
-from graphattn.nn.features import FeatureEncoder
+from graphattn import FeatureEncoder, GlobalTokens, GraphClassifier, GraphSelfAttention
 
 VOCAB = [5, 3, 2]
 

@@ -1,14 +1,18 @@
 import itertools
 import math
+import time
 
+import networkx as nx
 import numpy as np
 import pytest
+import scipy.sparse.linalg as sla
 import torch
 from torch_geometric.data import Batch, Data
+from torch_geometric.transforms import AddRandomWalkPE as PygRandomWalkPE
 from torch_geometric.utils import to_undirected
 
-from graphattn.nn.encodings import (AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe,
-                                    sinusoidal_pe_2d)
+from graphattn import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.data import random_walk_pe
 
 
 def graph(edges, num_nodes):
@@ -119,8 +123,6 @@ def test_eigenvalues_of_path_and_cycle_closed_form():
 
 
 def test_deterministic_small_and_sparse_large(monkeypatch):
-    import scipy.sparse.linalg as sla
-
     calls = []
     real_eigsh = sla.eigsh
     monkeypatch.setattr(sla, "eigsh", lambda *a, **kw: calls.append(1) or real_eigsh(*a, **kw))
@@ -157,8 +159,6 @@ def test_batching_with_pyg():
 
 @pytest.mark.filterwarnings("ignore:Sparse")
 def test_random_walk_pe_matches_pyg_where_pyg_is_right_and_fixes_weights_and_duplicates():
-    from torch_geometric.transforms import AddRandomWalkPE as PygRandomWalkPE
-
     small = AddRandomWalkPE(4)(cycle(11)).random_walk_pe
     large = AddRandomWalkPE(4)(cycle(2001)).random_walk_pe  # PyG's sparse path above 2000 nodes
     expected = torch.tensor([0.0, 0.5, 0.0, 0.375])  # return probabilities on a long cycle
@@ -181,8 +181,6 @@ def test_random_walk_pe_matches_pyg_where_pyg_is_right_and_fixes_weights_and_dup
 
 @pytest.mark.parametrize("kind", ["directed", "duplicates", "weighted"])
 def test_random_walk_pe_above_the_exact_size_is_right_for_directed_duplicated_and_weighted_edges(kind):
-    from graphattn.data.structural import random_walk_pe
-
     n = 4001  # above exact_max_nodes: closed forms for k = 1, 2, 3, estimates beyond
     g = torch.Generator().manual_seed(0)
     ei = torch.randint(0, n, (2, 3 * n), generator=g)
@@ -316,3 +314,50 @@ def test_directed_edges_self_loops_and_duplicates_follow_the_undirected_graph():
     weighted = path(4)
     weighted.edge_weight = torch.arange(1.0, 7.0)  # weights change the geometry
     assert not torch.allclose(AddLaplacianPE(3)(weighted).lap_pe, undirected)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_laplacian_pe_rejects_bad_edge_weights(bad):
+    data = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=3, edge_weight=torch.tensor([bad, 1.0]))
+    with pytest.raises(ValueError, match="edge_weight"):
+        AddLaplacianPE(2)(data)
+
+
+@pytest.mark.parametrize("ei", [[[0, 5], [5, 0]], [[0, -1], [1, 0]]])
+def test_laplacian_pe_rejects_out_of_range_edges(ei):
+    with pytest.raises(ValueError, match=r"^data.edge_index (refers to node 5|contains negative node indices).* num_nodes=3"):
+        AddLaplacianPE(2)(Data(edge_index=torch.tensor(ei), num_nodes=3))
+    with pytest.raises(ValueError, match=r"shape \(2, E\)"):
+        AddLaplacianPE(2)(Data(edge_index=torch.tensor([0, 1]), num_nodes=3))
+
+
+def test_lappe_encoder_sign_flips_per_graph_and_checks_num_graphs():
+    enc = LapPEEncoder(3, 4, use_eigvals=False).train()
+    pe = torch.ones(6, 3)
+    out = enc(pe, num_graphs=6)  # no batch: one graph, one sign row for all nodes
+    assert torch.allclose(out, out[:1].expand_as(out))
+    batch = torch.tensor([0, 0, 1, 1, 2, 2], dtype=torch.uint8)
+    out = enc(pe, batch=batch)
+    assert torch.equal(out[0], out[1]) and torch.equal(out[2], out[3])  # per graph, not a mask
+    with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+        enc(pe, batch=batch, num_graphs=2)
+
+
+def test_laplacian_pe_fast_on_long_paths_and_matches_dense():
+    n = 4000
+    e = torch.tensor(list(nx.path_graph(n).edges())).t()
+    t = time.perf_counter()
+    sparse = AddLaplacianPE(4)(Data(edge_index=e, num_nodes=n))
+    took = time.perf_counter() - t
+    dense = AddLaplacianPE(4, dense_threshold=n)(Data(edge_index=e, num_nodes=n))
+    torch.testing.assert_close(sparse.lap_eigval, dense.lap_eigval, atol=1e-9, rtol=1e-5)
+    torch.testing.assert_close(sparse.lap_pe, dense.lap_pe, atol=1e-5, rtol=0)  # simple eigenvalues: same signs
+    assert took < 60  # was ~35 s for this path with plain Lanczos (no timing target, a sanity bound)
+
+
+def test_laplacian_pe_rejects_one_way_edges_declared_undirected():
+    d = Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]), num_nodes=4)
+    with pytest.raises(ValueError, match="not symmetric"):
+        AddLaplacianPE(2, is_undirected=True)(d)
+    both = Data(edge_index=torch.tensor([[0, 1, 2, 1, 2, 3], [1, 2, 3, 0, 1, 2]]), num_nodes=4)
+    assert torch.isfinite(AddLaplacianPE(2, is_undirected=True)(both).lap_eigval).all()

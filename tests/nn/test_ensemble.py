@@ -1,13 +1,18 @@
 """Ensembles of molecule models: ProbabilityEnsemble, run_ensemble, the CLI's --ensemble."""
 import json
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 from graphattn import ProbabilityEnsemble
+from graphattn.cli import main as cli
+from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules import data as md
+from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp
+from graphattn.tasks.molecules.viz import molecule_attention
 
 
 class _Fixed(nn.Module):
@@ -35,7 +40,7 @@ def test_probability_ensemble_averages_probabilities_not_logits():
     extreme = ProbabilityEnsemble([_Fixed(torch.tensor([[80.0, -80.0]]))])
     assert torch.isfinite(extreme(x)).all()  # logit of a saturated probability stays finite
     wide = ProbabilityEnsemble([_Fixed(a.double()), _Fixed(b.double())])
-    assert wide(x).dtype == torch.float64 and out.dtype == torch.float32  # the members' dtype (was always float32)
+    assert wide(x).dtype == torch.float64 and out.dtype == torch.float32  # the members' dtype, not always float32
     torch.testing.assert_close(wide(x).float(), out)
 
 
@@ -46,7 +51,7 @@ def test_probability_ensemble_errors():
         ProbabilityEnsemble([_Fixed(torch.zeros(1, 2)), _Fixed(torch.zeros(1, 3))])
 
 
-_HP = dict(mp.DEFAULTS, epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16, descriptors=False)
+_HP = dict(molecule_defaults.DEFAULTS, epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16, descriptors=False)
 
 
 def _small(molecule_csv):
@@ -92,8 +97,6 @@ def test_run_ensemble_resume_reloads_finished_members(tmp_path, molecule_csv):
 
 
 def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, capsys):
-    from graphattn.cli import main as cli
-
     run = tmp_path / "run"
     assert cli.main(["train", "--csv", str(molecule_csv), "--split", "random", "--epochs", "2", "--ensemble", "2",
                      "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4", "--no-descriptors",
@@ -121,11 +124,9 @@ def test_cli_ensemble_train_predict_explain_evaluate(tmp_path, molecule_csv, cap
 
 
 def test_ensemble_attention_is_the_mean_of_the_members(molecule_csv):
-    from graphattn.tasks.molecules.viz import molecule_attention
-
     ds, idx, spec = _small(molecule_csv)
     torch.manual_seed(0)
-    members = [mp.build_model(spec).eval() for _ in range(2)]
+    members = [build_model(spec).eval() for _ in range(2)]
     ens = ProbabilityEnsemble(members)
     g = ds[0]
     prob, scores = molecule_attention(ens, g)
@@ -137,16 +138,12 @@ def test_ensemble_attention_is_the_mean_of_the_members(molecule_csv):
 
 
 def test_social_tasks_refuse_ensemble(capsys):
-    from graphattn.cli import main as cli
-
     assert cli.main(["train", "karate", "--ensemble", "3", "--epochs", "1"]) == 2
     assert "--ensemble is a molecule option" in capsys.readouterr().err
 
 
 
 def test_pos_weight_warning_given_once_per_ensemble(tmp_path, molecule_csv):
-    import warnings
-
     rows = molecule_csv.read_text().splitlines()
     csv = tmp_path / "m.csv"
     csv.write_text("\n".join([rows[0] + ",never"] + [r + ",0" for r in rows[1:]]) + "\n")
@@ -158,3 +155,15 @@ def test_pos_weight_warning_given_once_per_ensemble(tmp_path, molecule_csv):
                         log=lambda m: None)
     said = [str(w.message) for w in caught if "--pos-weight" in str(w.message)]
     assert len(said) == 1 and "never" in said[0]
+
+
+def test_ensemble_logits_keep_confident_predictions_apart():
+    # mean probabilities in float64 and a 1e-12 clamp: logits 18 and 24 must not tie (they did at 1e-6)
+    class Fixed(nn.Module):
+        num_tasks = 1
+
+        def forward(self, x):
+            return x
+
+    out = ProbabilityEnsemble([Fixed(), Fixed()])(torch.tensor([[18.0], [24.0], [-24.0]]))
+    assert out.dtype == torch.float32 and out[1, 0] > out[0, 0] > 17 and out[2, 0] < -23

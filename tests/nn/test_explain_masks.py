@@ -2,10 +2,12 @@
 in PyG's convs, computed by a differentiable per-edge path (graphattn.nn.explain_masks)."""
 import pytest
 import torch
-from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain import AttentionExplainer, Explainer, GNNExplainer
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+from torch_geometric.utils import add_self_loops, coalesce
 
 from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
+from graphattn.nn.features import gcn_normalized_graph
 
 
 def _graph(n=9, e=30, seed=0):
@@ -57,8 +59,6 @@ def _node_explainer(model, epochs=30):
 @pytest.mark.parametrize("self_loops", [False, True])
 @pytest.mark.parametrize("input_loops", [False, True])
 def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops, input_loops):
-    from torch_geometric.utils import add_self_loops, coalesce
-
     torch.manual_seed(0)
     ei = _path()
     if input_loops:  # loops interleaved with the other edges (sorted): the layer re-orders them
@@ -79,8 +79,6 @@ def test_gnnexplainer_masks_exactly_the_receptive_field(self_loops, input_loops)
 def test_replaced_input_loops_are_unmasked_with_global_tokens(tokens, loop_at):
     """self_loops=True replaces the input's loops; with global tokens (which get no loop) their mask
     entries must still change nothing, wherever the loop sits in the input."""
-    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
-
     torch.manual_seed(0)
     x = torch.randn(6, 4)
     edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
@@ -126,8 +124,6 @@ def test_a_mask_for_other_edges_is_a_clear_error():
 
 
 def test_attention_explainer_reads_the_layers_weights():
-    from torch_geometric.explain import AttentionExplainer
-
     torch.manual_seed(0)
     ei, x = _path(), torch.randn(10, 4)
     model = NodeClassifier(4, 16, 3, num_layers=2, heads=2, num_global_tokens=1).eval()
@@ -170,11 +166,6 @@ def test_explainer_masks_reach_the_propagation_and_gcn_branch(branch):
 def test_given_loops_keep_their_mask_entries_outside_node_classifier():
     """Loops the input brings (add_self_loops) are attended over unless a model replaced them: hiding
     them must change the output (bipartite pairs i -> i are no loops at all)."""
-    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
-    from torch_geometric.utils import add_self_loops
-
-    from graphattn import GraphClassifier, GraphSelfAttention
-
     torch.manual_seed(0)
     xs, xd = torch.randn(4, 5), torch.randn(3, 3)
     ei = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 1]])
@@ -245,9 +236,6 @@ def test_gin_branch_mask_follows_the_edges_when_loops_are_replaced_in_place():
 def test_attention_explainer_scores_input_edges_when_loops_are_replaced(tokens):
     # the layers attend over the input's non-loop edges then one loop per node: PyG's
     # AttentionExplainer keeps alpha[:E] of the hooks, so they get alpha per input edge
-    from torch_geometric.explain import AttentionExplainer
-
-    from graphattn.nn.features import gcn_normalized_graph
 
     torch.manual_seed(0)
     x = torch.randn(5, 4)

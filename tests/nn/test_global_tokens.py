@@ -52,3 +52,35 @@ def test_attention_over_tokens_equals_per_graph():
     o1, o2 = (layer(a.x, a.edge_index) for a in alone)
     assert torch.allclose(out[:6], o1[:6], atol=1e-6) and torch.allclose(out[6:10], o2[:4], atol=1e-6)
     assert torch.allclose(out[10], o1[6], atol=1e-6) and torch.allclose(out[11], o2[4], atol=1e-6)
+
+
+def test_global_tokens_validates_num_graphs_and_batch():
+    x, ei, b = torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]]), torch.tensor([0, 0, 2, 2, 2])
+    tok = GlobalTokens(4, 2)
+    with pytest.raises(ValueError, match=r"num_graphs=2 but batch holds graph id 2"):
+        tok(x, ei, b, num_graphs=2)
+    with pytest.raises(ValueError, match="batch must have shape"):
+        tok(x, ei, b[:3])
+    with pytest.raises(ValueError, match="negative graph ids"):
+        tok(x, ei, -b)
+    with pytest.raises(ValueError, match="edge_index refers to node 5"):
+        tok(x, torch.tensor([[0], [5]]), b)  # would otherwise silently connect to a token
+    tg = tok(x, ei, b, num_graphs=4)  # trailing empty graph: valid
+    assert tg.num_graphs == 4 and int(tg.edge_index.max()) < tg.x.size(0) == 5 + 4 * 2
+
+
+def test_global_tokens_validates_edge_attr():
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match="edge_attr has 7 rows but edge_index has 2 edges"):
+        GlobalTokens(4, 1, edge_dim=3)(x, ei, edge_attr=torch.randn(7, 3))
+    with pytest.raises(ValueError, match=r"edge_attr must have shape \(E, 3\)"):
+        GlobalTokens(4, 1, edge_dim=3)(x, ei, edge_attr=torch.randn(2, 2))
+    with pytest.raises(ValueError, match="built without edge_dim"):
+        GlobalTokens(4, 1)(x, ei, edge_attr=torch.randn(2, 3))
+    with pytest.raises(ValueError, match="edge_attr_index"):
+        GlobalTokens(4, 1, edge_dim=3)(x, ei, edge_attr=torch.randn(2, 3), edge_attr_index=torch.tensor([0, 2]))
+    tok = GlobalTokens(4, 1, edge_dim=1)
+    flat = torch.randn(2)
+    a = tok(x, ei, edge_attr=flat)  # (E,) with edge_dim=1, as GraphSelfAttention accepts it
+    col = tok(x, ei, edge_attr=flat[:, None])
+    assert a.edge_attr.shape == (a.edge_index.size(1), 1) and torch.equal(a.edge_attr, col.edge_attr)

@@ -1,10 +1,15 @@
 """GraphGPS-style local message-passing branch next to the attention (local_mpnn)."""
 import pytest
 import torch
+from tiny_inputs import write_tu_text
 from torch_geometric.nn import GINEConv
 
 from graphattn import GraphClassifier, GraphTransformerBlock
-from graphattn.tasks.molecules.pipeline import DEFAULTS, build_model, model_spec
+from graphattn.cli import main as cli
+from graphattn.nn.models.registry import build_model
+from graphattn.tasks.molecules.defaults import DEFAULTS
+from graphattn.tasks.molecules.pipeline import model_spec
+from graphattn.train import load_checkpoint
 
 
 def test_block_adds_exactly_the_gine_branch():
@@ -73,9 +78,6 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
 
 
 def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, molecule_csv):
-    from graphattn.cli import main as cli
-    from graphattn.train import load_checkpoint
-
     fixture = molecule_csv
     assert cli.main(["train", "--csv", str(fixture), "--split", "random", "--epochs", "1", "--local-mpnn",
                      "gine", "--no-descriptors", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4",
@@ -90,20 +92,13 @@ def test_cli_trains_predicts_and_explains_with_a_local_branch(tmp_path, molecule
 
 
 def test_social_tasks_refuse_the_molecule_only_flag(capsys):
-    from graphattn.cli import main as cli
-
     assert cli.main(["train", "karate", "--local-mpnn", "gin", "--epochs", "1"]) == 2
     assert "--local-mpnn is a molecule / graph-set option" in capsys.readouterr().err
 
 
 def test_graph_sets_take_a_gin_branch(tmp_path, monkeypatch):
-    from test_social_tasks import _tu_text
-
-    from graphattn.cli import main as cli
-    from graphattn.train import load_checkpoint
-
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
-    txt = _tu_text(tmp_path / "TOY.txt")
+    txt = write_tu_text(tmp_path / "TOY.txt")
     assert cli.main(["train", "--tu-text", str(txt), "--local-mpnn", "gin", "--epochs", "2", "--batch-size", "8",
                      "--no-progress", "--out", str(tmp_path / "g")]) == 0
     meta = load_checkpoint(tmp_path / "g" / "best.pt")["meta"]
@@ -112,8 +107,6 @@ def test_graph_sets_take_a_gin_branch(tmp_path, monkeypatch):
 
 
 def test_molecule_task_refuses_social_only_flags(capsys):
-    from graphattn.cli import main as cli
-
     assert cli.main(["train", "tox21", "--gcn-weight", "0.5", "--label-input", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert "--gcn-weight, --label-input are social-network option(s)" in err
@@ -127,3 +120,13 @@ def test_degenerate_graphs_with_branch_and_bond_table_are_finite(n):
     out = model(torch.zeros(n, 2, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
                 torch.zeros(n, dtype=torch.long), torch.zeros(0, 3, dtype=torch.long), num_graphs=1)
     assert out.shape == (1, 3) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("local", ["gin", "gine"])
+def test_int32_edge_index_with_a_local_mpnn(local):
+    torch.manual_seed(0)
+    x, ei = torch.randn(5, 8), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    kw = dict(edge_dim=3) if local == "gine" else {}
+    model = GraphClassifier(8, 16, 2, num_layers=1, local_mpnn=local, **kw).eval()
+    ea = {"edge_attr": torch.randn(4, 3)} if local == "gine" else {}
+    assert torch.allclose(model(x, ei.int(), **ea), model(x, ei, **ea), atol=1e-6)

@@ -1,17 +1,16 @@
+"""GraphTransformer and GraphClassifier (graphattn.nn.models): receptive fields, readouts, empty and
+trailing empty graphs, narrow batch vectors, input checks, reset_parameters and constructor errors."""
 import pytest
 import torch
+from torch_geometric.data import Batch, Data
 
-from graphattn import GraphClassifier, GraphTransformer, NodeClassifier
+from graphattn import (GLOBAL_ATTNS, AddLaplacianPE, ClusteredAttention, GlobalTokens, GraphClassifier,
+                       GraphSelfAttention, GraphTransformer, LinearGlobalAttention, NodeClassifier, sinusoidal_pe)
 from graphattn.testing import random_graph_batch
 
+from tiny_inputs import path_batch
 
-def path_batch(sizes):
-    parts, off = [], 0
-    for n in sizes:
-        r = torch.arange(n - 1)
-        parts.append(torch.cat([torch.stack([r, r + 1]), torch.stack([r + 1, r])], 1) + off)
-        off += n
-    return torch.cat(parts, 1), torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+EMPTY_X, EMPTY_EI, EMPTY_B = torch.zeros(0, 8), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
 
 
 def reach(model, x, ei, batch, target):
@@ -48,24 +47,6 @@ def test_graph_classifier_shapes_and_batch_isolation(readout):
     assert torch.allclose(out[1], alone[0], atol=1e-5)
 
 
-def test_node_classifier_overfits_karate_club():
-    import networkx as nx
-    G = nx.karate_club_graph()
-    ei = torch.tensor(list(G.edges)).t()
-    ei = torch.cat([ei, ei.flip(0)], 1)
-    y = torch.tensor([G.nodes[i]["club"] == "Officer" for i in G.nodes], dtype=torch.long)
-    x = torch.eye(34)
-    torch.manual_seed(0)
-    model = NodeClassifier(34, 32, 2, num_layers=2, heads=4)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    for _ in range(60):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x, ei), y)
-        loss.backward()
-        opt.step()
-    assert (model(x, ei).argmax(-1) == y).float().mean() == 1.0
-
-
 def test_model_errors():
     with pytest.raises(ValueError, match="readout must be one of"):
         GraphClassifier(3, 8, 1, readout="attention")
@@ -82,9 +63,6 @@ def test_model_errors():
 
 
 def test_laplacian_pe_end_to_end_masks_padding():
-    from torch_geometric.data import Batch, Data
-
-    from graphattn import AddLaplacianPE
     t = AddLaplacianPE(4)
     graphs = [t(Data(x=torch.randn(n, 3), edge_index=path_batch([n])[0], num_nodes=n)) for n in (2, 7)]
     b = Batch.from_data_list(graphs)
@@ -98,118 +76,182 @@ def test_laplacian_pe_end_to_end_masks_padding():
     assert torch.allclose(out, out2, atol=1e-6)
 
 
-def _dense_appnp(z0, ei, N, K, a):
-    """Reference: K steps of z <- (1 - a) D^-1/2 (A + I) D^-1/2 z + a z0 on a dense matrix."""
-    A = torch.zeros(N, N)
-    A[ei[1], ei[0]] = 1.0  # row = target
-    A.fill_diagonal_(1.0)
-    d = A.sum(1).rsqrt()
-    A_hat = d[:, None] * A * d[None, :]
-    z = z0
-    for _ in range(K):
-        z = (1 - a) * A_hat @ z + a * z0
-    return z
-
-
-def test_node_classifier_propagation_matches_dense_appnp_and_widens_reach():
+@pytest.mark.parametrize("kind", GLOBAL_ATTNS)
+def test_models_with_global_attention_on_empty_batch(kind):
     torch.manual_seed(0)
-    ei, batch = path_batch([9, 4])
-    x = torch.randn(13, 5)
-    plain = NodeClassifier(5, 16, 3, num_layers=1, heads=2).eval()
-    prop = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=3, propagation_alpha=0.2).eval()
-    prop.load_state_dict(plain.state_dict())  # no extra parameters
-    ref = _dense_appnp(plain(x, ei), ei, 13, K=3, a=0.2)
-    assert torch.allclose(prop(x, ei), ref, atol=1e-5)
-    # 1 attention layer + 3 propagation steps: node 0 sees 4 hops of its own path, never the other graph
-    xg = x.clone().requires_grad_()
-    (prop(xg, ei)[0] * torch.randn(3)).sum().backward()
-    assert set((xg.grad.abs().sum(-1) > 1e-7).nonzero().flatten().tolist()) == {0, 1, 2, 3, 4}
-    # a = 1 teleports straight back: no propagation at all
-    full_teleport = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=5, propagation_alpha=1.0).eval()
-    full_teleport.load_state_dict(plain.state_dict())
-    assert torch.allclose(full_teleport(x, ei), plain(x, ei), atol=1e-6)
+    ref = GraphClassifier(8, 8, 2, num_layers=1, heads=2)
+    m = GraphClassifier(8, 8, 2, num_layers=1, heads=2, global_attn=kind)
+    assert m(EMPTY_X, EMPTY_EI, EMPTY_B).shape == ref(EMPTY_X, EMPTY_EI, EMPTY_B).shape == (1, 2)
+    out = m(EMPTY_X, EMPTY_EI, EMPTY_B, num_graphs=3)
+    assert out.shape == (3, 2) and torch.isfinite(out).all()
+    assert torch.allclose(out, out[:1].expand(3, 2))  # every (empty) graph reads the same zero pool
+    nc = NodeClassifier(8, 8, 3, num_layers=1, heads=2, global_attn=kind)
+    assert nc(EMPTY_X, EMPTY_EI).shape == (0, 3)
+    assert nc(EMPTY_X, EMPTY_EI, batch=EMPTY_B).shape == (0, 3)
 
 
-def test_node_classifier_learned_propagation_starts_as_appnp_and_learns_hop_weights():
+def test_models_validate_batch():
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]])
+    short = torch.tensor([0, 0, 1])
+    for tokens in (0, 1):
+        with pytest.raises(ValueError, match=r"batch must have shape \(5,\)"):
+            GraphClassifier(4, 8, 2, num_layers=1, heads=2, num_global_tokens=tokens)(x, ei, short)
+    with pytest.raises(ValueError, match=r"batch must have shape \(5,\)"):
+        NodeClassifier(4, 8, 2, num_layers=1, heads=2)(x, ei, batch=short)
+    with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+        GraphClassifier(4, 8, 2, num_layers=1, heads=2)(x, ei, torch.tensor([0, 0, 2, 2, 2]), num_graphs=2)
+
+
+@pytest.mark.parametrize("pe_kind", ["laplacian", "linear"])
+def test_nan_in_pe_is_reported_as_pe(pe_kind):
+    x, ei, b = torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]]), torch.tensor([0, 0, 1, 1, 1])
+    pe = torch.randn(5, 3)
+    pe[1, 2] = float("nan")
+    gc = GraphClassifier(4, 8, 2, num_layers=1, heads=2, pe_dim=3, pe_kind=pe_kind)
+    with pytest.raises(ValueError, match="pe contains NaN"):
+        gc(x, ei, b, pe=pe)
+    with pytest.raises(ValueError, match="pe contains NaN"):
+        NodeClassifier(4, 8, 2, num_layers=1, heads=2, pe_dim=3, pe_kind=pe_kind)(x, ei, pe=pe)
+    if pe_kind == "laplacian":  # NaN in a padded (masked) column is allowed
+        mask = torch.ones(5, 3, dtype=torch.bool)
+        mask[:, 2] = False
+        assert torch.isfinite(gc(x, ei, b, pe=pe, pe_mask=mask)).all()
+        eig = torch.zeros(5, 3)
+        eig[0, 0] = float("inf")
+        with pytest.raises(ValueError, match="pe_eigvals contains inf"):
+            gc(x, ei, b, pe=pe.nan_to_num(), pe_eigvals=eig)
+
+
+def test_categorical_code_errors_name_the_input():
+    ei = torch.tensor([[0, 1], [1, 0]])
+    m = GraphClassifier(4, 8, 2, num_layers=1, heads=2, edge_dim=2, edge_vocab_sizes=[3, 4])
+    with pytest.raises(ValueError, match="categorical edge feature: edge_attr column 1 has values outside"):
+        m(torch.randn(2, 4), ei, edge_attr=torch.tensor([[0, 1], [1, 9]]))
+    n = GraphClassifier(2, 8, 2, num_layers=1, heads=2, node_vocab_sizes=[3, 4])
+    with pytest.raises(ValueError, match="categorical node feature: x column 1 has values outside"):
+        n(torch.tensor([[0, 7], [0, 0]]), ei)
+
+
+@pytest.mark.parametrize("global_attn", [None, *GLOBAL_ATTNS])
+@pytest.mark.parametrize("tokens,readout", [(0, "mean"), (2, "mean"), (2, "token"), (1, "max")])
+def test_trailing_empty_graphs_give_finite_outputs(global_attn, tokens, readout):
     torch.manual_seed(0)
-    ei, _ = path_batch([7, 3])
-    x, N, K, a = torch.randn(10, 5), 10, 4, 0.2
-    appnp = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=K, propagation_alpha=a).eval()
-    gpr = NodeClassifier(5, 16, 3, num_layers=1, heads=2, propagation=K, propagation_alpha=a,
-                         propagation_learned=True).eval()
-    missing = gpr.load_state_dict(appnp.state_dict(), strict=False).missing_keys
-    assert missing == ["hop_weights"] and gpr.hop_weights.shape == (K + 1,)
-    assert torch.allclose(gpr.hop_weights.sum(), torch.tensor(1.0))  # PPR weights sum to one
-    assert torch.allclose(gpr(x, ei), appnp(x, ei), atol=1e-5)  # exactly APPNP at initialisation
-    # other weights give other filters: gamma = e_2 is two plain steps of A_hat, gamma = e_0 none at all
-    plain = NodeClassifier(5, 16, 3, num_layers=1, heads=2).eval()
-    plain.load_state_dict(appnp.state_dict())
-    z0 = plain(x, ei)
-    with torch.no_grad():
-        gpr.hop_weights.zero_()[2] = 1.0
-    assert torch.allclose(gpr(x, ei), _dense_appnp(z0, ei, N, K=2, a=0.0), atol=1e-5)
-    with torch.no_grad():
-        gpr.hop_weights.zero_()[0] = 1.0
-    assert torch.allclose(gpr(x, ei), z0, atol=1e-6)
-    gpr.reset_hop_weights()
-    assert torch.allclose(gpr(x, ei), appnp(x, ei), atol=1e-5)
-    # the hop weights are trained (APPNP's fixed weights have no parameter at all)
-    gpr.train()
-    gpr(x, ei).pow(2).sum().backward()
-    assert gpr.hop_weights.grad is not None and gpr.hop_weights.grad.abs().sum() > 0
-    assert sum(p.numel() for p in gpr.parameters()) == sum(p.numel() for p in appnp.parameters()) + K + 1
+    x, ei, b = torch.randn(5, 4), torch.tensor([[0, 1, 3], [1, 0, 4]]), torch.tensor([0, 0, 1, 1, 1])
+    m = GraphClassifier(4, 8, 3, num_layers=2, heads=2, num_global_tokens=tokens, readout=readout,
+                        global_attn=global_attn).eval()
+    out = m(x, ei, b, num_graphs=4)
+    assert out.shape == (4, 3) and torch.isfinite(out).all()
+    assert torch.allclose(out[:2], m(x, ei, b, num_graphs=2), atol=1e-5)  # empties change nothing
+    empty = m(x[:0], ei[:, :0], b[:0], num_graphs=2)
+    assert empty.shape == (2, 3) and torch.isfinite(empty).all()
+    nc = NodeClassifier(4, 8, 3, num_layers=1, heads=2, num_global_tokens=max(tokens, 1),
+                        global_attn=global_attn).eval()
+    assert torch.isfinite(nc(x, ei, batch=b)).all() and nc(x[:0], ei[:, :0], batch=b[:0]).shape == (0, 3)
 
 
-def test_node_classifier_gcn_branch_is_the_gcn_formula_and_reaches_neighbours():
+@pytest.mark.parametrize("readout", ["mean", "sum", "max"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.uint8])
+def test_graph_classifier_takes_narrow_integer_batch(readout, dtype):
+    x, ei = torch.randn(5, 4), torch.tensor([[0, 1, 3, 4], [1, 0, 4, 3]])
+    batch = torch.tensor([0, 0, 1, 1, 1])
+    model = GraphClassifier(4, 8, 2, num_layers=1, heads=2, pe_dim=2, readout=readout).train()
+    pe = torch.randn(5, 2)
     torch.manual_seed(0)
-    ei, _ = path_batch([5, 3])
-    x, N, w = torch.randn(8, 4), 8, 0.8
-    model = NodeClassifier(4, 6, 3, num_layers=0, heads=2, gcn_weight=w).eval()
-    A = torch.zeros(N, N)
-    A[ei[1], ei[0]] = 1.0
-    A.fill_diagonal_(1.0)
-    d = A.sum(1).rsqrt()
-    gcn = torch.relu((d[:, None] * A * d[None, :]) @ model.gcn(x))  # (N, C)
-    h, _ = model.backbone(x, ei)
-    assert torch.allclose(model(x, ei), model.head((1 - w) * h + w * gcn), atol=1e-5)
-    # without attention layers a node sees only itself; the GCN branch adds its neighbours
-    for m, expected in ((NodeClassifier(4, 6, 3, num_layers=0, heads=2), {1}), (model, {0, 1, 2})):
-        xg = x.clone().requires_grad_()
-        (m(xg, ei)[1] * torch.randn(3)).sum().backward()
-        assert set((xg.grad.abs().sum(-1) > 1e-7).nonzero().flatten().tolist()) == expected
-    assert {"gcn.weight", "gcn.bias"} <= set(model.state_dict())
+    want = model(x, ei, batch, pe=pe)
+    torch.manual_seed(0)  # same sign flips and dropout
+    got = model(x, ei, batch.to(dtype), pe=pe)
+    assert torch.equal(got, want)
 
 
-def test_node_classifier_self_loops_replace_existing_ones():
+def test_classifiers_reset_parameters_resets_every_trained_weight():
+    x, ei = torch.randn(6, 4), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    models = [GraphClassifier(4, 8, 2, num_layers=1, heads=2, num_global_tokens=1),
+              NodeClassifier(4, 8, 3, num_layers=1, heads=2, gcn_weight=0.5, gcn_layers=2, propagation=2,
+                             propagation_learned=True)]
+    for model in models:
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            model(x, ei).pow(2).sum().backward()
+            opt.step()
+        trained = {n: p.detach().clone() for n, p in model.named_parameters()}
+        model.reset_parameters()
+        same = [n for n, p in model.named_parameters() if torch.equal(p, trained[n])]
+        assert not same, same
+    node = models[1]
+    assert torch.allclose(node.hop_weights.detach(),
+                          torch.tensor([0.1, 0.09, 0.81]), atol=1e-6)  # PPR weights of alpha 0.1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GraphClassifier(5, 16, 2, num_layers=-1),
+    lambda: GraphClassifier(5, 16, 2, num_global_tokens=-1),
+    lambda: GraphClassifier(5, 16, 2, pe_dim=-1),
+    lambda: GraphClassifier(5, 16, 0),
+    lambda: GraphClassifier(0, 16, 2),
+    lambda: GraphClassifier(5, 16, 2, heads=0),
+    lambda: GraphClassifier(5, 16, 2, edge_dim=0),
+    lambda: NodeClassifier(5, 16, 0),
+    lambda: NodeClassifier(5, 16, 2, propagation=True),
+    lambda: GlobalTokens(8, edge_dim=0),
+    lambda: GlobalTokens(8, edge_dim=-1),
+    lambda: LinearGlobalAttention(8, feature_map="favor", num_features=0),
+    lambda: LinearGlobalAttention(0),
+    lambda: ClusteredAttention(8, iters=-1),
+    lambda: sinusoidal_pe(3, 4, base=float("inf")),
+])
+def test_bad_constructor_arguments_are_value_errors(make):
+    with pytest.raises(ValueError, match="must be"):
+        make()
+
+
+def test_model_errors_describe_the_users_tensors_not_the_encoded_ones():
+    model = GraphClassifier(5, 16, 2, edge_dim=2)
+    x, ei = torch.randn(3, 5), torch.tensor([[0, 1, 2, 0], [1, 2, 0, 2]])
+    with pytest.raises(ValueError, match=r"edge_attr must have shape \(4, 2\) .* got \(5, 2\)"):
+        model(x, ei, edge_attr=torch.randn(5, 2))
+    x[1, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"^x contains NaN or inf values \(in 1 of 3 rows\)"):
+        model(x, ei, edge_attr=torch.randn(4, 2))
+
+
+def test_missing_node_features_and_fused_options_fail_early():
+    ei = torch.tensor([[0, 1], [1, 0]])
+    for model in (GraphClassifier(8, 16, 2), NodeClassifier(8, 16, 2), GraphTransformer(8, 16, 2)):
+        with pytest.raises(TypeError, match="x is None: the graphs have no node features"):
+            model(None, ei)
+    with pytest.raises(ValueError, match="impl='fused' supports only score='dot'"):
+        GraphSelfAttention(4, 4, impl="fused", score="additive")
+    x = torch.randn(2, 4)
+    layer = GraphSelfAttention(4, 4, impl="fused", dropout=0.1).eval()  # dropout is inactive in eval
+    assert torch.isfinite(layer(x, ei)).all()
+
+
+def test_models_take_impl_for_gradient_penalties_on_complete_graphs():
+    """Complete graphs route to SDPA under impl='auto' (no double backward on the CPU);
+    GraphClassifier(impl='fused') reaches every layer and makes gradient penalties work."""
+    n = 16
+    a = torch.arange(n)
+    ei = torch.cartesian_prod(a, a).t().contiguous()
     torch.manual_seed(0)
-    ei, _ = path_batch([6])
-    ei = torch.cat([ei, torch.tensor([[5], [5]])], 1)  # node 5: one in-edge and no loop
-    x = torch.randn(6, 4)
-    model = NodeClassifier(4, 8, 2, num_layers=2, heads=2, self_loops=True, propagation=2).eval()
-    with_loops = torch.cat([ei, torch.tensor([[0, 0, 3], [0, 0, 3]])], 1)  # duplicate and extra loops
-    out = model(x, ei)
-    assert torch.allclose(model(x, with_loops), out, atol=1e-6)  # loops are one per node, whatever the input
-    plain = NodeClassifier(4, 8, 2, num_layers=2, heads=2, propagation=2).eval()
-    plain.load_state_dict(model.state_dict())
-    assert not torch.allclose(plain(x, ei), out, atol=1e-4)  # attending to oneself changes the output
-    # an isolated node (6) attends to itself only; without loops its attention output is zero
-    x7 = torch.cat([x, torch.randn(1, 4)])
-    iso, iso_plain = model(x7, ei), plain(x7, ei)
-    assert iso.shape == (7, 2) and torch.isfinite(iso).all()
-    assert not torch.allclose(iso[6], iso_plain[6], atol=1e-4)
+    m = GraphClassifier(8, 16, 1, num_layers=2, heads=2, impl="fused")
+    assert {mod.impl for mod in m.modules() if isinstance(mod, GraphSelfAttention)} == {"fused"}
+    x = torch.randn(n, 8, requires_grad=True)
+    g, = torch.autograd.grad(m(x, ei).sum(), x, create_graph=True)
+    g.square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.manual_seed(0)
+    auto = GraphClassifier(8, 16, 1, num_layers=2, heads=2)
+    torch.testing.assert_close(auto(x, ei), m(x, ei), atol=1e-5, rtol=1e-5)  # same function
+    with pytest.raises(ValueError, match="impl"):
+        GraphClassifier(8, 16, 1, impl="magic")
 
 
-def test_node_classifier_option_errors():
-    with pytest.raises(ValueError, match="propagation must be"):
-        NodeClassifier(3, 8, 2, propagation=-1)
-    with pytest.raises(ValueError, match="propagation_alpha must be"):
-        NodeClassifier(3, 8, 2, propagation=2, propagation_alpha=0.0)
-    with pytest.raises(ValueError, match="self_loops=True is not supported with edge_dim"):
-        NodeClassifier(3, 8, 2, edge_dim=2, self_loops=True)
-    with pytest.raises(ValueError, match="propagation_learned=True needs propagation >= 1"):
-        NodeClassifier(3, 8, 2, propagation_learned=True)
-    for bad in (-0.1, 1.0):
-        with pytest.raises(ValueError, match="gcn_weight must be in"):
-            NodeClassifier(3, 8, 2, gcn_weight=bad)
-    with pytest.raises(ValueError, match="gcn_weight > 0 needs float features"):
-        NodeClassifier(3, 8, 2, gcn_weight=0.5, node_vocab_sizes=[4, 4, 4])
+def test_models_refuse_edge_attr_and_pe_they_were_not_built_for():
+    x, ei = torch.randn(4, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    for model in (NodeClassifier(8, 16, 2), GraphClassifier(8, 16, 2, num_layers=1)):
+        with pytest.raises(ValueError, match="edge_dim"):
+            model(x, ei, edge_attr=torch.randn(3, 3))
+        with pytest.raises(ValueError, match="pe_dim"):
+            model(x, ei, pe=torch.randn(4, 4))
+        assert torch.isfinite(model(x, ei)).all()

@@ -2,9 +2,10 @@
 TransformerConv(root_weight=False) state dicts."""
 import pytest
 import torch
+from torch_geometric.nn import TransformerConv
 
-from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
-from graphattn.nn.variants.linear_attention import linear_attention, orthogonal_features
+from graphattn import GraphClassifier, GraphSelfAttention, LinearGlobalAttention, NodeClassifier, linear_attention
+from graphattn.nn.variants.linear_attention import orthogonal_features
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -52,8 +53,6 @@ def test_models_name_a_dtype_mismatch_of_their_inputs():
 
 
 def test_transformerconv_state_dict_without_root_weight_loads():
-    from torch_geometric.nn import TransformerConv
-
     x, ei = _graph()
     ref = TransformerConv(6, 4, heads=2, root_weight=False)  # keeps an unused lin_skip
     ours = GraphSelfAttention(6, 4, heads=2, root_weight=False)
@@ -73,8 +72,6 @@ def test_elu_linear_attention_of_very_negative_queries_still_sums_to_one():
 
 
 def test_favor_gradients_stay_finite_for_huge_scores():
-    from graphattn.nn.variants.linear_attention import LinearGlobalAttention
-
     m = LinearGlobalAttention(16, heads=4, feature_map="favor")
     x = torch.randn(20, 16) * 200
     out = m(x, torch.tensor([0] * 8 + [1] * 12))
@@ -84,7 +81,7 @@ def test_favor_gradients_stay_finite_for_huge_scores():
 
 def test_propagation_gradients_are_deterministic_with_several_threads():
     # z[ei[0]] backpropagated through index_put_(accumulate=True), which sums in a thread-dependent
-    # order on CPU: the same seed gave other weights (QA: Cora's best epoch could flip)
+    # order on CPU: the same seed would give other weights (Cora's best epoch could flip)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

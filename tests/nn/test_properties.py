@@ -10,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 
-from graphattn import (AddLaplacianPE, GlobalTokens, GraphClassifier, GraphSelfAttention, NodeClassifier,
-                       edge_attention)
+from graphattn import AddLaplacianPE, GlobalTokens, GraphClassifier, GraphSelfAttention, NodeClassifier, edge_attention
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

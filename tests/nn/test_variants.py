@@ -1,30 +1,32 @@
 """Efficient attention variants: normalizations, linear, key-reduced, clustered, Synthesizer."""
-import inspect
+import importlib
 import json
 import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 
-from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_codes, cluster_graph
-from graphattn.functional import dense_attention, edge_attention
-from graphattn.testing import saved_tensor_bytes
-from graphattn.nn.variants.linear_attention import (LinearGlobalAttention, linear_attention,
-                                                    orthogonal_features)
-from graphattn.ops.normalization import edge_normalize, normalized_edge_attention
+from graphattn import (GLOBAL_ATTNS, ClusteredAttention, GraphSelfAttention, LinearGlobalAttention, NodeClassifier,
+                       ReducedKeyAttention, SynthesizerAttention, cluster_graph, dense_attention, edge_attention,
+                       edge_normalize, linear_attention, make_global_attention, normalized_edge_attention,
+                       sequence_graph, sequences_to_batch)
+from graphattn.nn.variants.clustered_attention import cluster_codes
+from graphattn.nn.variants.linear_attention import orthogonal_features
 from graphattn.ops.padding import GraphLayout
-from graphattn.patterns import sequence_graph
-from graphattn.nn.variants.reduced_attention import ReducedKeyAttention
-from graphattn.nn.variants.synthesizer import SynthesizerAttention
-from graphattn.testing import random_graph
-from graphattn.nn.variants import GLOBAL_ATTNS, make_global_attention
-
+from graphattn.testing import random_graph, saved_tensor_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
+EMPTY_B = torch.zeros(0, dtype=torch.long)  # the batch vector of no nodes
+VARIANT_OPTIONS = [("linear", {}), ("linear", {"feature_map": "favor"}), ("reduced", {}),
+                   ("reduced", {"mode": "project", "max_nodes": 8}), ("clustered", {}),
+                   ("clustered", {"method": "lsh", "shared_qk": False}), ("synthesizer", {}),
+                   ("synthesizer", {"rank": 2})]
+la = importlib.import_module("graphattn.nn.variants.linear_attention")  # the module (the package exports the function)
 
 
 def _qkv(n, h=2, c=8, seed=0, dtype=torch.float64):
@@ -42,15 +44,6 @@ def _full_reference(q, k, v, batch):
     pad = lambda t: layout.pad(t).transpose(1, 2)  # noqa: E731 (B, H, L, C)
     mask = layout.mask[:, None, :] & layout.mask[:, :, None]  # (B, L, L)
     return layout.unpad(dense_attention(pad(q), pad(k), pad(v), mask).transpose(1, 2))
-
-
-# ----------------------------------------------------------------------------- layout
-def test_graph_layout_unsorted_batch_roundtrip():
-    batch = torch.tensor([1, 0, 1, 2, 0, 1])
-    lay = GraphLayout(batch, 6)
-    assert (lay.B, lay.L) == (3, 3) and lay.pos.tolist() == [0, 0, 1, 0, 1, 2]
-    x = torch.arange(6.0)[:, None]
-    assert torch.equal(lay.unpad(lay.pad(x)), x) and lay.mask.sum() == 6
 
 
 # ----------------------------------------------------------------------------- normalization
@@ -367,22 +360,9 @@ def test_factory_errors():
         make_global_attention("linear", 16, num_keys=3)
 
 
-# ----------------------------------------------------------------------------- layer / model hooks
-def _hooked():
-    from graphattn import GraphSelfAttention, GraphTransformerBlock
-
-    return ("normalization" in inspect.signature(GraphSelfAttention).parameters
-            and "global_attn" in inspect.signature(GraphTransformerBlock).parameters)
-
-
-hooked = pytest.mark.skipif(not _hooked(), reason="issue-8 hooks not yet applied to attention.py/block.py/models.py")
-
-
-@hooked
+# ----------------------------------------------------------------------------- the layer's and models' options
 @pytest.mark.parametrize("kind", ["relu", "sigmoid"])
 def test_layer_normalization_option(kind):
-    from graphattn import GraphSelfAttention
-
     layer = GraphSelfAttention(16, 8, heads=2, normalization=kind, root_weight=False).double()
     x = torch.randn(12, 16, dtype=torch.float64)
     ei = random_graph(12, 40, isolated=1, generator=torch.Generator().manual_seed(0))
@@ -396,14 +376,11 @@ def test_layer_normalization_option(kind):
         GraphSelfAttention(16, 8, normalization=kind, impl="fused")
 
 
-@hooked
 @pytest.mark.parametrize("options", [{"normalization": "sigmoid", "global_attn": "linear"},
                                      {"global_attn": "reduced", "global_attn_kwargs": {"num_keys": 8}},
                                      {"global_attn": "clustered", "num_global_tokens": 1},
                                      {"global_attn": "synthesizer", "global_attn_kwargs": {"max_nodes": 40}}])
 def test_models_with_variants_on_sequence_patterns(options):
-    from graphattn import NodeClassifier, sequences_to_batch
-
     torch.manual_seed(0)
     sym = torch.randint(0, 4, (16, 32))
     b = sequences_to_batch(torch.nn.functional.one_hot(sym, 4).float(), ["window", "global"],
@@ -421,7 +398,6 @@ def test_models_with_variants_on_sequence_patterns(options):
     assert math.isfinite(losses[-1]) and losses[-1] < 0.8 * losses[0]
 
 
-@hooked
 def test_benchmark_quick_writes_png_and_tables(tmp_path):
     out = tmp_path / "variants.json"
     env = {**os.environ, "GRAPHATTN_NO_CPP": "1"}  # no cold C++ build in a smoke test
@@ -468,3 +444,107 @@ def test_variants_report_large_rows_with_and_without_accuracy(tmp_path):
         assert ("no accuracy" in text) != bool(extra)
         plot([], rows, a, tmp_path / "v.png", names)
         assert (tmp_path / "v.png").stat().st_size > 5_000
+
+
+@pytest.mark.parametrize("kind,options", VARIANT_OPTIONS)
+def test_global_variants_accept_empty_input(kind, options):
+    m = make_global_attention(kind, 8, heads=2, **options)
+    for batch, num_graphs in ((None, None), (EMPTY_B, None), (EMPTY_B, 3)):
+        x = torch.zeros(0, 8, requires_grad=True)
+        out = m(x, batch, num_graphs)
+        assert out.shape == (0, 8)
+        out.sum().backward()
+        assert x.grad.shape == (0, 8)
+
+
+@pytest.mark.parametrize("feature_map", ["elu", "favor"])
+def test_linear_attention_mixed_sizes_pads_by_size_class_and_matches_each_graph(feature_map):
+    sizes = [300, 3, 1, 40, 5, 2, 70, 9]  # one large graph among small ones, unsorted batch
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    batch = batch[torch.randperm(batch.numel(), generator=torch.Generator().manual_seed(0))]
+    N, H, C = batch.numel(), 2, 4
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(N, H, C, generator=g, dtype=torch.float64) for _ in range(3))
+    omega = la.orthogonal_features(H, 8, C, torch.Generator().manual_seed(2)).double()
+    slots = []
+    real = la._padded_linear_attention
+
+    def spy(q_, k_, v_, layout, *args):
+        slots.append(layout.B * layout.L)
+        return real(q_, k_, v_, layout, *args)
+
+    with mock.patch.object(la, "_padded_linear_attention", spy):
+        out = la.linear_attention(q, k, v, batch, feature_map, omega)
+    assert sum(slots) <= 2 * N and len(slots) > 1  # one padded block would take 8 x 300 slots
+    for b in range(len(sizes)):
+        idx = torch.nonzero(batch == b).flatten()
+        alone = la.linear_attention(q[idx], k[idx], v[idx], None, feature_map, omega)
+        torch.testing.assert_close(out[idx], alone, rtol=1e-10, atol=1e-12)
+    # gradients reach every input through the size-class path
+    q.requires_grad_(True)
+    la.linear_attention(q, k, v, batch, feature_map, omega).sum().backward()
+    assert torch.isfinite(q.grad).all() and q.grad.abs().sum() > 0
+
+
+def test_redraw_features_draws_new_ones_and_reset_restores_the_seeded_ones():
+    m = LinearGlobalAttention(8, heads=2, feature_map="favor", seed=3)
+    first = m.omega.clone()
+    m.redraw_features()
+    second = m.omega.clone()
+    m.redraw_features()
+    assert not torch.equal(first, second) and not torch.equal(second, m.omega)
+    m.reset_parameters()
+    assert torch.equal(m.omega, first)
+    assert torch.equal(LinearGlobalAttention(8, heads=2, feature_map="favor", seed=3).omega, first)
+
+
+def test_cluster_codes_check_batch_for_every_method():
+    q = torch.randn(6, 4)
+    for method, k in [("lsh", 3), ("kmeans", 1), ("lsh", 1)]:
+        with pytest.raises(ValueError, match="num_graphs=2 but batch holds graph id 2"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1, 1, 2, 2]), num_clusters=k, method=method, num_graphs=2)
+        with pytest.raises(ValueError, match="negative graph ids"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1, 1, -1, 2]), num_clusters=k, method=method)
+        with pytest.raises(ValueError, match=r"batch must have shape \(6,\)"):
+            cluster_codes(q, batch=torch.tensor([0, 0, 1]), num_clusters=k, method=method)
+
+
+@pytest.mark.parametrize("normalization", ["softmax", "relu", "sigmoid"])
+def test_minus_inf_bias_hides_an_edge_for_every_normalization(normalization):
+    # a causal mask written as a -inf bias on the full graph == the causal graph itself:
+    # relu / sigmoid must not count hidden edges in deg_i
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(5, 2, 4) for _ in range(3))
+    full = sequence_graph(5, "full")
+    bias = torch.zeros(full.size(1), 2)
+    bias[full[0] > full[1]] = float("-inf")
+    bias[(full[0] == 0) & (full[1] == 3), 1] = float("-inf")  # one more edge hidden in head 1 only
+    causal = sequence_graph(5, "causal")
+    masked = normalized_edge_attention(q, k, v, full, normalization=normalization, bias=bias)
+    cb = torch.zeros(causal.size(1), 2)
+    cb[(causal[0] == 0) & (causal[1] == 3), 1] = float("-inf")
+    ref = normalized_edge_attention(q, k, v, causal, normalization=normalization, bias=cb)
+    torch.testing.assert_close(masked, ref)
+    # head 0 of target 3 sees 4 keys, head 1 sees 3: the relu weights are ReLU(s) / deg per head
+    all_hidden = torch.full_like(bias, float("-inf"))
+    out = normalized_edge_attention(q, k, v, full, normalization=normalization, bias=all_hidden)
+    assert torch.isfinite(out).all() and out.abs().max() == 0
+
+
+def test_synthesizer_positions_must_be_non_negative_integers():
+    s = SynthesizerAttention(8, 2, max_nodes=6)
+    x, ei = torch.randn(5, 8), sequence_graph(5, "window", window=1)
+    with pytest.raises(ValueError, match="pos must be >= 0"):
+        s(x, edge_index=ei, pos=torch.tensor([0, 1, 2, 3, -1]))
+    with pytest.raises(TypeError, match="pos must be an integer"):
+        s(x, edge_index=ei, pos=torch.arange(5.0))
+    assert s(x, edge_index=ei, pos=torch.arange(5)).shape == (5, 8)
+
+
+@pytest.mark.parametrize("make", [lambda: LinearGlobalAttention(8, heads=2),
+                                  lambda: ReducedKeyAttention(8, heads=2, num_keys=4),
+                                  lambda: ClusteredAttention(8, heads=2),
+                                  lambda: SynthesizerAttention(8, 2, max_nodes=6)])
+def test_global_modules_on_a_batch_of_no_graphs(make):
+    out = make()(torch.zeros(0, 8), torch.zeros(0, dtype=torch.long), num_graphs=0)
+    assert out.shape == (0, 8)

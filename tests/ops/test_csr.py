@@ -1,12 +1,18 @@
 """PyG's EdgeIndex and sparse adj_t as edge_index, and the CSR cache forgetting freed graphs."""
 import gc
+import weakref
 
 import pytest
 import torch
 from torch_geometric import EdgeIndex
+from torch_geometric.nn import TransformerConv
+from torch_geometric.utils import to_edge_index, to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
-from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier
+import graphattn
+from graphattn import GraphClassifier, GraphSelfAttention, NodeClassifier, edge_attention
 from graphattn.ops import csr as C
+from graphattn.ops.csr import clear_csr_cache
+from graphattn.utils.validation import check_edge_index
 
 
 def _graph():
@@ -60,8 +66,6 @@ def test_models_run_under_inference_mode():
 
 
 def _sparse(kind, edge_index, size):
-    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
-
     make = {"csr": to_torch_csr_tensor, "coo": to_torch_coo_tensor, "csc": to_torch_csc_tensor}[kind]
     return make(edge_index, size=size)
 
@@ -71,9 +75,6 @@ def _sparse(kind, edge_index, size):
 def test_sparse_adj_t_as_in_pyg(kind):
     """PyG's transposed adjacency (adj_t[i, j] for an edge j -> i, e.g. T.ToSparseTensor(layout=
     torch.sparse_csr)): the same outputs as the edge list, weights in adj_t's storage order."""
-    from torch_geometric.nn import TransformerConv
-    from torch_geometric.utils import to_edge_index
-
     torch.manual_seed(0)
     x, ei = torch.randn(6, 4), torch.randint(0, 6, (2, 20))
     ei = torch.unique(ei, dim=1)  # a sparse tensor merges duplicates
@@ -113,8 +114,6 @@ def test_sparse_adj_t_bipartite_and_shape_errors():
 
 @pytest.mark.filterwarnings("ignore:Sparse")
 def test_sparse_adj_t_cache_forgets_freed_tensors_and_sees_in_place_edits():
-    import weakref
-
     x = torch.randn(6, 4)
     ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
     layer = GraphSelfAttention(4, 2).eval()
@@ -172,10 +171,6 @@ def test_models_take_the_sparse_adj_t_the_layer_takes(layout):
 
 
 def test_sparse_edge_index_hint_does_not_reverse_pyg_adj_t():
-    from torch_geometric.utils import to_edge_index
-
-    from graphattn.utils.validation import check_edge_index
-
     adj_t = torch.sparse_coo_tensor(torch.tensor([[1], [0]]), torch.ones(1), (2, 2))  # edge 0 -> 1
     with pytest.raises(TypeError, match=r"to_edge_index\(adj_t\)\[0\].flip\(0\)") as info:
         check_edge_index(adj_t, 2)
@@ -207,8 +202,6 @@ def test_trace_and_export_are_a_clear_error(make):
 
 
 def test_script_is_the_same_clear_error_for_every_public_module_and_a_users_model_holding_one():
-    import graphattn
-
     modules = {n: getattr(graphattn, n) for n in graphattn.__all__}
     classes = [c for c in modules.values() if isinstance(c, type) and issubclass(c, torch.nn.Module)]
     assert len(classes) >= 15
@@ -226,3 +219,31 @@ def test_script_is_the_same_clear_error_for_every_public_module_and_a_users_mode
     for module in (GraphSelfAttention(4, 3), NodeClassifier(4, 8, 3), Mine()):
         with pytest.raises(NotImplementedError, match="nor torch.jit.script.*torch.compile"):
             torch.jit.script(module)
+
+
+def test_clear_csr_cache_after_writes_that_bypass_the_version_counter():
+    layer = GraphSelfAttention(4, 2, root_weight=False).eval()
+    x = torch.randn(5, 4)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    layer(x, ei)
+    ei.data[0, 0] = 3  # not seen by the version counter
+    clear_csr_cache()
+    torch.testing.assert_close(layer(x, ei), layer(x, ei.clone()))
+    layer(x, ei)
+    ei.data[0, 0] = 9  # out of range: the range check must run again after clearing
+    clear_csr_cache()
+    with pytest.raises(ValueError, match="edge_index"):
+        layer(x, ei)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch's notes on sparse tensors
+def test_sparse_adjacency_is_adj_t_for_the_layer_and_a_clear_error_elsewhere():
+    adj = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.ones(2), (2, 2))
+    x = torch.randn(2, 4)
+    layer = GraphSelfAttention(4, 4)
+    for a in (adj, adj.to_sparse_csr()):  # the layer reads PyG's adj_t (edge j -> i at [i, j])
+        torch.testing.assert_close(layer(x, a), layer(x, torch.tensor([[1, 0], [0, 1]])))
+        model = NodeClassifier(4, 8, 2).eval()  # the models read it too; the functional API does not
+        torch.testing.assert_close(model(x, a), model(x, torch.tensor([[1, 0], [0, 1]])))
+        with pytest.raises(TypeError, match="sparse"):
+            edge_attention(torch.randn(2, 1, 4), torch.randn(2, 1, 4), torch.randn(2, 1, 4), a)

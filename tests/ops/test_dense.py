@@ -1,10 +1,8 @@
 import pytest
 import torch
 
-from graphattn import GraphSelfAttention
-from graphattn.ops.csr import to_csr
+from graphattn import GraphSelfAttention, edge_attention, to_csr
 from graphattn.ops.dense import MAX_DENSE_WASTE, complete_graph_sizes, padded_length, prefer_dense
-from graphattn.functional import edge_attention
 
 
 def complete_batch(sizes):

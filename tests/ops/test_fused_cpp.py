@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -9,9 +10,10 @@ import textwrap
 import pytest
 import torch
 
-from graphattn.ops.csr import to_csr
+from graphattn import GraphSelfAttention, dense_attention, edge_attention, to_csr
 from graphattn.ops import extension
 from graphattn.ops import fused_cpp as kernels
+from graphattn.ops.chunked import ChunkedEdgeAttention
 
 pytestmark = pytest.mark.skipif(
     not extension.fused_available(),
@@ -199,8 +201,6 @@ def test_masked_rows_are_zero_not_nan():
 def test_overflowing_scores_give_nan_as_every_path_does():
     """A +inf or NaN score (finite inputs whose product overflows) is NaN in its row, as in the
     chunked and dense paths, not a silently zeroed head; other rows and masked rows are unchanged."""
-    from graphattn.functional import edge_attention
-
     q = torch.full((2, 1, 1), 1e20)
     ei = torch.tensor([[0, 1], [1, 1]])
     outs = [edge_attention(q, q.clone(), torch.ones(2, 1, 1), ei, impl=impl).flatten() for impl in ("fused", "chunked")]
@@ -277,13 +277,11 @@ def test_build_without_ninja(tmp_path):
     assert list(tmp_path.glob("*/graphattn_edge_attention_direct.so"))
 
 
-# ------------------------------------------------------------------ edge key / value (issue #6)
+# ------------------------------------------------------------------ per-edge key / value additions
 def dense_edge_reference(q, k, v, edge_index, bias=None, edge_key=None, edge_value=None):
     """Through :func:`dense_attention`, with one key per *edge*: key_e = k_j + ek_e, value_e =
     v_j + ev_e, visible only to its target (exact for duplicate edges too). Also returns the
     weights (E, H), read off by attending to one-hot values."""
-    from graphattn.functional import dense_attention
-
     N, H, C = q.shape
     src, dst = edge_index
     E = src.numel()
@@ -402,9 +400,6 @@ def test_edge_features_multithreaded_deterministic():
 
 
 def test_graph_self_attention_with_edge_dim_uses_fused_kernel(monkeypatch):
-    from graphattn import GraphSelfAttention
-    from graphattn.ops.chunked import ChunkedEdgeAttention
-
     calls = []
     real = kernels.fused_edge_attention
     monkeypatch.setattr(kernels, "fused_edge_attention", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
@@ -449,8 +444,6 @@ def test_stale_lock_is_removed_fresh_lock_is_waited_for(tmp_path):
 
 
 def test_load_does_not_hang_on_a_stale_lock(tmp_path):
-    import shutil
-
     src = extension.build_directory()
     if not (src / "build.ninja").exists():
         pytest.skip("kernel was not built through ninja / cpp_extension.load")
@@ -470,8 +463,6 @@ def test_load_does_not_hang_on_a_stale_lock(tmp_path):
 def test_build_directory_depends_on_the_sources_location(tmp_path, monkeypatch):
     """torch's build.ninja names the sources by absolute path: two copies of the package (a venv
     and a clone) must not share a build folder, or each switch recompiles (~20 s)."""
-    from graphattn.ops import extension
-
     here = extension.build_directory()
     copies = []
     for p in extension._SOURCES:

@@ -16,9 +16,9 @@ import sys
 import pytest
 import torch
 
+from graphattn import GraphSelfAttention, dense_attention, edge_attention, to_csr
+from graphattn.functional import fused_kind
 from graphattn.ops import fused_triton as ta
-from graphattn.ops.csr import to_csr
-from graphattn.functional import dense_attention, edge_attention
 from graphattn.testing import dense_mask_and_bias, random_graph
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
@@ -235,8 +235,6 @@ def test_output_may_be_modified_in_place(device):
     ("mps", torch.float32, "dot", 0.0, False, None),
 ])
 def test_fused_kind_dispatch_rule(device_type, dtype, score, p_drop, weights, expected):
-    from graphattn.functional import fused_kind
-
     assert fused_kind(device_type, dtype, score, p_drop, weights) == expected
 
 
@@ -316,8 +314,6 @@ def test_disabled_by_environment(monkeypatch):
 
 @pytest.mark.skipif(not CUDA, reason="dispatch to the Triton kernels happens for CUDA tensors")
 def test_layer_uses_triton_on_cuda():
-    from graphattn.nn.attention import GraphSelfAttention
-
     gen = torch.Generator().manual_seed(0)
     ei = random_graph(200, 1500, generator=gen)
     x = torch.randn(200, 16, generator=gen)

@@ -1,12 +1,16 @@
 """NodeClassifier options: edge dropout in the propagation (``propagation_dropout``) and a
 multi-layer GCN branch (``gcn_layers``), their validation and their CLI / checkpoint round trip."""
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from graphattn import NodeClassifier
 from graphattn.cli.main import main
+from graphattn.cli.options import social_hparams
+from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.node import hop_features
 from graphattn.train import load_checkpoint
 
 
@@ -103,11 +107,6 @@ def test_cli_round_trip_of_the_new_options(tmp_path, capsys, monkeypatch):
 
 
 def test_baselines_keep_their_own_depth_unless_layers_is_given():
-    from types import SimpleNamespace
-
-    from graphattn.tasks.social import node as sn
-    from graphattn.cli.options import social_hparams
-
     data = SimpleNamespace(class_names=list("abc"), num_features=5)
     hp = dict(sn.node_defaults("karate", 34), heads=2, layers=1, baseline_layers=2)
     assert sn.node_model_spec("gcn", data, hp)["kwargs"]["num_layers"] == 2
@@ -121,8 +120,6 @@ def test_baselines_keep_their_own_depth_unless_layers_is_given():
 
 
 def test_hop_features_are_powers_of_the_gcn_normalised_adjacency():
-    from graphattn.tasks.social.node import hop_features
-
     torch.manual_seed(0)
     N = 7
     ei = torch.tensor([[0, 1, 1, 2, 3, 4, 5, 5], [1, 0, 2, 1, 4, 3, 5, 6]])  # one self-loop (5, 5)

@@ -1,16 +1,37 @@
 """Self-supervised pretraining (graphattn.tasks.molecules.pretrain) and fine-tuning from it (train --init)."""
+import gzip
+import json
+import os
+import shutil
+import stat
+import threading
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 from torch_geometric.data import Batch
 
+from graphattn import GraphTransformer, MoleculePretrainer
 from graphattn.cli import main as cli
+from graphattn.cli.molecules_train import _resumed_ensemble_size
+from graphattn.data import (FEATURIZER_VERSION, DataFileError, ToxicityDataset, descriptor_names, find_column,
+                            read_csv_table)
+from graphattn.data.musae import read_target
+from graphattn.data.smiles_table import sniff_table_kind
+from graphattn.nn import MPNNBaseline
+from graphattn.nn.encodings import pe_inputs
+from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules import data as md
-from graphattn.tasks.molecules import pipeline as mp
-from graphattn.nn.models.pretrainer import MoleculePretrainer
+from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import finetune as ft
+from graphattn.tasks.molecules import pipeline as mp
 from graphattn.tasks.molecules import pretrain as pt
 from graphattn.tasks.molecules import pretrain_data as pdata
-from graphattn.data.descriptors import descriptor_names
+from graphattn.tasks.molecules.data import _sniffed_suffix, spooled
+from graphattn.tasks.molecules.pretrain_data import _keys
+from graphattn.train import CheckpointError, save_checkpoint
+from graphattn.train.checkpoint import check_same_run
 
 _SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C", "CCN(CC)CC", "O=C(O)c1ccccc1OC(C)=O", "C1CCCCC1",
            "N#Cc1ccccc1", "CCCCCCCCCC(=O)O", "c1ccncc1", "ClC(Cl)Cl", "CC(C)Cc1ccc(C(C)C(=O)O)cc1", "OC1CCCCC1",
@@ -30,7 +51,7 @@ def graphs():
 
 
 def _model(graphs, **hp):
-    bb = pt.arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP, **hp})
+    bb = pt.arch_spec({**molecule_defaults.PRETRAIN_DEFAULTS, **_HP, **hp})
     torch.manual_seed(0)
     return MoleculePretrainer(bb, graphs[0].mol_desc.size(1))
 
@@ -67,10 +88,7 @@ def test_masked_atoms_are_hidden_from_the_whole_model(graphs):
     assert not torch.allclose(model(changed, mask)[1], d1)
     assert a1.shape == (3, sum(model.vocab_sizes)) and d1.shape == (4, graphs[0].mol_desc.size(1))
     # outside the pretrainer's forward the backbone is a plain GraphTransformer again
-    from graphattn.nn.encodings import pe_inputs
-    from graphattn.nn.models.graph_transformer import GraphTransformer
-
-    plain = GraphTransformer(**pt.arch_spec({**pt.PRETRAIN_DEFAULTS, **_HP})).eval()
+    plain = GraphTransformer(**pt.arch_spec({**molecule_defaults.PRETRAIN_DEFAULTS, **_HP})).eval()
     plain.load_state_dict(model.backbone.state_dict())
     kw = dict(num_graphs=batch.num_graphs, **pe_inputs(batch))
     assert torch.allclose(model.backbone(batch.x, batch.edge_index, batch.edge_attr, batch.batch, **kw)[0],
@@ -97,9 +115,9 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
     state, meta = ft.load_pretrained(tmp_path / "pre" / "best.pt")
     assert meta["pipeline"] == "pretrain" and all(not k.startswith("backbone.") for k in state)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(mp.DEFAULTS, **_HP, descriptors=False)
+    hp = dict(molecule_defaults.DEFAULTS, **_HP, descriptors=False)
     spec = mp.model_spec("none", len(ds.task_names), hp)
-    model = mp.build_model(spec)
+    model = build_model(spec)
     fresh_head = {k: v.clone() for k, v in model.head.state_dict().items()}
     ft.load_pretrained_backbone(model, tmp_path / "pre" / "best.pt")
     for k, v in model.backbone.state_dict().items():
@@ -110,10 +128,9 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
                           log=lambda m: None, init=tmp_path / "pre" / "best.pt")
     assert res["meta"]["init"]["sha256"] and res["meta"]["init"]["checkpoint"].endswith("best.pt")
     # another width is refused with the settings named
-    wide = mp.build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
+    wide = build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
     with pytest.raises(ValueError, match="hidden_channels"):
         ft.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
-    from graphattn.nn.models.baselines import MPNNBaseline
 
     with pytest.raises(ValueError, match="GraphClassifier"):
         ft.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
@@ -122,7 +139,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
 def test_load_pretrained_refuses_other_checkpoints(tmp_path, graphs, molecule_csv, monkeypatch):
     pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(mp.DEFAULTS, **dict(_HP, epochs=1), descriptors=False)
+    hp = dict(molecule_defaults.DEFAULTS, **dict(_HP, epochs=1), descriptors=False)
     mp.run_training(ds, md.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                     log=lambda m: None, out_dir=tmp_path / "ft")
     with pytest.raises(ValueError, match="not a pretraining checkpoint"):
@@ -211,7 +228,9 @@ def test_cli_pretrain_resume_and_out_errors(tmp_path, molecule_csv, capsys):
     assert "is a file" in capsys.readouterr().err
     assert cli.main(base + ["--out", str(pre), "--lr", "inf"]) == 2
     assert "--lr" in capsys.readouterr().err
-    assert cli.main(base + ["--out", str(pre), "--exclude", "tox22"]) == 2
+    assert cli.main(base + ["--out", str(pre), "--exclude", "tox22"]) == 2  # a run is in pre: said first
+    assert "holds another run" in capsys.readouterr().err
+    assert cli.main(base + ["--out", str(tmp_path / "new"), "--exclude", "tox22"]) == 2
     assert "neither a toxicity set" in capsys.readouterr().err
 
 
@@ -227,9 +246,9 @@ def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molec
     assert cli.main(base + ["--heads", "2", "--hidden", "16", "--out", str(tmp_path / "ok")]) == 0  # agreeing
     # through the API the head count is compared too (same parameter shapes, other grouping)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(mp.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
+    hp = dict(molecule_defaults.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
     with pytest.raises(ValueError, match="heads"):  # also without the spec
-        ft.load_pretrained_backbone(mp.build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
+        ft.load_pretrained_backbone(build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
     with pytest.raises(ValueError, match="heads"):
         mp.run_training(ds, md.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                         log=lambda m: None, init=pre / "best.pt")
@@ -296,13 +315,10 @@ def test_train_out_that_is_a_file_is_refused_before_training(tmp_path, capsys):
 
 
 def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
-    from pathlib import Path
-
     shared = Path(__file__).resolve().parents[3] / "shared" / "data"
     if not (shared / "tox21").is_dir():
         pytest.skip("../shared/data/tox21 not present")
     monkeypatch.setenv("GRAPHATTN_DATA", str(shared))
-    from graphattn.data.molecules import ToxicityDataset
 
     first = ToxicityDataset(name="tox21", log=False).smiles[0]  # a Tox21 molecule
     f = tmp_path / "pool.csv"
@@ -312,9 +328,6 @@ def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
 
 
 def test_resumed_fine_tuned_ensemble_starts_unstarted_members_from_the_backbone(tmp_path, molecule_csv, capsys):
-    import json
-    import shutil
-
     pre = tmp_path / "pre"
     assert cli.main(["pretrain", "--csv", str(molecule_csv), "--epochs", "1", "--hidden", "16", "--layers", "1",
                      "--heads", "2", "--pe-dim", "4", "--out", str(pre), "--no-progress"]) == 0
@@ -342,18 +355,12 @@ def test_resumed_fine_tuned_ensemble_starts_unstarted_members_from_the_backbone(
 
 
 def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_path, molecule_csv, capsys):
-    import os
-    import stat
-
-    from graphattn.tasks.molecules.pretrain_data import _keys
-
     run = tmp_path / "run"
     base = ["train", "--csv", str(molecule_csv), "--split", "random", "--no-progress", "--no-descriptors",
             "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "4", "--out", str(run)]
     assert cli.main(base + ["--epochs", "1", "--pos-weight"]) == 0
     ck = torch.load(run / "best.pt", weights_only=True)
     assert ck["meta"]["pos_weight"] is True
-    import json
 
     assert json.loads((run / "metrics.json").read_text())["pos_weight"] is True
     umask = os.umask(0)
@@ -371,10 +378,6 @@ def test_pos_weight_recorded_checkpoint_modes_out_parent_and_fragment_order(tmp_
 
 
 def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
-    from graphattn.cli.molecules_train import _resumed_ensemble_size
-    from graphattn.tasks.molecules.pretrain_data import _keys
-    from graphattn.train import save_checkpoint
-
     for a, b in (("C/C=C/C.C=CCC", "CC=CC.C=CCC"), ("CC[NH3+].CCO", "CCN.CCO"), ("[Na+].CC(=O)[O-]", "CC(=O)O")):
         assert _keys(a)[1] == _keys(b)[1]  # stereo / charge forms of one molecule share the key
     for k, meta in ((0, {"data": {}}), (1, {"data": {}})):  # written before sizes were recorded
@@ -397,8 +400,6 @@ def test_exclusion_key_and_resumed_ensemble_size_rules(tmp_path):
 
 
 def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
-    from graphattn.train.checkpoint import CheckpointError, check_same_run
-
     init = {"checkpoint": "/old/P/best.pt", "sha256": "a" * 64, "molecules": 10}
     moved = dict(init, checkpoint="/new/P/best.pt", excluded_sources=["tox21"])  # a later record's extra key
     check_same_run(tmp_path, {"init": init}, {"init": moved})
@@ -418,10 +419,6 @@ def test_resume_compares_init_and_pool_files_by_contents_not_place(tmp_path):
 
 
 def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
-    import gzip
-    import os
-    import threading
-
     plain = tmp_path / "zinc.smi"  # no header: SMILES, white space, a name
     plain.write_text("CCO  mol_a\nc1ccccc1O\tmol b\n\nnot_a_smiles x\nCC(=O)Nc1ccc(O)cc1 mol_c\n")
     headed = tmp_path / "zinc_h.smi.gz"
@@ -462,8 +459,6 @@ def test_pretraining_reads_smiles_lists_tsv_and_pipes(tmp_path, capsys):
 
 @pytest.mark.parametrize("first", ["c1ccnc1", "C1CC", "c1cc1", "Cl2"])
 def test_a_headerless_smiles_list_starting_with_an_invalid_smiles_keeps_that_row(tmp_path, first):
-    from graphattn.data.smiles_table import read_csv_table
-
     f = tmp_path / "l.smi"
     f.write_text(f"{first} bad\nCCO ethanol\nc1ccccc1 benzene\n")
     header, rows = read_csv_table(f)
@@ -477,8 +472,6 @@ def test_a_headerless_smiles_list_starting_with_an_invalid_smiles_keeps_that_row
 
 
 def test_train_csv_from_a_pipe_is_refused_with_the_reason(tmp_path, capsys):
-    import os
-
     fifo = tmp_path / "train.fifo"
     os.mkfifo(fifo)
     assert cli.main(["train", "--csv", str(fifo), "--out", str(tmp_path / "r"), "--no-progress"]) == 2
@@ -486,9 +479,6 @@ def test_train_csv_from_a_pipe_is_refused_with_the_reason(tmp_path, capsys):
 
 
 def test_incomplete_pretraining_checkpoint_is_a_clear_error(tmp_path):
-    from graphattn.data.molecules import FEATURIZER_VERSION
-    from graphattn.train import save_checkpoint
-
     save_checkpoint(tmp_path / "odd.pt", {"model": {}, "meta": {"pipeline": "pretrain",
                                                                  "featurizer_version": FEATURIZER_VERSION}})
     with pytest.raises(ValueError, match="incomplete pretraining checkpoint"):
@@ -496,8 +486,6 @@ def test_incomplete_pretraining_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_comma_files_named_like_smiles_lists_stay_csv_and_cxsmiles_stay_whole(tmp_path):
-    from graphattn.data.smiles_table import read_csv_table
-
     (tmp_path / "c.smi").write_text("smiles,p_np\nCCO,1\nCCN,0\n")  # a CSV saved as .smi (worked before)
     (tmp_path / "c.tsv").write_text("smiles,p_np\nCCO,1\n")
     (tmp_path / "x.smi").write_text("\nC[C@H](F)Cl |&1:1,2| first\nCCO\n")
@@ -508,9 +496,6 @@ def test_comma_files_named_like_smiles_lists_stay_csv_and_cxsmiles_stay_whole(tm
 
 
 def test_pretrain_resume_with_the_exclude_file_moved_or_piped(tmp_path, capsys):
-    import os
-    import threading
-
     pool = tmp_path / "pool.csv"
     pool.write_text("smiles\n" + "\n".join(_SMILES) + "\n")
     excl = tmp_path / "excl.csv"
@@ -533,13 +518,6 @@ def test_pretrain_resume_with_the_exclude_file_moved_or_piped(tmp_path, capsys):
 
 
 def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
-    import os
-    import threading
-
-    from graphattn.train.checkpoint import check_same_run
-    from graphattn.data.smiles_table import read_csv_table, sniff_table_kind
-    from graphattn.tasks.molecules.data import spooled
-
     assert [sniff_table_kind(s) for s in ("smiles,y", "C[C@H](F)Cl |&1:1,2| a", "CCO\tethanol", "smiles\tname",
                                           "Compound ID,SMILES", "smiles zinc_id")] == \
         ["csv", "smiles_list", "smiles_list", "tsv", "csv", "smiles_list"]
@@ -561,11 +539,6 @@ def test_sniffing_pipes_blank_lead_lines_and_old_exclude_records(tmp_path):
 
 
 def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
-    from graphattn.train.checkpoint import CheckpointError, check_same_run
-    from graphattn.data.download import DataFileError
-    from graphattn.data.smiles_table import find_column, read_csv_table
-    from graphattn.tasks.molecules.data import _sniffed_suffix
-
     # B3DB's TSV header (first field "NO.") and a plain word RDKit parses ("BBB") stay TSV headers
     assert _sniffed_suffix(b"NO.\tcompound_name\tSMILES\tBBB+/BBB-\n1\tethanol\tCCO\tBBB+\n") == ".tsv"
     assert _sniffed_suffix(b"BBB\tsmiles\nCCO\t1\n") == ".tsv"
@@ -581,10 +554,6 @@ def test_sniffing_keeps_tsv_headers_iupac_names_and_semicolon_hints(tmp_path):
 
 
 def test_target_id_fallback_takes_a_named_integer_column_else_the_index(tmp_path):
-    import warnings
-
-    from graphattn.data.musae import read_target
-
     (tmp_path / "t.csv").write_text(",name,label\n0,alice,1\n1,bob,0\n2,carol,1\n")  # names are no ids
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

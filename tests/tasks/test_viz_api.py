@@ -1,28 +1,26 @@
-"""The explain helpers called from user code (QA, session 14): molecule_attention and the
+"""The explain helpers called from user code: molecule_attention and the
 node ego-graph functions on models and inputs the CLI never builds."""
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphattn import GraphClassifier, NodeClassifier
+from graphattn import AddLaplacianPE, GraphClassifier, NodeClassifier
+from graphattn.data import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, smiles_to_data
+from graphattn.tasks.molecules.viz import colour_levels, draw_molecule_attention, molecule_attention
+from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 
 pytest.importorskip("rdkit")
 pytest.importorskip("matplotlib")
 
 
 def _mol_model(**kw):
-    from graphattn.data.featurize import ATOM_FEATURE_DIMS
-
     torch.manual_seed(0)
     return GraphClassifier(9, 16, 3, num_layers=2, heads=2, node_vocab_sizes=ATOM_FEATURE_DIMS, **kw)
 
 
 def test_molecule_attention_one_molecule_any_model_mode_kept():
-    from graphattn.data.featurize import BOND_FEATURE_DIMS, smiles_to_data
-    from graphattn.tasks.molecules.viz import molecule_attention
-
     d = smiles_to_data("CCO")
-    model = _mol_model()  # no edge encoder: bond features are not read (they were passed and refused)
+    model = _mol_model()  # no edge encoder: bond features are not read (not passed, so not refused)
     model.train()
     prob, scores = molecule_attention(model, d)
     assert model.training  # the caller's mode is kept, as PyG's Explainer does
@@ -40,9 +38,6 @@ def test_molecule_attention_one_molecule_any_model_mode_kept():
 
 
 def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_arguments(tmp_path):
-    from graphattn.nn.encodings import AddLaplacianPE
-    from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
-
     torch.manual_seed(0)
     n = 30
     ei = torch.randint(0, n, (2, 120))
@@ -77,9 +72,7 @@ def test_last_layer_attention_reads_every_input_and_the_drawing_checks_its_argum
 
 
 def test_molecule_colours_stretch_real_differences_not_near_equal_scores(tmp_path):
-    from graphattn.tasks.molecules.viz import colour_levels, draw_molecule_attention
-
-    benzene = [1.0, 0.9990, 0.9985, 0.9981, 0.9990, 1.0]  # rollout of six equivalent atoms (QA)
+    benzene = [1.0, 0.9990, 0.9985, 0.9981, 0.9990, 1.0]  # rollout of six equivalent atoms
     assert min(colour_levels(benzene)) > 0.99  # all red: was drawn white .. red like a strong pattern
     assert colour_levels([1.0, 0.4, 0.7]) == pytest.approx([1.0, 0.0, 0.5])  # a real spread: full range
     assert colour_levels([1.0, 0.9]) == pytest.approx([1.0, 0.6])  # 10 % apart: 40 % of the scale

@@ -5,10 +5,11 @@ import json
 import pytest
 import torch
 
-from graphattn.tasks.social import node as sn
 from graphattn.cli.main import main
-from graphattn.train.metrics import consistency_loss
+from graphattn.nn.models.registry import build_model
+from graphattn.tasks.social import node as sn
 from graphattn.train import fit, load_checkpoint
+from graphattn.train.metrics import consistency_loss
 
 
 def test_loss_matches_the_formula_and_its_target_is_fixed():
@@ -55,7 +56,6 @@ def _karate(samples):
     data = sn.load_node_data(spec)
     hp = dict(sn.node_defaults("karate", data.num_nodes), heads=2, consistency=samples)
     mspec = sn.node_model_spec("none", data, hp)
-    from graphattn.nn.models.registry import build_model
 
     return data, hp, mspec, build_model(mspec)
 

@@ -1,14 +1,21 @@
 """--device: auto / cpu / cuda[:N] for every train command (molecules, pretraining, social node
 and graph sets); a GPU that is not there is a clear error, never a silent CPU run. The CUDA
-tests run where a GPU is and skip elsewhere (the one below passed on an H200 in session 11,
-without its molecule part: rdkit was not installed there)."""
+tests run where a GPU is and skip elsewhere."""
 import importlib.util
+from collections import namedtuple
 
 import pytest
 import torch
 
+import graphattn.cli.molecules_train
+import graphattn.cli.pretrain
+import graphattn.cli.social_train_graph
+import graphattn.tasks.social.node
 from graphattn.cli.main import main
-from graphattn.train import resolve_device
+from graphattn.cli.social_predict import _load, _node_data
+from graphattn.tasks.social import node as sn
+from graphattn.train import load_checkpoint, model_device, resolve_device, save_checkpoint
+from graphattn.train.checkpoint import on_cpu
 
 from tiny_inputs import write_tu_text
 
@@ -50,11 +57,6 @@ def test_missing_or_unknown_devices_are_errors(monkeypatch, no_gpu):
     ["pretrain", "--csv", "MOL", "--epochs", "1"],                  # pretraining
 ])
 def test_cli_refuses_a_gpu_that_is_not_there_before_loading_data(argv, tmp_path, capsys, monkeypatch, no_gpu):
-    import graphattn.cli.molecules_train
-    import graphattn.cli.pretrain
-    import graphattn.cli.social_train_graph
-    import graphattn.tasks.social.node
-
     def loaded(*a, **k):
         raise AssertionError("data was loaded before --device was checked")
 
@@ -107,9 +109,6 @@ def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_
 
 
 def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, monkeypatch):
-    from graphattn.tasks.social import node as sn
-    from graphattn.cli.social_predict import _load, _node_data
-
     assert main(["train", "karate", "--epochs", "2", "--no-progress", "--out", str(tmp_path)]) == 0
     _, meta, model = _load(tmp_path / "best.pt")
     data = _node_data(meta)
@@ -130,11 +129,6 @@ def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, 
 
 
 def test_model_device_and_checkpoints_keep_their_structure(tmp_path):
-    from collections import namedtuple
-
-    from graphattn.train.checkpoint import on_cpu, load_checkpoint, save_checkpoint
-    from graphattn.train import model_device
-
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters
     assert model_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
     sd = torch.nn.BatchNorm1d(3).state_dict()  # an OrderedDict with _metadata (module versions)

@@ -1,17 +1,26 @@
 """DDP with gloo on 2 CPU processes reproduces single-process training with the same global batch."""
+import datetime
 import json
 import os
 import re
+import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.data import Data
 from torch_geometric.loader import DataLoader
 
-from graphattn import GraphClassifier
-from graphattn.train import fit
+from graphattn import GraphClassifier, NodeClassifier
+from graphattn.cli import commands
+from graphattn.cli.main import main
+from graphattn.data import load_karate, stratified_masks
+from graphattn.loader.partition import PartitionBatches, partition_nodes
+from graphattn.train import distributed
+from graphattn.train import distributed as D
+from graphattn.train import fit, set_seed
 
 GLOBAL_BATCH, EPOCHS = 8, 3
 
@@ -30,7 +39,6 @@ def run(world, rank, out_dir, store):
     torch.set_num_threads(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    from torch.utils.data.distributed import DistributedSampler
 
     data = dataset()
     torch.manual_seed(0)
@@ -80,8 +88,6 @@ def test_two_gloo_ranks_match_single_process(tmp_path):
 
 
 def nan_worker(rank, world, store, out_dir):
-    import datetime
-
     torch.set_num_threads(1)
     # a short timeout: a rank left waiting in the all-reduce fails the test instead of hanging it
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
@@ -117,14 +123,9 @@ def test_nan_loss_on_one_rank_stops_every_rank(tmp_path):
 def test_only_rank_zero_prints(monkeypatch, capsys):
     """Under torchrun the ranks other than 0 are silent on stdout (rank 0 alone writes the files and
     says so); errors still reach stderr."""
-    import sys
-
-    from graphattn.cli import main as cli
-    from graphattn.train import distributed
-
     for main_rank, shown in ((True, "report\n"), (False, "")):
         monkeypatch.setattr(distributed, "is_main", lambda main_rank=main_rank: main_rank)
-        with cli._quiet_unless_main():
+        with commands.quiet_unless_main():
             print("report")
             print("problem", file=sys.stderr)
         out, err = capsys.readouterr()
@@ -133,12 +134,6 @@ def test_only_rank_zero_prints(monkeypatch, capsys):
 
 def _sharded_partition_fit(monkeypatch, out, epochs, resume=False):
     """fit on karate's partition batches as rank 0 of 2 (the sharding of shard_loader, no process group)."""
-    from graphattn import NodeClassifier
-    from graphattn.train import distributed as D
-    from graphattn.data.social import load_karate, stratified_masks
-    from graphattn.loader.partition import PartitionBatches, partition_nodes
-    from graphattn.train import fit, set_seed
-
     monkeypatch.setattr(D, "world_size", lambda: 2)
     monkeypatch.setattr(D, "rank", lambda: 0)
     data = load_karate()
@@ -178,8 +173,6 @@ def test_resumed_sharded_mini_batches_continue_the_epoch_sequence(tmp_path, monk
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not an integer"),
 ])
 def test_bad_torchrun_environment_is_one_line(monkeypatch, capsys, tmp_path, env, message):
-    from graphattn.cli.main import main
-
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_PORT", "MASTER_ADDR"):
         monkeypatch.delenv(name, raising=False)
     for name, val in env.items():
@@ -192,8 +185,6 @@ def test_bad_torchrun_environment_is_one_line(monkeypatch, capsys, tmp_path, env
 
 
 def test_ranks_that_cannot_share_the_batches_get_a_setup_error(monkeypatch):
-    from graphattn.train import distributed as D
-
     monkeypatch.setattr(D, "world_size", lambda: 2)
     monkeypatch.setattr(D, "rank", lambda: 0)
     graphs = [Data(x=torch.ones(1, 1), edge_index=torch.zeros(2, 0, dtype=torch.long)) for _ in range(6)]

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, roc_auc_score
 
+from graphattn.train import compute_metrics
 from graphattn.train.metrics import (accuracy, compute_pos_weight, masked_bce_with_logits, mean_over_valid,
                                      pr_auc_per_task, roc_auc_per_task)
 
@@ -105,3 +106,31 @@ def test_accuracy():
     assert math.isnan(accuracy(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long)))
     with pytest.raises(ValueError, match="same shape"):
         accuracy(torch.zeros(3), torch.zeros(4))
+
+
+def test_aucs_rank_on_logits_not_saturated_probabilities():
+    y = torch.tensor([[0.0], [1.0], [0.0], [1.0]])
+    logits = torch.tensor([[20.0], [25.0], [30.0], [35.0]])  # sigmoid: all 1.0 in float32
+    assert compute_metrics("binary", logits, y)["roc_auc"] == pytest.approx(0.75)
+    y64 = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    s64 = 1 + torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64) * 1e-12
+    assert roc_auc_per_task(y64, s64)[0] == pytest.approx(roc_auc_per_task(y64.numpy(), s64.numpy())[0]) == 0.75
+
+
+def test_binary_loss_inputs_are_checked():
+    logits = torch.randn(6, 2)
+    with pytest.raises(ValueError, match="binary labels must be 0, 1"):
+        masked_bce_with_logits(logits, torch.tensor([[0.0, -1.0]] * 6))
+    assert torch.isfinite(masked_bce_with_logits(logits, torch.full((6, 2), 0.9)))  # soft labels are fine
+    for bad in (torch.tensor([1.0, -2.0]), torch.tensor([1.0, float("inf")]), torch.tensor([0.0, 1.0])):
+        with pytest.raises(ValueError, match="pos_weight"):
+            masked_bce_with_logits(logits, torch.ones(6, 2), bad)
+    # 1-D single-task inputs with the (1,) weight compute_pos_weight gives == the 2-D form
+    y = torch.tensor([1.0, 0.0, 0.0, float("nan"), 0.0, 1.0])
+    pw = compute_pos_weight(y)
+    assert pw.shape == (1,) and pw.item() == pytest.approx(1.5)
+    torch.testing.assert_close(masked_bce_with_logits(logits[:, 0], y, pw),
+                               masked_bce_with_logits(logits[:, :1], y[:, None], pw))
+    # float64 weights with float32 logits; a task with only positives is not switched off
+    assert masked_bce_with_logits(logits, torch.ones(6, 2), torch.ones(2, dtype=torch.float64)).dtype == torch.float32
+    assert compute_pos_weight(torch.ones(4, 1)).item() == 1.0

@@ -1,19 +1,18 @@
 """Input checks stay user-facing but cheap: one sync per call, none on derived tensors,
-none repeated per batch, none under torch.compile."""
+none repeated per batch, none under torch.compile; integer arguments of any integer type."""
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 
 import graphattn.functional as functional
-from graphattn.nn.attention import GraphSelfAttention
-from graphattn.nn.encodings import AddLaplacianPE
-from graphattn.functional import check_all_finite, edge_attention
-from graphattn.nn.global_tokens import GlobalTokens
-from graphattn.nn.models.graph_transformer import GraphClassifier
+from graphattn import AddLaplacianPE, GlobalTokens, GraphClassifier, GraphSelfAttention, edge_attention
+from graphattn.functional import check_all_finite
+from graphattn.loader.partition import partition_nodes
 from graphattn.ops.padding import GraphLayout
-from graphattn.utils.validation import check_edge_index, check_row_index, mark_index_checked
-from torch_geometric.data import Data
+from graphattn.utils.validation import check_edge_index, check_int, check_row_index, mark_index_checked
 
 EI = torch.tensor([[0, 1, 2, 3, 4, 0, 2], [1, 2, 3, 4, 0, 0, 4]])
 
@@ -189,3 +188,14 @@ def test_laplacian_pe_uses_shared_edge_index_check():
         AddLaplacianPE(2)(Data(edge_index=torch.tensor([[0, 5], [5, 0]]), num_nodes=3))
     with pytest.raises(TypeError, match="^data.edge_index must have an integer dtype"):
         AddLaplacianPE(2)(Data(edge_index=torch.tensor([[0.0, 1.0], [1.0, 0.0]]), num_nodes=3))
+
+
+def test_float_edge_index_and_other_int_types():
+    with pytest.raises(TypeError, match="integer dtype"):
+        partition_nodes(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), 2, 2)
+
+
+    assert check_int("k", np.int64(3), 1) == 3 and check_int("k", torch.tensor(2), 0) == 2
+    for bad in (True, 2.5, torch.tensor(2.0), "3", 0):
+        with pytest.raises(ValueError, match="k must be an int >= 1"):
+            check_int("k", bad, 1)

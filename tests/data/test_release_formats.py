@@ -2,18 +2,24 @@
 import gzip
 import json
 import os
+import pickle
+import shutil
+import threading
 import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
+from torch_geometric.datasets import TUDataset
 
+import graphattn.data.musae as musae
+import graphattn.tasks.social.node as sn
 from graphattn.cli.main import main
-from graphattn.data import load_musae, load_tu_dataset, load_tu_folder, load_tu_text
-from graphattn.data.download import DataFileError
-from graphattn.data.social import load_social_node_dataset
-from graphattn.data.social_splits import stratified_folds
-from graphattn.data.tu import load_social_graph_dataset
+from graphattn.data import (DataFileError, load_musae, load_planetoid, load_social_graph_dataset,
+                            load_social_node_dataset, load_tu_dataset, load_tu_folder, load_tu_text, stratified_folds)
+from graphattn.tasks.social.graph_data import graph_split, load_graphs
+from graphattn.tasks.social.inputs import input_files
 from graphattn.train import load_checkpoint
 
 
@@ -174,7 +180,6 @@ def test_load_tu_dataset_layout_and_failed_download(tmp_path, monkeypatch):
     _write_tu(tmp_path / "flat" / "S", "S", graphs)
     with pytest.raises(DataFileError, match="load_tu_folder"):
         load_tu_dataset(tmp_path / "flat", "S")
-    from torch_geometric.datasets import TUDataset
 
     def offline(self):
         raise OSError("network unreachable")
@@ -191,7 +196,6 @@ def test_tiny_graph_sets_split_and_fold_messages(tmp_path, capsys):
     _write_tu(tmp_path / "t", "T", graphs)
     assert main(["train", "--tu-text", str(tmp_path / "t"), "--epochs", "1", "--out", str(tmp_path / "r"),
                  "--no-progress", "--threads", "1"]) == 0  # 80/10/10 of 5 per class rounds val/test to 0
-    from graphattn.tasks.social.graph_data import graph_split
 
     parts = graph_split({"split_seed": 0}, load_tu_folder(tmp_path / "t"), None)
     assert all(p.numel() > 0 for p in parts) and sum(p.numel() for p in parts) == 15
@@ -299,8 +303,6 @@ def test_cli_id_col_max_features_and_huge_node_ids(tmp_path, capsys):
 def test_resume_keeps_the_resumed_runs_feature_cut(tmp_path, monkeypatch, capsys):
     """A run that kept every feature id (e.g. from before the budget) resumes with all of
     them although the default budget would now cut; a cut run resumes with its own cut."""
-    import graphattn.tasks.social.node as sn
-
     _musae(tmp_path, n=40, feats=lambda i: [i % 3, 100 + i], target_header="id,kind")
     args = ["train", "--edges", tmp_path / "edges.csv", "--target", tmp_path / "target.csv", "--features",
             tmp_path / "features.json", "--target-col", "kind", "--no-progress", "--threads", "1"]
@@ -321,7 +323,7 @@ def test_resume_keeps_the_resumed_runs_feature_cut(tmp_path, monkeypatch, capsys
     assert "another run" in capsys.readouterr().err
 
 
-def test_review_fixes_tu(tmp_path, capsys):
+def test_tu_sources_line_ends_label_columns_and_gzipped_raw_files(tmp_path, capsys):
     graphs = [(2, [(0, 1)], k % 2, [0, 0]) for k in range(20)]
     # GIN's files win over TU files in the same data root, and a checkpoint pins its source
     root = tmp_path / "root"
@@ -365,10 +367,6 @@ def test_review_fixes_tu(tmp_path, capsys):
 # ----------------------------------------------------------------------------- Planetoid family
 def _write_planetoid(folder, name, n_labelled=12, n_all=600, n_test=40, classes=3, feats=8, gap=False):
     """Raw ``ind.<name>.*`` files as kimiyoung/planetoid ships them (pickled scipy/numpy)."""
-    import pickle
-
-    import scipy.sparse as sp
-
     rng = np.random.default_rng(0)
     folder.mkdir(parents=True, exist_ok=True)
     n_total = n_all + n_test + (2 if gap else 0)
@@ -426,10 +424,6 @@ def test_planetoid_cache_follows_replaced_files(tmp_path, monkeypatch):
 def test_planetoid_cache_built_privately_and_rebuilt_when_corrupt(tmp_path, monkeypatch):
     """PyG writes processed/data.pt in place: concurrent first loads read half-written files and
     a killed write never loaded again. The folder is now renamed into place, and rebuilt if bad."""
-    import threading
-
-    from graphattn.data.planetoid import load_planetoid
-
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "cache"))
     _write_planetoid(tmp_path / "r" / "citeseer", "citeseer")
     out, errors = [], []
@@ -462,8 +456,6 @@ def test_planetoid_cache_built_privately_and_rebuilt_when_corrupt(tmp_path, monk
 def test_user_files_are_fingerprinted(tmp_path, capsys):
     """--edges/--target runs record a sha256 of their files: evaluate warns when they changed,
     --resume refuses new contents but accepts the same files moved elsewhere."""
-    import shutil
-
     _musae(tmp_path / "a", n=40)
     args = ["--target-col", "target", "--no-progress", "--threads", "1", "--out", str(tmp_path / "r")]
 
@@ -486,8 +478,6 @@ def test_user_files_are_fingerprinted(tmp_path, capsys):
 
 
 def test_moved_user_files_are_found_with_relocation_flags(tmp_path, capsys):
-    import shutil
-
     _musae(tmp_path / "a", n=40)
     assert main(["train", "--edges", str(tmp_path / "a" / "edges.csv"), "--target", str(tmp_path / "a" / "target.csv"),
                  "--target-col", "target", "--epochs", "1", "--no-progress", "--threads", "1",
@@ -515,8 +505,6 @@ def test_moved_user_files_are_found_with_relocation_flags(tmp_path, capsys):
 def test_fold_resume_reuses_only_this_runs_finished_folds(tmp_path, capsys):
     """A finished fold was reused by any later --resume into the folder (another dataset, seed or
     model reported the earlier run's numbers); now it is refused, or continued for new epochs."""
-    import shutil
-
     a = [(3, [(0, 1), (1, 2)], k % 2, [0, 0, 0]) for k in range(24)]
     b = [(4, [(0, 1), (2, 3)], k % 2, [0, 0, 0, 0]) for k in range(24)]
     _write_text(tmp_path / "a.txt", a)
@@ -583,8 +571,6 @@ def test_graph_set_folds_are_pinned_to_their_fold_files(tmp_path, capsys):
 
 
 def test_tu_raw_layout_finds_the_fold_files_beside_raw_and_hashes_only_its_own_files(tmp_path, capsys):
-    from graphattn.tasks.social.inputs import input_files
-
     graphs = _two_label_sets()
     _write_tu(tmp_path / "B" / "raw", "B", graphs)
     _write_tu(tmp_path / "B" / "raw", "B_full", graphs[:4])  # another set whose names start with B_
@@ -611,9 +597,7 @@ def _edge_feature_files(folder, name, rng, both_ways=True):
 
 
 def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
-    # PyG's TUDataset reads them into edge_attr (attributes, then one-hot labels); they were checked and dropped
-    from torch_geometric.datasets import TUDataset
-
+    # PyG's TUDataset reads them into edge_attr (attributes, then one-hot labels): so do we
     graphs = _random_sets(3, n_graphs=15)  # no edgeless tail: PyG's reader drops such graphs
     _write_tu(tmp_path / "T" / "raw", "T", graphs)
     _edge_feature_files(tmp_path / "T" / "raw", "T", np.random.default_rng(0))
@@ -647,8 +631,6 @@ def test_tu_edge_labels_and_attributes_are_pygs_edge_attr(tmp_path):
 
 def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
     # the class is in the edge labels only (every graph a 5-node path with the same node labels)
-    from graphattn.tasks.social.graph_data import load_graphs
-
     graphs = [(5, [(i, i + 1) for i in range(4)], k % 2, [0] * 5) for k in range(40)]
     _write_tu(tmp_path / "P", "P", graphs)
     rows = [tuple(map(int, ln.split(","))) for ln in (tmp_path / "P" / "P_A.txt").read_text().splitlines()]
@@ -703,8 +685,6 @@ def test_unused_tu_files_are_checked_and_named_and_partial_folds_warned(tmp_path
 
 
 def test_edges_csv_read_in_chunks_equals_read_at_once_and_names_the_first_bad_row(tmp_path, monkeypatch):
-    import graphattn.data.musae as musae
-
     rng = np.random.default_rng(0)
     rows = [f"{a},{b}" for a, b in rng.integers(0, 10 ** 6, (300, 2))]
     rows[100:100] = ["", "  "]  # blank lines are skipped, and counted in row numbers

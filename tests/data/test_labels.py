@@ -1,6 +1,5 @@
-"""Regressions of the data-loader changes: numeric (regression) molecule labels, missing-label
-words among string social labels, canonical class names for old checkpoints, and one place
-for the failed-download folder cleanup.
+"""Labels as files spell them: numeric (regression) molecule labels, missing-label words among
+string, numeric or boolean social labels, and canonical class names that older checkpoints match.
 
 Tiny hand-written files in ``tmp_path``; the shared ESOL/FreeSolv/Lipophilicity CSVs are used
 (first molecules only) when ``$GRAPHATTN_DATA`` has them.
@@ -13,11 +12,9 @@ import warnings
 import pytest
 import torch
 
-from graphattn.data import social
-from graphattn.data.download import DataFileError
-from graphattn.data.musae import load_musae
-from graphattn.data.rawio import MISSING_LABELS, canonical_label, label_codes
-from graphattn.data.social import SOCIAL_NODE_DATASETS, load_social_node_dataset
+from graphattn.data import DataFileError, canonical_label, load_musae, molecules
+from graphattn.data.rawio import MISSING_LABELS, label_codes
+from graphattn.tasks.molecules import data as molecule_data
 from graphattn.testing import shared_data_dir
 
 ESOL = "smiles,logS,Compound ID\nCCO,-0.77,a\nc1ccccc1,-1.64,b\nCCN,NA,c\nCCCl,1,d\n"
@@ -29,11 +26,10 @@ def _csv(tmp_path, text=ESOL, name="esol.csv"):
     return path
 
 
-# ----------------------------------------------------------------------------- 1. numeric labels
+# ----------------------------------------------------------------------------- numeric labels
 @pytest.fixture
 def mol():
     pytest.importorskip("rdkit")
-    from graphattn.data import molecules
     return molecules
 
 
@@ -88,8 +84,6 @@ def test_binary_is_part_of_the_cache_key(tmp_path, mol):
 
 
 def test_classification_pipeline_stays_binary(tmp_path, mol, monkeypatch):
-    from graphattn.tasks.molecules import data as molecule_data
-
     monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "c"))
     src = _csv(tmp_path)
     with pytest.warns(mol.TaskColumnWarning, match="'logS'"):
@@ -114,7 +108,7 @@ def test_shared_regression_sets_infer_their_target(tmp_path, mol, folder, file, 
     assert not torch.isnan(ds.y).any() and not set(ds.y[:, 0].tolist()) <= {0.0, 1.0}
 
 
-# ----------------------------------------------------------------------------- 2. missing social labels
+# ----------------------------------------------------------------------------- missing social labels
 def test_missing_words_are_classes_among_string_labels():
     codes, names = label_codes(["NA", "EU", " NA ", "None", "", "nan", "NaN", "AS", "null", "N/A"])
     assert names == ["AS", "EU", "N/A", "NA", "None", "null"]
@@ -140,11 +134,10 @@ def test_continent_labels_load_with_na_as_a_class(tmp_path):
 
 
 def test_one_missing_definition():
-    from graphattn.data import molecules  # noqa: F401  (no RDKit needed to import)
     assert not hasattr(molecules, "_MISSING") and molecules.MISSING_LABELS is MISSING_LABELS
 
 
-# ----------------------------------------------------------------------------- 3. canonical labels
+# ----------------------------------------------------------------------------- canonical labels
 @pytest.mark.parametrize("a, b", [("1.0", "1"), ("true", "True"), ("FALSE", "False"), (" 2 ", "2.0"),
                                   ("1e0", "1"), ("-0.0", "0"), (" NA ", "NA")])
 def test_canonical_label_equal(a, b):
@@ -159,31 +152,3 @@ def test_canonical_label_values_and_agreement_with_label_codes():
         _, names = label_codes(old)
         assert [canonical_label(n) for n in old] == names  # an old checkpoint's names still match
         assert [canonical_label(n) for n in names] == names
-
-
-# ----------------------------------------------------------------------------- 4. download cleanup
-def test_download_cleanup_is_done_once_in_download_url(tmp_path, monkeypatch):
-    assert not hasattr(social, "_new_dirs")
-    spec = dict(SOCIAL_NODE_DATASETS["lastfm_asia"])
-    spec["features"] = (spec["features"][0], (tmp_path / "nowhere.json").as_uri())
-    monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
-    monkeypatch.setattr(social, "_FAILED_DOWNLOADS", {})
-    root = tmp_path / "fresh" / "root"
-    with pytest.raises(DataFileError, match="downloading .* failed"):
-        social._get(spec, "features", root, True)
-    assert not (tmp_path / "fresh").exists()  # root, parents and dataset folder removed
-    assert list(social._FAILED_DOWNLOADS) == [spec["features"][1]]
-    with pytest.raises(DataFileError, match="not retried"):
-        social._get(spec, "features", root, True)
-    assert not (tmp_path / "fresh").exists()
-
-
-def test_failed_download_keeps_an_existing_root(tmp_path, monkeypatch):
-    spec = dict(SOCIAL_NODE_DATASETS["lastfm_asia"])
-    spec["edges"], spec["rows"] = (spec["edges"][0], (tmp_path / "nowhere.csv").as_uri()), None
-    monkeypatch.setitem(SOCIAL_NODE_DATASETS, "lastfm_asia", spec)
-    root = tmp_path / "root"
-    (root / "other").mkdir(parents=True)
-    with pytest.raises(DataFileError):
-        load_social_node_dataset("lastfm_asia", root=root)
-    assert [p.name for p in root.iterdir()] == ["other"]

@@ -1,0 +1,107 @@
+"""The molecule task (graphattn.tasks.molecules): datasets by name or CSV, task names, splits,
+the featurized cache's location, training and reloading a model from its checkpoint."""
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("rdkit")
+
+from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
+
+from graphattn.data import SIDER_TASKS, TOXICITY_DATASETS  # noqa: E402
+from graphattn.tasks.molecules import data as md  # noqa: E402
+from graphattn.tasks.molecules import defaults as molecule_defaults
+from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
+from graphattn.tasks.molecules.data import load_dataset, unlabelled_tasks  # noqa: E402
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "molecules_tasks_train.csv"
+pytestmark = pytest.mark.usefixtures("private_cache")
+
+
+def test_checkpoint_round_trip_gives_identical_predictions(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16)
+    ds = md.load_dataset(csv_path=str(FIXTURE), pe_dim=4, log=False)
+    idx = md.split_indices(ds, "random", 0)
+    spec = mp.model_spec("none", ds.num_tasks, hp)
+    res = mp.run_training(ds, idx, spec, hp, out_dir=tmp_path / "run", progress=False, log=lambda m: None)
+    graphs = md.featurize(["CCO", "Clc1ccccc1", "CC(=O)Nc1ccc(O)cc1"], pe_dim=4)
+    before = mp.predict_proba(res["model"], graphs)
+    model, meta = mp.load_model(tmp_path / "run" / "best.pt")
+    assert torch.equal(mp.predict_proba(model, graphs), before)
+
+
+def test_scaffold_split_of_one_big_scaffold_group_is_refused_and_lopsided_splits_warn(tmp_path):
+    acyclic = ["C" * k + "O" for k in range(1, 11)]  # one (empty) scaffold: too big for train
+    src = write_csv(tmp_path / "a.csv", ["smiles", "a"], [(s, i % 2) for i, s in enumerate(acyclic)])
+    ds = md.load_dataset(csv_path=str(src), log=False)
+    with pytest.raises(ValueError, match="scaffold split of 10 molecules left no training"):
+        md.split_indices(ds, "scaffold", 0)
+    with pytest.warns(UserWarning, match="no validation molecules"):
+        md.split_indices(ds[:5], "random", 0)  # 4/0/1
+    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0, batch_size=4)
+    dsd = md.load_dataset(csv_path=str(src), log=False, descriptors=md.descriptor_set(True))
+    spec = mp.model_spec("none", 1, hp, graph_feature_dim=len(dsd.descriptor_names))
+    empty = (torch.tensor([], dtype=torch.long), torch.arange(5), torch.arange(5, 10))
+    with pytest.raises(ValueError, match="no training molecules"):
+        mp.run_training(dsd, empty, spec, hp, progress=False, log=lambda m: None)
+
+
+def test_cache_dir_honours_graphattn_cache_with_a_read_only_data_root(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        monkeypatch.setenv("GRAPHATTN_DATA", str(ro))
+        monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "mine"))
+        assert md.cache_dir() == tmp_path / "mine"
+        monkeypatch.delenv("GRAPHATTN_CACHE")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert md.cache_dir() == tmp_path / "home" / ".cache" / "graphattn"
+    finally:
+        ro.chmod(0o755)
+    assert "GRAPHATTN_CACHE" in md.cache_dir.__doc__
+
+
+def test_resolve_tasks_with_commas_case_and_duplicates():
+    neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
+    assert md.resolve_tasks(f"{neo},eye DISORDERS", SIDER_TASKS) == [neo, "Eye disorders"]
+    assert md.resolve_tasks("neoplasms benign,malignant and unspecified (incl cysts and polyps)",
+                            SIDER_TASKS) == [neo]
+    assert md.resolve_tasks(["eye disorders", neo.upper()], SIDER_TASKS) == ["Eye disorders", neo]
+    with pytest.raises(ValueError, match="more than once"):
+        md.resolve_tasks("Eye disorders,eye disorders", SIDER_TASKS)
+    with pytest.raises(ValueError, match=r"unknown task\(s\) \['Neoplasms benign'\]"):
+        md.resolve_tasks("Neoplasms benign,Eye disorders", SIDER_TASKS)
+    assert md.resolve_tasks("A", ["a", "A"]) == ["A"]
+    with pytest.raises(ValueError, match="ambiguous"):
+        md.resolve_tasks("ab", ["Ab", "AB"])
+
+
+def test_named_dataset_and_csv_tasks_with_commas(tmp_path, monkeypatch):
+    neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
+    monkeypatch.setitem(TOXICITY_DATASETS["sider"], "rows", (12, 12))
+    write_csv(tmp_path / "data" / "sider" / "sider.csv", ["smiles", *SIDER_TASKS],
+              [(s, *[(i + j) % 2 for j in range(len(SIDER_TASKS))]) for i, s in enumerate(SMILES[:12])])
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    ds = md.load_dataset("sider", tasks=f"{neo.lower()}, Eye Disorders", log=False)
+    assert ds.task_names == [neo, "Eye disorders"] and ds[0].y.shape == (1, 2)
+    assert ds[0].y.tolist() == [[float(SIDER_TASKS.index(neo) % 2), float(SIDER_TASKS.index("Eye disorders") % 2)]]
+    src = write_csv(tmp_path / "c.csv", ["smiles", "x, y", "Z"], [(s, *molecule_labels(s)) for s in SMILES])
+    ds = md.load_dataset(csv_path=str(src), tasks="z,X,Y", log=False)
+    assert ds.task_names == ["Z", "x, y"]
+    with pytest.raises(ValueError, match="more than once"):
+        md.load_dataset(csv_path=str(src), tasks="Z,z", log=False)
+
+
+def test_unlabelled_columns_in_the_first_rows_are_fine_without_tasks(tmp_path, monkeypatch):
+    """Inferred tasks (ToxCast-like sparse columns) with --limit are not refused, nor is
+    evaluate --csv on a file where one of the model's tasks has no label."""
+    monkeypatch.setenv("GRAPHATTN_CACHE", str(tmp_path / "c"))
+
+    f = write_file(tmp_path / "m.csv", "smiles,a,b\n" + "".join(f"{'C' * (i + 1)}O,{i % 2},{'' if i < 6 else i % 2}\n"
+                                                          for i in range(12)))
+    ds = load_dataset(csv_path=str(f), limit=4, log=False)
+    assert list(ds.task_names) == ["a", "b"] and unlabelled_tasks(ds) == ["b"]
+    assert unlabelled_tasks(load_dataset(csv_path=str(f), log=False)) == []
