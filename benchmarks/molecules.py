@@ -67,7 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--csv", default=None, metavar="FILE", help="also (or only) this CSV of SMILES and 0/1 labels")
     p.add_argument("--smiles-col", default="smiles", help="SMILES column of --csv")
     p.add_argument("--tasks", nargs="+", default=None, help="task columns of --csv (default: every 0/1 column)")
-    p.add_argument("--split", default="scaffold", choices=["scaffold", "random", "balanced_scaffold"])
+    p.add_argument("--split", default="scaffold", choices=list(molecule_defaults.SPLITS))
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (--smoke: 0)")
     p.add_argument("--models", nargs="+", default=list(MODELS[:4]), choices=MODELS)
     p.add_argument("--epochs", type=int, default=None,

@@ -3,17 +3,23 @@ encodings, efficient attention variants (:mod:`graphattn.nn.variants`) and the n
 models (:mod:`graphattn.nn.models`)."""
 from graphattn.nn.attention import GraphSelfAttention
 from graphattn.nn.block import GraphTransformerBlock
+from graphattn.nn.conv import GATConv, GATv2Conv, TransformerConv
 from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
 from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
 from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
                                    SynthesizerAttention, make_global_attention)
+from graphattn.utils.validation import refuse_scripting
 
 __all__ = [
     # layers
     "GraphSelfAttention",
     "GraphTransformerBlock",
+    # PyG's attention convs, same interface
+    "GATConv",
+    "GATv2Conv",
+    "TransformerConv",
     "GlobalTokens",
     "TokenGraph",
     # positional encodings
@@ -40,3 +46,8 @@ __all__ = [
     "ConvBaseline",
     "MPNNBaseline",
 ]
+
+# torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
+refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
+                 NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
+                 LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)

@@ -2,104 +2,99 @@
 from __future__ import annotations
 
 import math
-import warnings
-from functools import partial
-from typing import List, Optional, Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch_geometric.nn import Linear as PyGLinear
+from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from graphattn.functional import EDGE_IMPLS, check_all_finite, edge_attention
-from graphattn.nn.explain_masks import input_edge_alpha, layer_edge_mask, masked_edge_attention
+from graphattn.functional import EDGE_IMPLS, check_all_finite
+from graphattn.nn.attention_parts import (build_modules, channel_pair, convert_state_dict, edge_features, project,
+                                          reset_modules, split_input)
+from graphattn.nn.attention_paths import attend, attend_gat, explained
+from graphattn.nn.explain_masks import input_edge_alpha
+from graphattn.nn.self_loops import add_loops, check_fill_value, loop_count
 from graphattn.ops.chunked import SCORES
-from graphattn.ops.csr import EdgeCSR, as_edge_index, plain_tensor, to_csr
-from graphattn.ops.normalization import NORMALIZATIONS, normalized_edge_attention
+from graphattn.ops.csr import as_edge_index, to_csr
+from graphattn.ops.normalization import NORMALIZATIONS
 from graphattn.utils.validation import (check_bias_dtype, check_dtype, check_edge_index, check_features,
-                                        check_row_index, check_tensor_shape, refuse_tracing)
+                                        check_tensor_shape, refuse_tracing)
 
-__all__ = ["GraphSelfAttention"]
+__all__ = ["GraphSelfAttention", "LAYER_SCORES"]
 
-
-def _channel_pair(in_channels) -> Tuple[int, int]:
-    """``(F_src, F_dst)`` from an int or a pair; -1 = inferred on the first call (lazy)."""
-    pair = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else (in_channels, in_channels)
-    if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and (v >= 1 or v == -1)
-                                 for v in pair):
-        raise ValueError(f"in_channels must be a positive int, -1 (inferred on the first call) or a pair "
-                         f"(F_src, F_dst) of those, got {in_channels!r}")
-    return pair
-
-
-def _linear(in_channels: int, out_channels: int, bias: bool) -> nn.Module:
-    """``nn.Linear``, or PyG's ``Linear`` (same initialisation) when the width is -1 (lazy)."""
-    if in_channels == -1:
-        return PyGLinear(-1, out_channels, bias=bias)
-    return nn.Linear(in_channels, out_channels, bias=bias)
-
-
-def _split_input(x) -> Tuple[Tensor, Tensor, bool]:
-    """``(x_src, x_dst, bipartite)`` from ``x`` or a pair ``(x_src, x_dst)`` (PyG's PairTensor).
-    A pair of one tensor twice is the ordinary (non-bipartite) case."""
-    if not isinstance(x, (tuple, list)):
-        return x, x, False
-    if len(x) != 2:
-        raise ValueError(f"x must be a tensor or a pair (x_src, x_dst), got a {type(x).__name__} of {len(x)}")
-    x_src, x_dst = x
-    if x_dst is None:
-        raise ValueError("x[1] (x_dst) is None: graph self-attention takes its queries and root term "
-                         "from the target nodes' features; pass (x_src, x_dst)")
-    return x_src, x_dst, x_src is not x_dst
+#: The layer's scores: the kernels' ``"dot"`` and ``"additive"``, and ``"gat"`` (GATConv's per-node scalars).
+LAYER_SCORES = SCORES + ("gat",)
 
 
 class GraphSelfAttention(MessagePassing):
     r"""Multi-head graph self-attention (Vaswani et al. 2017 restricted to edges, as in
     Dwivedi & Bresson 2020 / Shi et al. 2021 ``TransformerConv``; additive score from
-    Brody et al. 2022, GATv2).
+    Brody et al. 2022, GATv2; per-node scalar score from Veličković et al. 2018, GAT).
 
     For each target node i and head h, over its incoming edges j -> i::
 
         dot:       s_ij = (W_q x_i) · (W_k x_j + W_e e_ij) / √C
         additive:  s_ij = aᵀ LeakyReLU(W_r x_i + W_l x_j + W_e e_ij)
+        gat:       s_ij = LeakyReLU(a_tᵀ W x_i + a_sᵀ W x_j + a_eᵀ W_e e_ij)
         α_ij = softmax_j(s_ij),   out_i = W_o x_i + Σ_j α_ij (W_v x_j + W_e e_ij)
 
-    (``W_o x_i`` only with ``root_weight``; in the additive form the value is ``W_l x_j``
-    as in GATv2 and edge features enter the score only.) Heads are concatenated or
-    averaged. A node without incoming edges gets only its root term (zeros without it).
+    (``W_o x_i`` only with ``root_weight``; in the additive and gat forms the value is
+    ``W_l x_j`` / ``W x_j`` as in GATv2 / GAT and edge features enter the score only.) Heads are
+    concatenated or averaged. A node without incoming edges gets only its root term (zeros without it).
+    ``GATConv``, ``GATv2Conv`` and ``TransformerConv`` of :mod:`graphattn.nn.conv` are this layer
+    configured as PyG's classes (``gat`` / ``additive`` / ``dot`` with the options below).
 
     Args:
         in_channels (int or tuple): input feature size F, or ``(F_src, F_dst)`` for a
             bipartite graph whose two node sets have different widths (as PyG's convs); ``-1``
-            (either side) infers the width on the first call (PyG's lazy ``Linear``). With a
-            positive int the q/k/v (or target/source) projections are one fused ``lin_qkv``; otherwise
-            they are PyG-named ``lin_query``/``lin_key``/``lin_value`` (dot) or ``lin_r``
-            (target) / ``lin_l`` (source) (additive).
+            (either side) infers the width on the first call (PyG's lazy ``Linear``). Module
+            layout per score: see :mod:`graphattn.nn.attention_parts`.
         out_channels (int): channels per head C.
         heads (int, default 1): number of heads H.
         concat (bool, default True): concatenate heads (``H*C`` outputs) or average them (``C``).
         dropout (float, default 0.0): dropout on attention weights during training.
-        edge_dim (int, optional): edge feature size D; projected into keys and values.
-        bias (bool, default True): bias terms in the projections.
-        score (str, default "dot"): ``"dot"`` or ``"additive"``.
-        root_weight (bool, default True): add a linear skip term of the node itself.
-        negative_slope (float, default 0.2): LeakyReLU slope of the additive score.
+        edge_dim (int, optional): edge feature size D; projected into keys and values (dot) or
+            into the score (additive, gat: an ``(E, H)`` term, never ``(E, H, C)``).
+        bias (bool, default True): bias terms in the projections (``gat`` has none, as GATConv).
+        score (str, default "dot"): ``"dot"``, ``"additive"`` or ``"gat"``.
+        root_weight (bool, default True): add a linear skip term of the node itself (``lin_skip``).
+        negative_slope (float, default 0.2): LeakyReLU slope of the additive and gat scores.
         impl (str, default "auto"): edge attention backend, see
-            :func:`graphattn.functional.edge_attention`.
+            :func:`graphattn.functional.edge_attention`. ``gat`` runs its softmax and
+            aggregation on the fused kernels with its scores as an ``(E, H)`` bias; ``additive``
+            has no fused kernel (chunked).
         normalization (str, default "softmax"): ``"softmax"``, ``"relu"`` (ReLU(s)/deg) or
             ``"sigmoid"`` (σ(s - log deg)) over the incoming edges, see
-            :mod:`graphattn.ops.normalization` (non-softmax ones: batched matmuls on complete
-            graphs, else a chunked edge path; no fused kernel).
+            :mod:`graphattn.ops.normalization` (``dot``/``additive``; no fused kernel).
+        add_self_loops (bool, default False): remove the input's self-loops and add one per
+            node (of the first ``min(N_src, N_dst)``) on every call, as PyG's GATConv; the looped
+            graph is cached per ``edge_index`` tensor. The returned ``edge_index`` is the looped one.
+        fill_value (float, Tensor or str, default "mean"): edge features of the added loops: a
+            value, or a reduction (``"add"``, ``"sum"``, ``"mean"``, ``"min"``, ``"max"``, ``"mul"``)
+            of the features of the edges into the node (PyG's ``add_self_loops``).
+        share_weights (bool, default False): ``additive``: one projection for both sides
+            (``lin_r is lin_l``), as GATv2Conv's ``share_weights``.
+        beta (bool, default False): gate the root term (needs ``root_weight``):
+            ``out = β x_r + (1-β) out`` with ``β = σ(w_βᵀ [out, x_r, out - x_r])`` (TransformerConv).
+        residual (bool, default False): add a bias-free linear map of the target's input (``res``,
+            GATConv/GATv2Conv's ``residual``; not with ``root_weight``).
+        out_bias (bool, default False): a learnable bias added to the output (GATConv's ``bias``).
+        weights_grad (bool, default False): the attention weights carry a gradient: the returned
+            ``alpha`` is differentiable (its backward is the softmax backward and a chunked score
+            backward, first order only), and attention dropout in training is ``F.dropout`` on
+            ``alpha`` ``(E, H)`` in edge order, as PyG's convs draw it, with the returned ``alpha``
+            the one after dropout (the values are then aggregated by the same kernels). False: the
+            returned ``alpha`` is detached and dropout is drawn inside the kernel.
 
     Shapes:
         - x: ``(N, F)``, or ``((N_src, F_src), (N_dst, F_dst))`` (bipartite: ``edge_index[0]``
-          indexes sources, ``edge_index[1]`` targets; N = N_dst below); edge_index: ``(2, E)``;
+          indexes sources, ``edge_index[1]`` targets; N = N_dst below); ``gat`` also takes
+          ``(x_src, None)`` (no target term; N from ``size``); edge_index: ``(2, E)``;
           edge_attr: ``(E, D)``
         - output: ``(N, H*C)`` if ``concat`` else ``(N, C)``
         - attention weights (with ``return_attention_weights=True``): ``(edge_index, alpha)``
-          with the caller's ``edge_index`` unchanged (no self-loops are added) and alpha ``(E, H)``,
-          detached (no gradient, unlike PyG's).
+          with the caller's ``edge_index`` (the looped one with ``add_self_loops``) and alpha
+          ``(E, H)``, detached unless ``weights_grad``.
 
     Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
     the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
@@ -121,28 +116,25 @@ class GraphSelfAttention(MessagePassing):
     #: the model's input edge_index while it runs with message hooks and its loops replaced
     #: (NodeClassifier(self_loops=True)): the hooks then get alpha per input edge
     _hook_input_edges: Optional[Tensor] = None
+    #: with ``weights_grad`` and dropout, return alpha after dropout (GATConv) or before (TransformerConv)
+    _returns_dropped_weights: bool = True
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, dropout: float = 0.0, edge_dim: Optional[int] = None,
                  bias: bool = True, score: str = "dot", root_weight: bool = True,
-                 negative_slope: float = 0.2, impl: str = "auto", normalization: str = "softmax"):
+                 negative_slope: float = 0.2, impl: str = "auto", normalization: str = "softmax", *,
+                 add_self_loops: bool = False, fill_value: Union[float, Tensor, str] = "mean",
+                 share_weights: bool = False, beta: bool = False, residual: bool = False,
+                 out_bias: bool = False, weights_grad: bool = False):
         # A MessagePassing subclass so that PyG treats it as a conv: to_hetero() turns it into
         # one copy per edge type, HeteroConv and summary() see a conv. It never calls
         # propagate(): the attention kernels replace message/aggregate.
         super().__init__(aggr=None, node_dim=0)
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        if normalization != "softmax" and impl not in ("auto", "chunked"):
-            raise ValueError(f"impl={impl!r} is softmax-only; normalization={normalization!r} "
-                             "needs impl='auto' or 'chunked'")
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-        if impl not in EDGE_IMPLS:
-            raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
-        if impl == "fused" and score != "dot":  # found here rather than at the first forward
-            raise ValueError(f"impl='fused' supports only score='dot', got score={score!r}: use impl='auto' "
-                             "or 'chunked' (attention dropout is inactive in eval; in training it needs those too)")
-        f_src, f_dst = _channel_pair(in_channels)
+        self._check_options(score, impl, normalization, share_weights, beta, root_weight, residual, weights_grad)
+        f_src, f_dst = channel_pair(in_channels)
+        if share_weights and f_src != f_dst:
+            raise ValueError(f"share_weights=True applies one projection to sources and targets: it needs one "
+                             f"input width, got in_channels={in_channels!r}")
         for name, val in (("out_channels", out_channels), ("heads", heads)):
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
                 raise ValueError(f"{name} must be a positive int, got {val!r}")
@@ -153,73 +145,70 @@ class GraphSelfAttention(MessagePassing):
         if (isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float))
                 or not math.isfinite(negative_slope)):
             raise ValueError(f"negative_slope must be a finite number, got {negative_slope!r}")
+        check_fill_value(fill_value)
         self.in_channels = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else in_channels
         self.out_channels, self.heads = out_channels, heads
         self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, score
         self.root_weight, self.negative_slope, self.impl = root_weight, negative_slope, impl
         self.normalization = normalization
-        HC = heads * out_channels
-        n_proj = 3 if score == "dot" else 2
-        if isinstance(self.in_channels, int) and self.in_channels > 0:
-            # One fused projection for all of q, k, v (dot) or target/source parts (additive):
-            # a single GEMM is faster than three on small batches of molecules.
-            self.lin_qkv = nn.Linear(f_src, n_proj * HC, bias=bias)
-            self.lin_query = self.lin_key = self.lin_value = self.lin_l = self.lin_r = None
-        else:
-            # (F_src, F_dst) or lazy (-1) widths: one projection per role, on its side, with
-            # PyG's names (TransformerConv: lin_query/key/value; GATv2Conv: lin_l source, lin_r
-            # target) and PyG's Linear, which infers a -1 width on the first call.
-            self.lin_qkv = None
-            side = {"dst": f_dst, "src": f_src}
-            roles = ({"lin_query": "dst", "lin_key": "src", "lin_value": "src"} if score == "dot"
-                     else {"lin_r": "dst", "lin_l": "src"})
-            for name in ("lin_query", "lin_key", "lin_value", "lin_l", "lin_r"):
-                setattr(self, name, _linear(side[roles[name]], HC, bias) if name in roles else None)
-        self.att = nn.Parameter(torch.empty(heads, out_channels)) if score == "additive" else None
-        self.lin_edge = nn.Linear(edge_dim, HC, bias=False) if edge_dim is not None else None
-        self.lin_skip = (_linear(f_dst, HC if concat else out_channels, bias) if root_weight else None)
+        self.add_self_loops, self.fill_value, self.share_weights = add_self_loops, fill_value, share_weights
+        self.beta, self.residual, self.out_bias, self.weights_grad = beta, residual, out_bias, weights_grad
+        self._build_modules(f_src, f_dst, bias)
         self.reset_parameters()
 
+    @staticmethod
+    def _check_options(score, impl, normalization, share_weights, beta, root_weight, residual,
+                       weights_grad) -> None:
+        """``ValueError`` for an unknown or contradictory choice, naming the valid ones."""
+        if score not in LAYER_SCORES:
+            raise ValueError(f"score must be one of {LAYER_SCORES}, got {score!r}")
+        if impl not in EDGE_IMPLS:
+            raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        if normalization != "softmax" and impl not in ("auto", "chunked"):
+            raise ValueError(f"impl={impl!r} is softmax-only; normalization={normalization!r} "
+                             "needs impl='auto' or 'chunked'")
+        if normalization != "softmax" and (score == "gat" or weights_grad):
+            raise ValueError(f"normalization={normalization!r} needs score='dot' or 'additive' and "
+                             "weights_grad=False (both are softmax attention)")
+        if impl == "fused" and score == "additive":  # found here rather than at the first forward
+            raise ValueError("impl='fused' supports only score='dot' or 'gat', got score='additive': use "
+                             "impl='auto' or 'chunked' (attention dropout is inactive in eval; in training it "
+                             "needs those too)")
+        if impl == "dense" and score == "gat":
+            raise ValueError("impl='dense' cannot take score='gat' (its scores are a per-edge bias): use "
+                             "impl='auto', 'fused' or 'chunked'")
+        if share_weights and score != "additive":
+            raise ValueError(f"share_weights=True applies to score='additive' (GATv2), got score={score!r}")
+        if beta and not root_weight:
+            raise ValueError("beta=True gates the root term: it needs root_weight=True")
+        if residual and root_weight:
+            raise ValueError("residual=True and root_weight=True are two root terms: choose one")
+
+    def _build_modules(self, f_src: int, f_dst: int, bias: bool) -> None:
+        """Create the parameters (:func:`graphattn.nn.attention_parts.build_modules`)."""
+        build_modules(self, f_src, f_dst, bias)
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # The projections are one fused ``lin_qkv`` for an int in_channels and PyG's per-role
-        # ``lin_query/key/value`` (``lin_r/lin_l`` additive) for -1 or (F_src, F_dst) widths: either
-        # layout of a state dict (ours of the other form, or TransformerConv's) loads into both.
-        roles = ("lin_query", "lin_key", "lin_value") if self.score == "dot" else ("lin_r", "lin_l")
-        skip = [k for k in (f"{prefix}lin_skip.weight", f"{prefix}lin_skip.bias") if k in state_dict]
-        if self.lin_skip is None and skip and all(f"{prefix}{r}.weight" in state_dict for r in roles):
-            # PyG's TransformerConv builds lin_skip even with root_weight=False (and never uses it)
-            warnings.warn(f"{prefix or 'state dict'}: lin_skip.* ignored: this layer has root_weight=False "
-                          "(PyG's TransformerConv keeps an unused lin_skip then)", stacklevel=2)
-            for k in skip:
-                state_dict.pop(k)
-        for p in ("weight", "bias"):
-            fused, parts = f"{prefix}lin_qkv.{p}", [f"{prefix}{r}.{p}" for r in roles]
-            if self.lin_qkv is not None and fused not in state_dict and all(k in state_dict for k in parts):
-                state_dict[fused] = torch.cat([state_dict.pop(k) for k in parts])
-            elif self.lin_qkv is None and fused in state_dict and not any(k in state_dict for k in parts):
-                for k, w in zip(parts, state_dict.pop(fused).chunk(len(roles))):
-                    state_dict[k] = w
+        # either projection layout of a state dict (fused lin_qkv or PyG's per-role modules) loads
+        convert_state_dict(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _weight_dtype(self) -> Optional[torch.dtype]:
         """dtype of the layer's weights (None while lazy ``-1`` widths are uninitialised)."""
-        for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_r, self.lin_l):  # no module walk
-            if lin is not None and not isinstance(lin.weight, nn.parameter.UninitializedParameter):
+        for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_r, self.lin_l, self.lin, self.lin_src):
+            if lin is not None and not isinstance(lin.weight, torch.nn.parameter.UninitializedParameter):
                 return lin.weight.dtype
         return None
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin_qkv, self.lin_query, self.lin_key, self.lin_value, self.lin_l, self.lin_r,
-                    self.lin_edge, self.lin_skip):
-            if lin is not None:
-                lin.reset_parameters()  # PyG's Linear skips a lazy (not yet shaped) weight
-        if self.att is not None:
-            nn.init.xavier_uniform_(self.att)
+        reset_modules(self)
 
-    def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_index: Tensor,
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                 edge_attr: Optional[Tensor] = None, return_attention_weights: bool = False, *,
                 attn_bias: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                edge_attr_index: Optional[Tensor] = None,
+                edge_attr_index: Optional[Tensor] = None, size: Optional[Tuple[int, int]] = None,
                 ) -> Union[Tensor, Tuple[Tensor, Tuple[Tensor, Tensor]]]:
         """Args: ``x`` (N, F), or a pair ``(x_src, x_dst)`` for a bipartite graph (as in PyG:
         ``edge_index[0]`` indexes ``x_src``, ``edge_index[1]`` indexes ``x_dst``; keys and
@@ -228,62 +217,77 @@ class GraphSelfAttention(MessagePassing):
         ``(N, N_src)`` as a torch.sparse COO/CSR/CSC tensor (entry ``[i, j]`` for an edge j -> i;
         values ignored; per-edge inputs and the returned ``alpha`` follow its storage order, and
         ``(adj_t, alpha)`` is returned as PyG's TransformerConv does; an uncoalesced COO ``adj_t``
-        comes back coalesced, the order ``alpha`` is in, and is refused with per-edge inputs), ``edge_attr`` (E, D) when ``edge_dim``
-        is set, ``attn_bias`` optional (E, H) additive score bias (e.g. a structural bias),
-        ``batch`` optional (N,) graph ids: lets batches of complete graphs use SDPA (not with
-        a bipartite ``x``), ``edge_attr_index`` optional (E,) integer: ``edge_attr`` is then a
-        ``(U, D)`` table of distinct rows (e.g. bond types) and edge e uses row ``edge_attr_index[e]``; the edge
-        projection runs on the U rows, not on E (same result as ``edge_attr[edge_attr_index]``).
+        comes back coalesced, the order ``alpha`` is in, and is refused with per-edge inputs),
+        ``edge_attr`` (E, D) when ``edge_dim`` is set, ``attn_bias`` optional (E, H) additive
+        score bias (e.g. a structural bias), ``batch`` optional (N,) graph ids: lets batches of
+        complete graphs use SDPA (not with a bipartite ``x``), ``edge_attr_index`` optional (E,)
+        integer: ``edge_attr`` is then a ``(U, D)`` table of distinct rows (e.g. bond types)
+        and edge e uses row ``edge_attr_index[e]``; the edge projection runs on the U rows, not
+        on E (same result as ``edge_attr[edge_attr_index]``), ``size`` optional ``(N_src,
+        N_dst)`` as PyG's ``propagate`` takes it (the target count of ``x=(x_src, None)``; with
+        ``add_self_loops`` the loops cover ``min(size)`` nodes).
 
         ``x`` and ``edge_attr`` must be finite and ``attn_bias`` free of NaN and +inf
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
         or poison (chunked path) the whole target row. With ``return_attention_weights`` the
-        returned ``alpha`` ``(E, H)`` is detached: a loss on it gets no gradient."""
+        returned ``alpha`` ``(E, H)`` is detached unless the layer has ``weights_grad``."""
         refuse_tracing()
         if self.explain and self.normalization != "softmax":
             raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
                                       f"{self.normalization!r} (the masks stay set after a failed "
                                       "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
-        x_src, x_dst, bipartite = _split_input(x)
+        x_src, x_dst, bipartite = split_input(x, allow_missing_dst=self.score == "gat")
+        N_src, N = self._node_counts(x_src, x_dst, edge_index, size)
         wdtype = self._check_nodes(x_src, x_dst, bipartite, batch)
-        # PyG's sparse adj_t -> (2, E) in its storage order, cached per tensor (adj: returned back)
-        edge_index, adj = as_edge_index(edge_index, x_dst.size(0), x_src.size(0),
-                                        (edge_attr, attn_bias, edge_attr_index))
-        N, H = x_dst.size(0), self.heads
-        check_edge_index(edge_index, N, check_range=False)
+        edge_index, edge_attr, adj = self._graph(edge_index, edge_attr, attn_bias, edge_attr_index, N_src, N, size)
+        H = self.heads
         # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
         # as one node set [targets; sources], see to_csr
-        csr = to_csr(edge_index, N, num_src=x_src.size(0) if bipartite else None)
+        csr = to_csr(edge_index, N, num_src=N_src if bipartite else None)
         E = edge_index.size(1)
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
             check_bias_dtype(attn_bias)
-        edge_kv = self._edge_features(edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) or None
-        # The user's tensors only, one device sync (skipped under torch.compile); q, k, v and
-        # the projected edge features derive from them, so the attention call skips its checks.
-        inputs = ([("x[0] (x_src)", x_src, False), ("x[1] (x_dst)", x_dst, False)] if bipartite
-                  else [("x", x_src, False)])
-        check_all_finite(inputs + [("edge_attr", edge_attr if self.lin_edge is not None else None, False),
-                                   ("attn_bias", attn_bias, True)])
-        dst_part, src_parts = self._project(x_src, x_dst)  # (N, H, C), 1-2 x (N_src, H, C)
+        edge_feat = edge_features(self, edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
+        parts = project(self, x_src, x_dst)
+        self._check_values(x_src, x_dst, bipartite, parts, edge_attr, attn_bias)
         # PyG's message hooks (AttentionExplainer reads msg_kwargs["alpha"]) get the weights
-        want_alpha = return_attention_weights or bool(self._message_forward_hooks)
+        want_alpha = bool(return_attention_weights) or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
-            out, alpha = self._explained(dst_part, src_parts, edge_index, edge_kv, attn_bias, N)
+            out, alpha = explained(self, parts, edge_index, edge_feat, attn_bias, N)
+        elif self.score == "gat":
+            out, alpha = attend_gat(self, parts, csr, edge_index, edge_feat, attn_bias, want_alpha,
+                                    N_src if bipartite else None)
         else:
-            out, alpha = self._attend(dst_part, src_parts, csr, edge_kv, attn_bias, batch, want_alpha,
-                                      x_src.size(0) if bipartite else None)
-        return self._finish(out, alpha, x_dst, edge_index if adj is None else adj, return_attention_weights)
+            out, alpha = attend(self, parts, csr, edge_index, edge_feat, attn_bias, batch, want_alpha,
+                                N_src if bipartite else None)
+        return self._finish(out, alpha, parts.root, edge_index if adj is None else adj,
+                            bool(return_attention_weights))
 
-    def _check_nodes(self, x_src: Tensor, x_dst: Tensor, bipartite: bool,
+    def _node_counts(self, x_src: Tensor, x_dst: Optional[Tensor], edge_index, size) -> Tuple[int, int]:
+        """``(N_src, N_dst)``; ``size`` ``(N_src, N_dst)`` must agree with the node features."""
+        if size is not None:
+            if len(size) != 2 or size[0] != x_src.size(0) or (x_dst is not None and size[1] != x_dst.size(0)):
+                raise ValueError(f"size={tuple(size)} does not match x: {x_src.size(0)} source nodes"
+                                 + ("" if x_dst is None else f", {x_dst.size(0)} target nodes"))
+        if x_dst is not None:
+            return x_src.size(0), x_dst.size(0)
+        if size is not None:
+            return x_src.size(0), int(size[1])
+        if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:
+            return x_src.size(0), edge_index.size(0)  # adj_t (N_dst, N_src)
+        return x_src.size(0), x_src.size(0)  # PyG: targets = sources without x_dst and size
+
+    def _check_nodes(self, x_src: Tensor, x_dst: Optional[Tensor], bipartite: bool,
                      batch: Optional[Tensor]) -> Optional[torch.dtype]:
         """Shapes and dtypes of the node features (values: one sync later); returns the
         weights' dtype (None while lazy ``-1`` widths are uninitialised)."""
-        f_src, f_dst = _channel_pair(self.in_channels)
+        f_src, f_dst = channel_pair(self.in_channels)
         check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
                        check_values=False)  # values: one sync in forward
         if bipartite:
-            check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
+            if x_dst is not None:
+                check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
             if batch is not None:
                 raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
         elif f_dst != f_src and f_dst > 0:
@@ -291,73 +295,57 @@ class GraphSelfAttention(MessagePassing):
         wdtype = self._weight_dtype()
         if wdtype is not None:
             check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
-            if bipartite:
+            if bipartite and x_dst is not None:
                 check_dtype(x_dst, wdtype, "x[1] (x_dst)")
         return wdtype
 
-    def _edge_features(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor], E: int,
-                       wdtype: Optional[torch.dtype]) -> Optional[Tensor]:
-        """The projected edge features ``(E, H, C)`` added to keys and values (None without
-        ``edge_dim``); with ``edge_attr_index`` the projection runs on the ``(U, D)`` table."""
-        H, C = self.heads, self.out_channels
-        if self.lin_edge is None:
-            if edge_attr is not None:
-                raise ValueError("edge_attr was given but the layer has no edge_dim; "
-                                 "build it with edge_dim=D to use edge features")
-            if edge_attr_index is not None:
-                raise ValueError("edge_attr_index was given but the layer has no edge_dim")
-            return None
-        if edge_attr is None:
-            raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
-        if wdtype is not None:
-            check_dtype(edge_attr, wdtype, "edge_attr")
-        if edge_attr.dim() == 1 and self.edge_dim == 1:
-            edge_attr = edge_attr[:, None]
-        if edge_attr_index is None:
-            check_tensor_shape(edge_attr, (E, self.edge_dim), "edge_attr")
-            return self.lin_edge(edge_attr).view(E, H, C)  # (E, H, C)
-        check_tensor_shape(edge_attr, (edge_attr.size(0), self.edge_dim), "edge_attr")
-        check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
-        return self.lin_edge(edge_attr).view(-1, H, C).index_select(0, edge_attr_index)  # (E, H, C)
+    def _check_values(self, x_src: Tensor, x_dst: Optional[Tensor], bipartite: bool, parts,
+                      edge_attr: Optional[Tensor], attn_bias: Optional[Tensor]) -> None:
+        """``ValueError`` naming the user's tensor that holds NaN or inf, one device sync
+        (skipped under torch.compile); q, k, v and the projected edge features derive from them,
+        so the attention call skips its checks. A NaN or inf anywhere in a row of ``x`` reaches
+        every projection of that row, so the smaller of ``x`` and one of its projections is scanned;
+        only when that finds one are the inputs themselves scanned, to name the culprit."""
+        def probe(x, proj):
+            return proj if proj is not None and proj.numel() < x.numel() else x
 
-    def _attend(self, dst_part: Tensor, src_parts: List[Tensor], csr: EdgeCSR, edge_kv: Optional[Tensor],
-                attn_bias: Optional[Tensor], batch: Optional[Tensor], want_alpha: bool,
-                num_src: Optional[int]) -> Tuple[Tensor, Optional[Tensor]]:
-        """Edge attention of the projected parts with the layer's normalization: ``(out (N, H, C),
-        alpha (E, H) or None)``. ``num_src`` (bipartite): targets and sources are stacked as one
-        node set ``[targets; sources]``, queries on targets, keys and values on sources."""
-        N, H, C = dst_part.shape
-        if num_src is not None:
-            dst_part = torch.cat([dst_part, dst_part.new_zeros(num_src, H, C)])  # (N + N_src, H, C)
-            src_parts = [torch.cat([p.new_zeros(N, H, C), p]) for p in src_parts]
-        attend = (partial(edge_attention, _check=False) if self.normalization == "softmax"
-                  else partial(normalized_edge_attention, normalization=self.normalization))
-        if self.score == "dot":
-            k, v = src_parts
-            res = attend(dst_part, k, v, csr=csr, bias=attn_bias, edge_key=edge_kv,
-                         edge_value=edge_kv, dropout=self.dropout, training=self.training,
-                         return_attention_weights=want_alpha, batch=batch,
-                         impl=self.impl)
-        else:
-            (xl,) = src_parts  # target part, source part
-            res = attend(dst_part, xl, xl, csr=csr, bias=attn_bias, edge_key=edge_kv,
-                         score="additive", att=self.att, negative_slope=self.negative_slope,
-                         dropout=self.dropout, training=self.training,
-                         return_attention_weights=want_alpha, batch=batch,
-                         impl=self.impl)
-        out, alpha = (res if want_alpha else (res, None))
-        if num_src is not None:
-            out = out[:N]  # (N, H, C): the target rows
-        return out, alpha
+        named = ([("x[0] (x_src)", x_src, parts.src[0]), ("x[1] (x_dst)", x_dst, parts.dst)] if bipartite
+                 else [("x", x_src, parts.src[0])])
+        rest = [("edge_attr", edge_attr if self.lin_edge is not None else None, False), ("attn_bias", attn_bias, True)]
+        try:
+            check_all_finite([(n, None if x is None else probe(x, p), False) for n, x, p in named] + rest)
+        except ValueError:  # the inputs themselves (finite inputs whose projections overflow pass, as before)
+            check_all_finite([(n, x, False) for n, x, _ in named] + rest)
 
-    def _finish(self, out: Tensor, alpha: Optional[Tensor], x_dst: Tensor, edge_index: Tensor,
+    def _graph(self, edge_index, edge_attr, attn_bias, edge_attr_index, N_src: int, N: int, size):
+        """``(edge_index (2, E), edge_attr, adj or None)``: PyG's sparse adj_t converted (in its
+        storage order, cached per tensor; ``adj`` is returned back), self-loops added."""
+        per_edge = (edge_attr, attn_bias, edge_attr_index)
+        if type(edge_index).__name__ == "SparseTensor":  # torch_sparse's, an optional package: by name
+            raise TypeError("edge_index is a torch_sparse.SparseTensor: pass a torch.sparse adjacency instead "
+                            "(adj_t.to_torch_sparse_csr_tensor()) or a (2, E) edge_index")
+        if not isinstance(edge_index, Tensor) or edge_index.layout == torch.strided:
+            check_edge_index(edge_index, N, check_range=False)  # (2, E): type and shape
+        elif self.add_self_loops:
+            as_edge_index(edge_index, N, N_src, per_edge)  # adj_t: its shape, before the loops are added
+        if self.add_self_loops:
+            if edge_attr_index is not None or attn_bias is not None:
+                raise ValueError("add_self_loops=True cannot extend edge_attr_index or attn_bias to the added "
+                                 "loops: add the loops to the graph yourself and pass add_self_loops=False")
+            edge_index, edge_attr = add_loops(edge_index, edge_attr, loop_count(N_src, N, size), self.fill_value)
+        edge_index, adj = as_edge_index(edge_index, N, N_src, per_edge)
+        if adj is not None:
+            check_edge_index(edge_index, N, check_range=False)
+        return edge_index, edge_attr, adj
+
+    def _finish(self, out: Tensor, alpha: Optional[Tensor], root: Optional[Tensor], edge_index: Tensor,
                 return_attention_weights: bool):
-        """Heads concatenated or averaged, plus the root term; the PyG return contract. PyG's
-        message forward hooks are called with ``({"alpha": alpha},)`` (``(E, H)``, detached; no
-        per-edge messages exist, so their output argument is None; inside
-        ``NodeClassifier(self_loops=True)`` PyG's explainers' hooks get ``alpha`` per edge of the
-        model's input, its self-loops reading the loops that replaced them; other hooks get the
-        layer's own edge order)."""
+        """Heads concatenated or averaged, plus the root term (gated with ``beta``) and the
+        output bias; the PyG return contract. PyG's message forward hooks are called with
+        ``({"alpha": alpha},)`` (``(E, H)``; no per-edge messages exist, so their output
+        argument is None; inside ``NodeClassifier(self_loops=True)`` PyG's explainers' hooks get
+        ``alpha`` per edge of the model's input, its self-loops reading the loops that replaced
+        them; other hooks get the layer's own edge order)."""
         if self._message_forward_hooks:
             hook_alpha = alpha
             if alpha is not None and self._hook_input_edges is not None:
@@ -367,41 +355,17 @@ class GraphSelfAttention(MessagePassing):
                 hook(self, ({"alpha": hook_alpha if pyg else alpha},), None)
         N, H, C = out.shape
         out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)  # (N, H*C) | (N, C)
-        if self.lin_skip is not None:
-            out = out + self.lin_skip(x_dst)
+        if root is not None:
+            if self.lin_beta is not None:
+                gate = self.lin_beta(torch.cat([out, root, out - root], dim=-1)).sigmoid()  # (N, 1)
+                out = gate * root + (1 - gate) * out
+            else:
+                out = out + root
+        if self.bias is not None:
+            out = out + self.bias
         if return_attention_weights:
             return out, (edge_index, alpha)
         return out
-
-    def _explained(self, q: Tensor, src_parts: List[Tensor], edge_index: Tensor, edge_kv: Optional[Tensor],
-                   attn_bias: Optional[Tensor], N: int) -> Tuple[Tensor, Tensor]:
-        """The attention with the explainer's edge mask on every message (PyG's
-        ``explain_message``), by the differentiable per-edge path of :mod:`graphattn.nn.explain_masks`."""
-        ei = plain_tensor(edge_index).long()
-        mask = layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, ei, N,
-                               loops_replaced=self._explain_loops_replaced)
-        k, v = src_parts if self.score == "dot" else (src_parts[0], src_parts[0])
-        return masked_edge_attention(q, k, v, ei[0], ei[1], mask, edge_key=edge_kv,
-                                     edge_value=edge_kv if self.score == "dot" else None, bias=attn_bias,
-                                     score=self.score, att=self.att, negative_slope=self.negative_slope,
-                                     dropout=self.dropout, training=self.training)
-
-    def _project(self, x_src: Tensor, x_dst: Tensor) -> Tuple[Tensor, List[Tensor]]:
-        """Query (dot) or target part (additive) of ``x_dst`` ``(N, H, C)``, and key + value
-        (dot) or source part (additive) of ``x_src``, each ``(N_src, H, C)`` and contiguous."""
-        H, C = self.heads, self.out_channels
-        if self.lin_qkv is None:
-            dst_lin, src_lins = ((self.lin_query, (self.lin_key, self.lin_value)) if self.score == "dot"
-                                 else (self.lin_r, (self.lin_l,)))
-            return (dst_lin(x_dst).view(-1, H, C),  # (N, H, C)
-                    [lin(x_src).view(-1, H, C) for lin in src_lins])  # (N_src, H, C) each
-        # One (n*H*C, F) weight, applied part by part: each of q, k, v comes out contiguous
-        # (N, H, C), so no kernel has to copy a strided view of a fused (N, n*H*C) output.
-        n_proj = 3 if self.score == "dot" else 2
-        W = self.lin_qkv.weight.chunk(n_proj)
-        b = self.lin_qkv.bias.chunk(n_proj) if self.lin_qkv.bias is not None else [None] * n_proj
-        return (F.linear(x_dst, W[0], b[0]).view(-1, H, C),
-                [F.linear(x_src, W[i], b[i]).view(-1, H, C) for i in range(1, n_proj)])
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
