@@ -5,7 +5,6 @@ import ast
 import pathlib
 from collections import defaultdict
 
-import pytest
 
 PKG = pathlib.Path(__file__).resolve().parents[1] / "graphattn"
 

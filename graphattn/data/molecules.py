@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from graphattn.data.download import DataFileError, cache_root, find_file, pyg_progress_to_log, sha256sum
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
-                                      CANONICAL_MAX_ATOMS, FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning,
-                                      canonical_smiles, mol_to_data, parse_smiles, smiles_to_data)
+                                      FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
+                                      mol_to_data, parse_smiles, smiles_to_data)
 from graphattn.data.rawio import MISSING_LABELS
 from graphattn.data.smiles_table import find_column, read_csv_table
 

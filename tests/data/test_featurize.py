@@ -13,6 +13,7 @@ from torch_geometric.utils import from_smiles  # noqa: E402
 
 from graphattn.data import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,  # noqa: E402
                             FEATURIZER_VERSION, InvalidSmilesError, molecules, smiles_to_data)
+from graphattn.data.featurize import CANONICAL_MAX_ATOMS  # noqa: E402
 
 ATOM = {n: i for i, n in enumerate(ATOM_FEATURE_NAMES)}
 BOND = {n: i for i, n in enumerate(BOND_FEATURE_NAMES)}
@@ -241,7 +242,7 @@ def test_atropisomers_pseudo_asymmetric_bonds_and_enhanced_stereo():
     assert key("C[C@H](N)C(=O)O |a:1|") == key("C[C@H](N)C(=O)O")  # ABS: what the tags say anyway
     mixed = molecules.canonical_smiles(molecules.parse_smiles("C[C@H](O)[C@@H](C)F |a:1,&1:3|"), "")  # raised
     assert mixed == molecules.canonical_smiles(molecules.parse_smiles("C[C@H](O)[C@@H](C)F |&1:3|"), "")
-    huge = "C" * (molecules.CANONICAL_MAX_ATOMS + 1)  # RDKit's canonical ranking segfaults at 20k atoms
+    huge = "C" * (CANONICAL_MAX_ATOMS + 1)  # RDKit's canonical ranking segfaults at 20k atoms
     assert key(huge) == huge and molecules.canonical_smiles(molecules.parse_smiles(huge), "text") == "text"
 
 
