@@ -209,6 +209,18 @@ def run_one(ds, y, idx, source, model: str, seed: int, args, chemprop: Optional[
     return rec
 
 
+def warn_one_class(name: str, tasks, y, idx, split: str) -> None:
+    """Say which tasks have only one class (or no label) in the validation or test part of a split: their
+    ROC-AUC is undefined there (the table shows n/a; e.g. the deterministic scaffold split of BBBP)."""
+    for part, rows in zip(("validation", "test"), idx[1:]):
+        labels = y[torch.as_tensor(rows)]
+        one = [t for t, col in zip(tasks, labels.T) if torch.unique(col[~torch.isnan(col)]).numel() < 2]
+        if one:
+            print(f"{name}: the {split} split leaves {len(one)} of {len(tasks)} task(s) with one class in its "
+                  f"{part} part ({', '.join(map(str, one[:5]))}{', ...' if len(one) > 5 else ''}): their ROC-AUC is "
+                  "undefined there; --split deepchem_scaffold or balanced_scaffold gives both classes", flush=True)
+
+
 def run_source(source, models: List[str], args, chemprop: Optional[str]) -> int:
     """Every missing (model, seed) of one data set, the data set loaded once; returns the failures."""
     todo = [(s, m) for s in args.seeds for m in models
@@ -222,6 +234,7 @@ def run_source(source, models: List[str], args, chemprop: Optional[str]) -> int:
     for seed, model in todo:
         if seed not in splits:  # the same split for every model
             splits[seed] = md.split_indices(ds, args.split, seed)
+            warn_one_class(source["name"], ds.task_names, y, splits[seed], args.split)
         try:
             rec = run_one(ds, y, splits[seed], source, model, seed, args, chemprop)
         except Exception as exc:  # noqa: BLE001 (one failed run must not end hours of others)
