@@ -27,10 +27,9 @@ from torch import Tensor
 
 from graphattn.ops import extension, fused_cpp, fused_triton
 from graphattn.ops.chunked import SCORES, ChunkedEdgeAttention, chunk_edges
-from graphattn.ops.csr import EdgeCSR, to_csr
+from graphattn.ops.csr import EdgeCSR, check_qkv_graph
 from graphattn.ops.dense import complete_graph_sizes, prefer_dense, sdpa_attention
-from graphattn.ops.padding import check_batch
-from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
+from graphattn.utils.validation import check_bias_dtype, check_tensor_shape
 
 __all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
@@ -233,19 +232,8 @@ def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], 
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     _check_float("q", q, "k", k, "v", v)
-    check_tensor_shape(q, (None, None, None), "q")
+    csr = check_qkv_graph(q, k, v, edge_index, csr, batch, "edge_attention", check_range=False)
     N, H, C = q.shape
-    check_tensor_shape(k, (N, H, C), "k")
-    check_tensor_shape(v, (N, H, None), "v")
-    if batch is not None:
-        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
-    if csr is None:
-        if edge_index is None:
-            raise ValueError("edge_attention needs edge_index or csr")
-        check_edge_index(edge_index, N, check_range=False)
-        csr = to_csr(edge_index, N)  # range-checked when built, then cached
-    elif csr.num_nodes != N:
-        raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
     E = csr.num_edges
     if bias is not None:
         check_tensor_shape(bias, (E, H), "bias")

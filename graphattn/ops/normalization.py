@@ -32,10 +32,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.ops.chunked import SCORES, aggregate_backward, chunk_edges, score_backward
-from graphattn.ops.csr import EdgeCSR, to_csr
+from graphattn.ops.csr import EdgeCSR, check_qkv_graph
 from graphattn.ops.dense import complete_graph_sizes
-from graphattn.ops.padding import GraphLayout, check_batch
-from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
+from graphattn.ops.padding import GraphLayout
+from graphattn.utils.validation import check_bias_dtype, check_tensor_shape
 
 __all__ = ["NORMALIZATIONS", "EdgeAggregate", "edge_normalize", "normalized_edge_attention"]
 
@@ -228,19 +228,8 @@ def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], 
     one) and return the graph's CSR view (built from ``edge_index`` when ``csr`` is None)."""
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-    check_tensor_shape(q, (None, None, None), "q")
+    csr = check_qkv_graph(q, k, v, edge_index, csr, batch, "normalized_edge_attention")
     N, H, C = q.shape
-    check_tensor_shape(k, (N, H, C), "k")
-    check_tensor_shape(v, (N, H, None), "v")
-    if batch is not None:
-        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
-    if csr is None:
-        if edge_index is None:
-            raise ValueError("normalized_edge_attention needs edge_index or csr")
-        check_edge_index(edge_index, N)
-        csr = to_csr(edge_index, N)
-    elif csr.num_nodes != N:
-        raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
     E = csr.num_edges
     if bias is not None:
         check_tensor_shape(bias, (E, H), "bias")
