@@ -254,6 +254,29 @@ def test_examples_run(tmp_path, capsys):
     assert "| karate | seeds 0,1 |" in capsys.readouterr().out
 
 
+def test_social_baselines_takes_a_users_graph_and_prints_each_epoch(tmp_path, capsys):
+    """examples/social_baselines.py reads --edges/--target (and --tu-text) as the CLI does, and prints
+    one line per epoch of every run (it printed nothing until a model finished)."""
+    data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
+    edges = tmp_path / "club_edges.csv"
+    edges.write_text("a,b\n" + "".join(f"{u},{v}\n" for u, v in data.edge_index.t().tolist() if u < v))
+    target = tmp_path / "club_target.csv"
+    target.write_text("id,label\n" + "".join(f"{i},{int(c)}\n" for i, c in enumerate(data.y.tolist())))
+    mod, n = _example("social_baselines"), torch.get_num_threads()
+    try:
+        table = mod.main(["--edges", str(edges), "--target", str(target), "--epochs", "2", "--seeds", "0",
+                          "--models", "ours,gcn"])
+        out = capsys.readouterr().out
+        with pytest.raises(SystemExit):
+            mod.main(["--target", str(target)])  # --target goes with --edges
+    finally:
+        torch.set_num_threads(n)
+    assert table[0]["dataset"] == "club_target" and set(table[0]["results"]) == {"ours", "gcn"}
+    epoch_lines = [x for x in out.splitlines() if x.strip().startswith("club_target seed 0") and "Epoch" in x]
+    assert len(epoch_lines) == 4  # 2 epochs x 2 models, each line naming its run
+    assert "--edges goes with" not in out and "goes with --edges" in capsys.readouterr().err
+
+
 def test_label_input_never_shows_val_or_test_labels():
     spec = {"name": "karate", "split": [0.6, 0.2], "split_seed": 0}
     plain, data = load_node_data(spec), load_node_data({**spec, "label_input": True})
