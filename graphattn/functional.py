@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from graphattn.ops import extension, fused_cpp, fused_triton
-from graphattn.ops.chunked import SCORES, ChunkedEdgeAttention, chunk_edges
-from graphattn.ops.csr import EdgeCSR, check_qkv_graph
+from graphattn.ops.chunked import ChunkedEdgeAttention, check_edge_attention_args, chunk_edges
+from graphattn.ops.csr import EdgeCSR
 from graphattn.ops.dense import complete_graph_sizes, prefer_dense, sdpa_attention
 from graphattn.utils.validation import check_bias_dtype, check_tensor_shape
 
@@ -229,24 +229,10 @@ def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], 
     from ``edge_index`` and cached when ``csr`` is None)."""
     if impl not in EDGE_IMPLS:
         raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
     _check_float("q", q, "k", k, "v", v)
-    csr = check_qkv_graph(q, k, v, edge_index, csr, batch, "edge_attention", check_range=False)
-    N, H, C = q.shape
-    E = csr.num_edges
-    if bias is not None:
-        check_tensor_shape(bias, (E, H), "bias")
-        check_bias_dtype(bias, "bias")
-    for name, t in (("edge_key", edge_key), ("edge_value", edge_value)):
-        if t is not None:
-            check_tensor_shape(t, (E, H, C if name == "edge_key" else v.size(-1)), name)
-    if score == "additive":
-        if att is None:
-            raise ValueError("score='additive' needs att of shape (H, C)")
-        check_tensor_shape(att, (H, C), "att")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    csr = check_edge_attention_args(q, k, v, edge_index, csr, batch=batch, bias=bias, edge_key=edge_key,
+                                    edge_value=edge_value, score=score, att=att, dropout=dropout,
+                                    what="edge_attention", check_range=False)
     if check_values:  # callers that derive q, k, v, ... from checked inputs pass _check=False
         check_all_finite([("q", q, False), ("k", k, False), ("v", v, False), ("edge_key", edge_key, False),
                           ("edge_value", None if edge_value is edge_key else edge_value, False),

@@ -7,9 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphattn.ops.csr import EdgeCSR
+from graphattn.ops.csr import EdgeCSR, to_csr
+from graphattn.ops.padding import check_batch
+from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
-__all__ = ["SCORES", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
+__all__ = ["SCORES", "check_edge_attention_args", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
            "score_backward", "edge_attention_autograd", "input_aliases", "differentiable_grads",
            "differentiable_backward"]
 
@@ -266,3 +268,46 @@ class ChunkedEdgeAttention(torch.autograd.Function):
                                            chunk, (need_q, need_k, need_ek, need_att))
         gb = gs if need_b else None
         return gq, gk, gv, gb, gek, gev, gatt, None, None, None, None, None, None
+
+
+def check_edge_attention_args(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor],
+                              csr: Optional[EdgeCSR], *, batch: Optional[Tensor], bias: Optional[Tensor],
+                              edge_key: Optional[Tensor], edge_value: Optional[Tensor], score: str,
+                              att: Optional[Tensor], dropout: float, what: str,
+                              check_range: bool = True) -> EdgeCSR:
+    """Check the arguments of an edge attention call and return the graph's CSR view (built from
+    ``edge_index`` when ``csr`` is None); ``ValueError`` naming the bad argument.
+
+    Shapes: ``q``, ``k`` ``(N, H, C)``, ``v`` ``(N, H, C_v)``, ``batch`` ``(N,)``, ``bias`` ``(E, H)``,
+    ``edge_key`` ``(E, H, C)``, ``edge_value`` ``(E, H, C_v)``, ``att`` ``(H, C)`` (additive score).
+    ``check_range=False`` leaves the id range to :func:`~graphattn.ops.csr.to_csr`, which checks it
+    once when it builds a graph's cached view."""
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
+    check_tensor_shape(q, (None, None, None), "q")
+    N, H, C = q.shape
+    check_tensor_shape(k, (N, H, C), "k")
+    check_tensor_shape(v, (N, H, None), "v")
+    if batch is not None:
+        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
+    if csr is None:
+        if edge_index is None:
+            raise ValueError(f"{what} needs edge_index or csr")
+        check_edge_index(edge_index, N, check_range=check_range)
+        csr = to_csr(edge_index, N)
+    elif csr.num_nodes != N:
+        raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
+    E = csr.num_edges
+    if bias is not None:
+        check_tensor_shape(bias, (E, H), "bias")
+        check_bias_dtype(bias, "bias")
+    for name, t, last in (("edge_key", edge_key, C), ("edge_value", edge_value, v.size(-1))):
+        if t is not None:
+            check_tensor_shape(t, (E, H, last), name)
+    if score == "additive":
+        if att is None:
+            raise ValueError("score='additive' needs att of shape (H, C)")
+        check_tensor_shape(att, (H, C), "att")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    return csr

@@ -20,11 +20,9 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_edge_index
 
-from graphattn.ops.padding import check_batch
-from graphattn.utils.validation import (check_bipartite_edge_index, check_edge_index, check_tensor_shape,
-                                       clear_checked_indices)
+from graphattn.utils.validation import check_bipartite_edge_index, check_edge_index, clear_checked_indices
 
-__all__ = ["EdgeCSR", "adj_t_edges", "as_edge_index", "to_csr", "clear_csr_cache", "check_qkv_graph"]
+__all__ = ["EdgeCSR", "adj_t_edges", "as_edge_index", "to_csr", "clear_csr_cache"]
 
 
 @dataclass(frozen=True)
@@ -225,25 +223,3 @@ def _index_versions(adj: Tensor) -> tuple:
     if adj.layout == torch.sparse_csr:
         return adj.crow_indices()._version, adj.col_indices()._version
     return adj.ccol_indices()._version, adj.row_indices()._version
-
-
-def check_qkv_graph(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], csr: Optional["EdgeCSR"],
-                    batch: Optional[Tensor], what: str, check_range: bool = True) -> "EdgeCSR":
-    """Check the shapes of an edge attention call and return the graph's CSR view (built from
-    ``edge_index`` when ``csr`` is None): ``q``, ``k`` ``(N, H, C)``, ``v`` ``(N, H, C_v)``, ``batch``
-    ``(N,)``; ``ValueError`` naming the argument. ``check_range=False`` leaves the id range to
-    :func:`to_csr`, which checks it once when it builds a graph's cached view."""
-    check_tensor_shape(q, (None, None, None), "q")
-    N, H, C = q.shape
-    check_tensor_shape(k, (N, H, C), "k")
-    check_tensor_shape(v, (N, H, None), "v")
-    if batch is not None:
-        check_batch(batch, N, check_range=False)  # type and shape; ids where it is used
-    if csr is None:
-        if edge_index is None:
-            raise ValueError(f"{what} needs edge_index or csr")
-        check_edge_index(edge_index, N, check_range=check_range)
-        return to_csr(edge_index, N)
-    if csr.num_nodes != N:
-        raise ValueError(f"csr has {csr.num_nodes} nodes but q has {N}")
-    return csr

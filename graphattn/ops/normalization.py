@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphattn.ops.chunked import SCORES, aggregate_backward, chunk_edges, score_backward
-from graphattn.ops.csr import EdgeCSR, check_qkv_graph
+from graphattn.ops.chunked import aggregate_backward, check_edge_attention_args, chunk_edges, score_backward
+from graphattn.ops.csr import EdgeCSR
 from graphattn.ops.dense import complete_graph_sizes
 from graphattn.ops.padding import GraphLayout
-from graphattn.utils.validation import check_bias_dtype, check_tensor_shape
+from graphattn.utils.validation import check_tensor_shape
 
 __all__ = ["NORMALIZATIONS", "EdgeAggregate", "edge_normalize", "normalized_edge_attention"]
 
@@ -195,7 +195,9 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
     if impl not in ("auto", "chunked"):
         raise ValueError(f"impl must be one of ('auto', 'chunked') for normalization={normalization!r} "
                          f"(the dense and fused paths are softmax-only), got {impl!r}")
-    csr = _checked_csr(q, k, v, edge_index, csr, batch, bias, edge_key, edge_value, score, att, dropout)
+    csr = check_edge_attention_args(q, k, v, edge_index, csr, batch=batch, bias=bias, edge_key=edge_key,
+                                    edge_value=edge_value, score=score, att=att, dropout=dropout,
+                                    what="normalized_edge_attention")
     dtype = q.dtype
     if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
         up = lambda t: None if t is None else t.float()  # noqa: E731
@@ -219,31 +221,6 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
         return out
     alpha_orig = alpha.new_empty(alpha.shape).index_copy(0, perm, alpha)  # caller's edge order
     return out, alpha_orig.to(dtype)
-
-
-def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], csr: Optional[EdgeCSR],
-                 batch: Optional[Tensor], bias: Optional[Tensor], edge_key: Optional[Tensor],
-                 edge_value: Optional[Tensor], score: str, att: Optional[Tensor], dropout: float) -> EdgeCSR:
-    """Check the arguments of :func:`normalized_edge_attention` (``ValueError`` naming the bad
-    one) and return the graph's CSR view (built from ``edge_index`` when ``csr`` is None)."""
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {SCORES}, got {score!r}")
-    csr = check_qkv_graph(q, k, v, edge_index, csr, batch, "normalized_edge_attention")
-    N, H, C = q.shape
-    E = csr.num_edges
-    if bias is not None:
-        check_tensor_shape(bias, (E, H), "bias")
-        check_bias_dtype(bias, "bias")
-    for name, t, last in (("edge_key", edge_key, C), ("edge_value", edge_value, v.size(-1))):
-        if t is not None:
-            check_tensor_shape(t, (E, H, last), name)
-    if score == "additive":
-        if att is None:
-            raise ValueError("score='additive' needs att of shape (H, C)")
-        check_tensor_shape(att, (H, C), "att")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-    return csr
 
 
 def _chunked_normalized(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, bias: Optional[Tensor],

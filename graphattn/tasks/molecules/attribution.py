@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
-from graphattn.tasks.molecules.viz import collect_attention, molecule_logits, readout_scores
+from graphattn.tasks.molecules.viz import collect_attention, ensemble_mean, molecule_logits, readout_scores
 
 __all__ = ["collect_attention_gradients", "attention_gradients", "gradient_rollout", "molecule_attribution"]
 
@@ -160,9 +160,7 @@ def molecule_attribution(model: nn.Module, data, task: int, residual: float = 0.
     if isinstance(task, bool) or not isinstance(task, int) or not (0 <= task < T or T == 0):
         raise ValueError(f"task must be a task number in [0, {T}), got {task!r}")
     if isinstance(model, ProbabilityEnsemble):
-        parts = [molecule_attribution(m, data, task, residual) for m in model.members]
-        scores = torch.stack([p[1] for p in parts]).mean(0)
-        return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+        return ensemble_mean([molecule_attribution(m, data, task, residual) for m in model.members])
     with collect_attention_gradients(model) as probes:
         logits, data = molecule_logits(model, data)
     N = data.num_nodes

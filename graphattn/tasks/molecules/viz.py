@@ -22,7 +22,7 @@ from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
 from graphattn.train.loop import model_device
 
-__all__ = ["collect_attention", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
+__all__ = ["collect_attention", "ensemble_mean", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
            "atom_labels", "molecule_figure", "draw_molecule_attention"]
 
 
@@ -119,6 +119,13 @@ def readout_scores(model: nn.Module, R: Tensor, num_atoms: int) -> Tensor:
 
 
 @torch.no_grad()
+def ensemble_mean(parts: Sequence[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+    """The members' ``(probabilities (T,), atom scores (N,))`` of an ensemble combined: the mean
+    probabilities, and the mean of the scores (each already scaled to max 1) rescaled to max 1."""
+    scores = torch.stack([p[1] for p in parts]).mean(0)
+    return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+
+
 def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[Tensor, Tensor]:
     """Per-task probabilities ``(T,)`` and atom importances ``(N,)`` in [0, 1] for one molecule.
 
@@ -131,9 +138,7 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     rescaled to max 1.
     """
     if isinstance(model, ProbabilityEnsemble):
-        parts = [molecule_attention(m, data, residual) for m in model.members]
-        scores = torch.stack([p[1] for p in parts]).mean(0)
-        return torch.stack([p[0] for p in parts]).mean(0), scores / scores.max().clamp_min(1e-12)
+        return ensemble_mean([molecule_attention(m, data, residual) for m in model.members])
     with collect_attention(model) as att:
         logits, data = molecule_logits(model, data)
     N = data.num_nodes
