@@ -158,14 +158,18 @@ def load(source: Dict[str, object], hp: Dict[str, object], limit: Optional[int])
 
 
 # ----------------------------------------------------------------------------- results
+#: recipe keys whose value here changes nothing (added after results were recorded without them)
+_NO_OP = {"schedule": "constant", "warmup": 0}
+
+
 def settings(source, model: str, args) -> Dict[str, object]:
     """Everything a result depends on besides its seed (hashed into its file name)."""
     s = {"data": source["identity"], "limit": args.limit, "split": args.split, "model": model,
          "featurizer_version": FEATURIZER_VERSION}
     if model in CHEMPROP:
         s["epochs"] = args.epochs
-    else:
-        s["hparams"] = args.hp
+    else:  # recipe keys at their no-op value are left out: results from before the key existed stay valid
+        s["hparams"] = {k: v for k, v in args.hp.items() if _NO_OP.get(k, object()) != v}
     return s
 
 

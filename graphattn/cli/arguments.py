@@ -19,6 +19,10 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--epochs", type=int, default=None, help="training epochs (default: per dataset)")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default: per dataset)")
     g.add_argument("--weight-decay", type=float, default=None, help="L2 weight decay (default: per dataset)")
+    g.add_argument("--schedule", default=None, choices=["constant", "cosine"],
+                   help="learning-rate schedule: constant, or cosine decay over --epochs (default: per dataset)")
+    g.add_argument("--warmup", type=int, default=None,
+                   help="epochs of linear learning-rate warm-up (default: per dataset)")
     g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
     g.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and random splits "

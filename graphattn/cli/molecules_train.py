@@ -40,7 +40,7 @@ def handles(args) -> bool:
 def _hparams(args) -> Dict[str, Any]:
     hp = dict(DEFAULTS)
     for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim", "local_mpnn", "descriptors", "readout"):
+                 "global_tokens", "pe_dim", "local_mpnn", "descriptors", "readout", "schedule", "warmup"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
     if getattr(args, "weight_decay", None) is not None:

@@ -89,7 +89,7 @@ def message_of(exc: BaseException) -> str:
     return str(exc)
 
 
-_AT_LEAST = {"epochs": 1, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
+_AT_LEAST = {"epochs": 1, "warmup": 0, "limit": 1, "batch_size": 1, "patience": 0, "hidden": 1, "layers": 0, "heads": 1,
              "folds": 2, "threads": 1, "global_tokens": 0, "pe_dim": 0, "ensemble": 1, "gcn_layers": 1, "propagation": 0,
              "consistency": 0, "consistency_weight": 0}
 
@@ -148,7 +148,7 @@ def social_hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
                  "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
                  "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
-                 "local_mpnn", "readout"):
+                 "local_mpnn", "readout", "schedule", "warmup"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val

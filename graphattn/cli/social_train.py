@@ -180,7 +180,10 @@ def _prepare_node(args, spec: Dict[str, Any]):
     if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
             and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
         spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
-    hp = social_hparams(args, sn.node_defaults(spec["display"], data.num_nodes))
+    recipe = sn.node_defaults(spec["display"], data.num_nodes)
+    hp = social_hparams(args, recipe)
+    if getattr(args, "lr", None) is None and not args.mini_batch:  # a mini-batch epoch takes many steps
+        hp["lr"] = sn.budget_lr(recipe["lr"], recipe["epochs"], hp["epochs"])
     if args.baseline != "none":
         hp["pe_dim"] = 0
     if args.mini_batch and hp.get("label_input"):
@@ -233,6 +236,11 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
     applied = applied_defaults(sn.dataset_specific_defaults(spec.get("name") or ""), args, "node")
     if applied:
         print(applied)
+    recipe = sn.node_defaults(spec["display"], data.num_nodes)
+    if hp["lr"] != recipe["lr"] and getattr(args, "lr", None) is None:
+        print(f"learning rate {hp['lr']:.3g}: the recipe's {recipe['lr']:g} is for {recipe['epochs']} epochs; "
+              f"for {hp['epochs']} it is raised by sqrt({recipe['epochs']}/{hp['epochs']}) (at most "
+              f"x{sn.BUDGET_LR_CAP:g}; --lr sets it)")
     if args.mini_batch == "neighbor":
         loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
     elif args.mini_batch:
@@ -243,6 +251,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         forward = sn.node_forward(model_spec)
     res = fit(model, loaders, forward, kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
               weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=args.seed,
+              schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
               out_dir=out, resume=args.resume, meta=meta, progress=not args.no_progress)
     acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
     print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "

@@ -34,10 +34,12 @@ from graphattn.train.checkpoint import (CheckpointError, check_meta, check_same_
 from graphattn.train.metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 from graphattn.utils.files import check_out_folder
 
-__all__ = ["TASK_KINDS", "threads_for", "build_kernels", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
+__all__ = ["TASK_KINDS", "SCHEDULES", "scheduled_lr", "threads_for", "build_kernels", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
            "save_checkpoint", "load_checkpoint", "CheckpointError"]
 
 TASK_KINDS = ("binary", "multiclass", "regression")
+#: learning-rate schedules of :func:`fit`
+SCHEDULES = ("constant", "cosine")
 #: primary metric per task kind and whether higher is better
 PRIMARY = {"binary": ("roc_auc", True), "multiclass": ("accuracy", True), "regression": ("mae", False)}
 Forward = Callable[[nn.Module, Any, str], Tuple[Tensor, Tensor]]
@@ -267,6 +269,23 @@ def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
         check_meta(meta)
 
 
+def scheduled_lr(lr: float, epoch: int, epochs: int, schedule: str = "constant", warmup: int = 0) -> float:
+    """The learning rate of epoch ``epoch`` (1-based) of a run of ``epochs``: ``lr`` ramped up
+    linearly over the first ``warmup`` epochs (``lr * epoch / (warmup + 1)``), then ``lr``
+    (``"constant"``) or ``lr * (1 + cos(pi * t)) / 2`` with ``t`` going from 0 at the first epoch
+    after the warm-up to ``(n - 1) / n`` at the last (``"cosine"``: never exactly 0)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0 (epochs), got {warmup!r}")
+    if epoch <= warmup:
+        return lr * epoch / (warmup + 1)
+    if schedule == "constant":
+        return lr
+    n = max(epochs - warmup, 1)
+    return lr * 0.5 * (1.0 + math.cos(math.pi * (epoch - warmup - 1) / n))
+
+
 def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
     name = {"roc_auc": "auc", "accuracy": "acc"}.get(key, key)
     v = res.get(key)
@@ -328,7 +347,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         epochs: int = 100, lr: float = 1e-3, weight_decay: float = 0.0, patience: Optional[int] = None,
         pos_weight: Optional[Tensor] = None, grad_clip: Optional[float] = 5.0, seed: int = 0,
         out_dir=None, resume: bool = False, meta: Optional[Dict[str, Any]] = None,
-        progress: bool = True, log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+        progress: bool = True, log: Optional[Callable[[str], None]] = None, schedule: str = "constant",
+        warmup: int = 0) -> Dict[str, Any]:
     """Train with Adam, early-stop on the validation primary metric, return a summary.
 
     Args:
@@ -347,6 +367,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         meta: plain-data metadata (dicts, lists, str, int, float, bool, None, tensors) stored in
             every checkpoint and in ``metrics.json``.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
+        schedule: ``"constant"`` (``lr`` every epoch) or ``"cosine"`` (``lr`` decayed to ~0 over
+            ``epochs``: a run of any length ends annealed, see :func:`scheduled_lr`).
+        warmup: epochs of linear warm-up to ``lr`` before the schedule (0 = none).
 
     The validation metric that drives early stopping and ``best.pt`` is the kind's primary one
     (ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
@@ -362,6 +385,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     """
     _check_kind(kind)
     _check_fit_args(epochs, patience, grad_clip, meta)
+    scheduled_lr(lr, 1, epochs, schedule, warmup)  # checks schedule and warmup before any work
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     log = log or tqdm.write  # prints above the progress bar instead of through it
     key, higher = PRIMARY[kind]
@@ -391,6 +415,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     for epoch in bar:
         if best["score"] is not None and patience is not None and epoch - best["epoch"] > max(patience, 1):
             break
+        for group in opt.param_groups:  # a function of the epoch alone: a resumed run continues it
+            group["lr"] = scheduled_lr(lr, epoch, epochs, schedule, warmup)
         rec = _run_epoch(model, net, train_loader, sampler, loaders, forward, opt, epoch, kind=kind,
                          pos_weight=pos_weight, grad_clip=grad_clip, resumed=resumed)
         history.append(rec)

@@ -1,8 +1,12 @@
 """The run description names the settings a named dataset gets beyond the general defaults (the
 options not given on the command line), so a user sees what was applied without reading the code."""
+import json
+
+import pytest
+
 from graphattn.cli.main import main
 from graphattn.cli.options import applied_defaults
-from graphattn.tasks.social.node import dataset_specific_defaults
+from graphattn.tasks.social.node import BUDGET_LR_CAP, budget_lr, dataset_specific_defaults
 
 
 def test_karate_run_names_its_dataset_defaults(tmp_path, capsys):
@@ -24,3 +28,19 @@ def test_facebook_defaults_and_what_a_baseline_reads():
     Args.baseline = "gcn"  # propagation and self-loops shape our model only
     assert applied_defaults(fb, Args(), "node").endswith("--label-input True")
     assert applied_defaults(dataset_specific_defaults("a file of mine"), Args(), "node") == ""
+
+
+def test_a_shortened_budget_raises_the_learning_rate_and_says_so(tmp_path, capsys):
+    assert budget_lr(5e-3, 300, 30) == pytest.approx(5e-3 * 10 ** 0.5)
+    assert budget_lr(3e-3, 150, 300) == 3e-3 and budget_lr(1e-3, 1000, 1) == pytest.approx(1e-3 * BUDGET_LR_CAP)
+    # karate's recipe: lr 0.01 for 100 epochs; 25 epochs -> 0.02 (sqrt 4)
+    assert main(["train", "karate", "--epochs", "25", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "k")]) == 0
+    out = capsys.readouterr().out
+    assert "learning rate 0.02: the recipe's 0.01 is for 100 epochs; for 25 it is raised by sqrt(100/25)" in out
+    hp = json.loads((tmp_path / "k" / "metrics.json").read_text())["meta"]["hparams"]
+    assert hp["lr"] == pytest.approx(0.02)
+    assert main(["train", "karate", "--epochs", "25", "--lr", "0.01", "--no-progress", "--threads", "1",
+                 "--out", str(tmp_path / "given")]) == 0  # a given --lr is kept, and nothing is said
+    assert "learning rate" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "given" / "metrics.json").read_text())["meta"]["hparams"]["lr"] == 0.01

@@ -11,6 +11,7 @@ from torch_geometric.data import Data
 
 from graphattn import GraphSelfAttention, NodeClassifier
 from graphattn.train import CheckpointError, fit, load_checkpoint, save_checkpoint, task_loss
+from graphattn.train.loop import scheduled_lr
 
 QUIET = dict(progress=False, log=lambda s: None)
 
@@ -180,7 +181,9 @@ def test_undefined_validation_auc_early_stops_on_validation_loss():
 
 
 @pytest.mark.parametrize("kwargs, match", [(dict(grad_clip=0.0), "grad_clip"), (dict(grad_clip=-1.0), "grad_clip"),
-                                           (dict(epochs=-1), "epochs"), (dict(patience=-1), "patience")])
+                                           (dict(epochs=-1), "epochs"), (dict(patience=-1), "patience"),
+                                           (dict(schedule="step"), "schedule must be one of"),
+                                           (dict(warmup=-1), "warmup must be"), (dict(warmup=1.5), "warmup must be")])
 def test_fit_argument_checks(kwargs, match):
     loaders, fwd = _binary_data()
     with pytest.raises(ValueError, match=match):
@@ -286,3 +289,41 @@ def test_fit_accepts_numpy_scalar_aux_and_lazy_layers_name_dtype_errors():
     with pytest.raises(TypeError, match="has dtype torch.float64"):
         layer((torch.randn(3, 5, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)),
               torch.tensor([[0, 1], [1, 0]]))
+
+
+def test_scheduled_lr_warms_up_then_decays_to_near_zero_over_the_run():
+    assert [scheduled_lr(1.0, e, 10, "constant", 3) for e in (1, 2, 3, 4, 10)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    cos = [scheduled_lr(1.0, e, 10, "cosine", 2) for e in range(1, 11)]
+    assert cos[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])  # warm-up, then the full rate at its first epoch
+    assert all(a > b for a, b in zip(cos[2:], cos[3:])) and 0 < cos[-1] < 0.05  # decays, never exactly 0
+    assert scheduled_lr(1.0, 6, 10, "cosine") == pytest.approx(0.5)  # half-way through a run without warm-up
+
+
+def test_fit_follows_the_schedule_and_a_resumed_run_continues_it(tmp_path, monkeypatch):
+    loaders, fwd = _binary_data()
+    seen = []
+    step = torch.optim.Adam.step
+
+    def record(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", record)
+    full = fit(_model(), loaders, fwd, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, **QUIET)
+    assert seen == pytest.approx([scheduled_lr(0.1, e, 6, "cosine", 1) for e in range(1, 7)])
+    calls = []
+
+    def killed(m, b, split):  # the run is killed in its 4th epoch, after 3 saved ones
+        calls.append(split)
+        if calls.count("train") == 4:
+            raise KeyboardInterrupt
+        return fwd(m, b, split)
+
+    with pytest.raises(KeyboardInterrupt):
+        fit(_model(), loaders, killed, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1,
+            out_dir=tmp_path, **QUIET)
+    seen.clear()
+    res = fit(_model(), loaders, fwd, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1,
+              out_dir=tmp_path, resume=True, **QUIET)
+    assert seen == pytest.approx([scheduled_lr(0.1, e, 6, "cosine", 1) for e in range(4, 7)])
+    assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in full["history"]], abs=1e-6)

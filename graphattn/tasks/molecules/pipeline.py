@@ -150,6 +150,7 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
         pw = pw.to(model_device(model))
     res = fit(model, loaders, forward, kind="binary", epochs=hp["epochs"], lr=hp["lr"],
               weight_decay=hp["weight_decay"], patience=hp["patience"], pos_weight=pw, seed=seed,
+              schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
               out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
     out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
            "seconds_per_epoch": res["seconds_per_epoch"],

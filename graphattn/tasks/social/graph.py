@@ -33,7 +33,7 @@ __all__ = ["graph_defaults", "graph_dataset_specific_defaults", "graph_model_spe
 
 
 _BASE = dict(hidden=64, layers=3, epochs=100, lr=1e-3, dropout=0.2, weight_decay=0.0,
-             global_tokens=1, pe_dim=0, patience=None, readout="mean",
+             global_tokens=1, pe_dim=0, patience=None, readout="mean", schedule="constant", warmup=0,
              baseline_readout=None)  # readout of the PyG baselines where it differs from ours' (None: readout)
 _PER_DATASET: Dict[str, Dict[str, Any]] = {
     # REDDIT-BINARY has graphs of 6 to 3,782 nodes: for ours a sum readout made training collapse
@@ -127,6 +127,7 @@ def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=No
     model = build_model(model_spec).to(resolve_device(device))
     return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), kind="multiclass",
                epochs=hp["epochs"], lr=hp["lr"], weight_decay=hp["weight_decay"], patience=hp.get("patience"),
+               schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
                seed=seed, out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
 
 
