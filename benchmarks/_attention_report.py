@@ -8,7 +8,7 @@ import _harness as H
 from _inputs import molecule_like_edges
 
 __all__ = ["IN_CHANNELS", "OUT_CHANNELS", "HEADS", "DTYPE_BYTES", "REF_TC", "REF_GAT", "CASES", "ROWS",
-           "case_size", "case_label", "estimated_peak_bytes", "floor_row", "add_ratios", "render"]
+           "case_size", "case_label", "estimated_peak_bytes", "floor_row", "add_ratios", "compile_ratios", "render"]
 
 IN_CHANNELS, OUT_CHANNELS, HEADS, DTYPE_BYTES = 128, 32, 4, 4
 REF_TC, REF_GAT = "TransformerConv", "GATConv"
@@ -26,9 +26,11 @@ CASES = {
     "random-2k": {"kind": "random", "N": 2_000, "E": 40_000, "group": "quick"},
     "molecules-16": {"kind": "molecules", "graphs": 16, "group": "quick"},
 }
-# Rows: layer name -> how to build it (see attention.build_layer). Extend here (e.g. compile, bf16).
+# Rows: layer name -> how to build it (see attention.build_layer). Extend here (e.g. bf16).
+# "compile": run torch.compile(layer, fullgraph=True) (only with --compile).
 ROWS = {
     "ours (auto)": {"layer": "ours", "impl": "auto"},
+    "ours (compiled)": {"layer": "ours", "impl": "auto", "compile": True},
     "ours (chunked)": {"layer": "ours", "impl": "chunked"},
     REF_TC: {"layer": "TransformerConv"},
     REF_GAT: {"layer": "GATConv"},
@@ -104,6 +106,17 @@ def add_ratios(results: list) -> None:
             r[f"mem_vs_{key}"] = r["peak_delta_mb"] / ref_r["peak_delta_mb"] if ok else None
 
 
+def compile_ratios(results: list) -> list:
+    """``(case label, compiled time / eager time)`` for every case with both ``ours (compiled)`` and
+    ``ours (auto)`` measured."""
+    by_case = {}
+    for r in results:
+        if "time_s" in r:
+            by_case.setdefault(r["case_name"], {})[r["row"]] = r
+    return [(rows["ours (compiled)"]["label_case"], rows["ours (compiled)"]["time_s"] / rows["ours (auto)"]["time_s"])
+            for rows in by_case.values() if "ours (compiled)" in rows and "ours (auto)" in rows]
+
+
 def render(results: list, floors: list, bw: dict, memory_label: str = "peak ΔRSS (MB)") -> str:
     x = lambda v: "n/a" if v is None else f"{v:.2f}×"  # noqa: E731
     rows = []
@@ -122,6 +135,10 @@ def render(results: list, floors: list, bw: dict, memory_label: str = "peak ΔRS
     notes = [f"- {r['label_case']} / {r['row']}: {r['error']}" for r in results if "error" in r]
     if notes:
         text += ["", "Not measured:"] + notes
+    compiled = compile_ratios(results)
+    if compiled:
+        text += ["", "torch.compile(layer, fullgraph=True) vs the same layer in eager mode (fwd+bwd time):"]
+        text += [f"- {label}: {ratio:.2f}× the eager time" for label, ratio in compiled]
     frows = [[f["label_case"], f"{f['fwd_bytes'] / 1e9:.3g}", f"{bw['gather_GBps'][f['case_name']]:.3g}",
               H.fmt(f["fwd_floor_copy_s"]), H.fmt(f["fwd_floor_gather_s"]), H.fmt(f.get("ours_fwd_s")),
               x(f.get("gap_fwd")), H.fmt(f["total_floor_s"]), H.fmt(f.get("ours_time_s")),

@@ -17,8 +17,10 @@ __all__ = ["DEVICES", "resolve_device", "synchronize", "PeakMemory", "memory_lab
 
 DEVICES = ("cpu", "cuda")
 
-# autograd node name fragment -> backend (first match wins)
-_BACKEND_NODES = (("Triton", "fused Triton"), ("Fused", "fused C++"), ("ChunkedEdgeAttention", "chunked PyTorch"),
+# autograd node name fragment -> backend (first match wins); the custom ops' nodes (a direct call of
+# graphattn::*_attention_fwd) are named GeneratedBackwardFor_graphattn_<op>_defaultBackward
+_BACKEND_NODES = (("Triton", "fused Triton"), ("triton_attention", "fused Triton"), ("Fused", "fused C++"),
+                  ("fused_attention", "fused C++"), ("ChunkedEdgeAttention", "chunked PyTorch"),
                   ("ScaledDotProduct", "SDPA"), ("EdgeAggregate", "chunked PyTorch (relu/sigmoid)"))
 
 

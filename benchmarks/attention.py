@@ -10,6 +10,7 @@ See benchmarks/README.md for the method.
     python benchmarks/attention.py --large         # + N=200k / E=5M
     python benchmarks/attention.py --quick         # tiny sizes, seconds (smoke test)
     python benchmarks/attention.py --tuned-malloc  # MALLOC_MMAP_MAX_=0 ... for ALL rows
+    python benchmarks/attention.py --compile       # + torch.compile(layer, fullgraph=True)
 """
 from __future__ import annotations
 
@@ -87,6 +88,16 @@ def build_layer(row: dict, device: str = "cpu"):
 
 
 # ----------------------------------------------------------------------------- workers
+def _release_freed_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc's ``malloc_trim``; a no-op elsewhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def layer_worker(spec: dict) -> dict:
     import torch
 
@@ -98,8 +109,11 @@ def layer_worker(spec: dict) -> dict:
     xs = tuple(t.to(device).requires_grad_(True) for t in (x if isinstance(x, tuple) else (x,)))
     x = xs if len(xs) == 2 else xs[0]  # (x_src, x_dst) for a bipartite case
     edge_index, layer = edge_index.to(device), layer.to(device)
-    meter = D.PeakMemory(device)
-    meter.start()  # baseline: imports + inputs + parameters
+    compiled = bool(ROWS[spec["row"]].get("compile"))
+    if compiled:  # the kernels are named from an eager call: a compiled graph's autograd node hides them
+        kernels = " + ".join(D.attention_backends(layer(x, edge_index)))
+        note = f"torch.compile, fullgraph: {kernels}" + (f" ({note})" if note else "")
+        layer = torch.compile(layer, fullgraph=True)
     ran = []
 
     def step():
@@ -118,10 +132,20 @@ def layer_worker(spec: dict) -> dict:
             ran.append(" + ".join(D.attention_backends(out)))
         return {"fwd": t1 - t0, "total": t2 - t0}
 
+    if compiled:  # compile (forward and backward graphs) before the memory baseline and the timings
+        step()
+        step()
+        _release_freed_memory()  # the memory of these runs counts from the baseline on, as for eager rows
+    meter = D.PeakMemory(device)
+    meter.start()  # baseline: imports + inputs + parameters (+ the compiled code)
     times = H.time_repeats(step, spec["warmup"], spec["repeats"], spec["min_time"])
     total, fwd = H.summarize(times["total"]), H.summarize(times["fwd"])
-    backend = note if ROWS[spec["row"]]["layer"] != "ours" else (
-        (ran[0] or "?") + (f" ({note})" if note else "") + (f" on {device.type}" if device.type != "cpu" else ""))
+    where = f" on {device.type}" if device.type != "cpu" else ""
+    if compiled:
+        backend = note + where
+    else:
+        backend = note if ROWS[spec["row"]]["layer"] != "ours" else (
+            (ran[0] or "?") + (f" ({note})" if note else "") + where)
     return {"backend": backend, "time_s": total["median"], "time_q1_s": total["q1"],
             "time_q3_s": total["q3"], "time_min_s": total["min"], "fwd_s": fwd["median"],
             "repeats": total["n"], "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -159,6 +183,9 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu", choices=D.DEVICES,
                    help="cuda: synchronized timers, peak CUDA memory ('ours (auto)' = the Triton kernels there, "
                         "when triton is installed)")
+    p.add_argument("--compile", action="store_true",
+                   help="add the row 'ours (compiled)': torch.compile(layer, fullgraph=True), compiled (two "
+                        "untimed runs) before the memory baseline, then timed like the others")
     p.add_argument("--tuned-malloc", action="store_true",
                    help="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1e11 for every row")
     p.add_argument("--mem-cap-gb", type=float, default=20.0,
@@ -195,7 +222,7 @@ def main(argv=None) -> int:
     else:
         groups = {"quick"} if args.quick else ({"default", "large"} if args.large else {"default"})
         names = [n for n, c in CASES.items() if c["group"] in groups]
-    row_names = args.rows or list(ROWS)
+    row_names = args.rows or [r for r in ROWS if args.compile or not ROWS[r].get("compile")]
     cuda = args.device == "cuda"
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)

@@ -28,8 +28,8 @@ from torch import Tensor
 from graphattn.ops import extension, fused_cpp, fused_triton
 from graphattn.ops.chunked import ChunkedEdgeAttention, check_edge_attention_args, chunk_edges
 from graphattn.ops.csr import EdgeCSR
-from graphattn.ops.dense import complete_graph_sizes, prefer_dense, sdpa_attention
-from graphattn.utils.validation import check_bias_dtype, check_tensor_shape
+from graphattn.ops.dense import dense_plan, sdpa_attention
+from graphattn.utils.validation import check_bias_dtype, check_tensor_shape, scans_values
 
 __all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
 
@@ -101,12 +101,12 @@ def check_all_finite(items: Sequence[Tuple[str, Optional[Tensor], bool]]) -> Non
     ``items``: ``(name, tensor or None, allow_neg_inf)`` triples (``allow_neg_inf``: ``-inf``
     is fine, e.g. a masked score). One ``aminmax`` pass per tensor and a single blocking
     ``bool()`` for all of them; the per-tensor counts are computed only when one fails.
-    Skipped under ``torch.compile`` (a data-dependent branch would break the graph).
+    Only tensors :func:`~graphattn.utils.validation.scans_values` picks are scanned: CPU tensors,
+    any device under ``torch.autograd.set_detect_anomaly(True)``, nothing under ``torch.compile``
+    (so a CUDA forward or backward never waits on this check).
     """
-    if torch.compiler.is_compiling():
-        return
     live = [(n, t, neg) for n, t, neg in items
-            if t is not None and t.numel() > 0 and t.is_floating_point()]
+            if t is not None and t.numel() > 0 and t.is_floating_point() and scans_values(t)]
     if not live:
         return
     flags = [_finite_flag(t, neg) for _, t, neg in live]
@@ -179,8 +179,10 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
             the fused Triton kernels for the same on CUDA float32 without returned weights,
             else chunked; on CUDA complete graphs always take SDPA), ``"dense"``, ``"fused"`` or
-            ``"chunked"``. Under ``torch.compile`` the fused kernels run eagerly behind a graph
-            break (``torch.compiler.disable``); the other paths are traced.
+            ``"chunked"``. ``torch.compile`` traces every path; the fused kernels are custom ops
+            (``graphattn::fused_attention_fwd``, ``graphattn::triton_attention_fwd``), and traced
+            ``"auto"`` calls skip the complete-graph test (it reads the graph): they take the edge
+            kernels, with the same result.
 
     Returns:
         ``out`` ``(N, H, C')``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
@@ -189,7 +191,8 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     Raises:
         ValueError: for bad shapes, and when ``q``, ``k``, ``v``, ``edge_key``,
             ``edge_value`` or ``att`` hold NaN/inf or ``bias`` holds NaN/+inf (one ``aminmax``
-            per tensor, one device sync for all; skipped under ``torch.compile``): the fused
+            per tensor; on CPU tensors, on CUDA only under ``torch.autograd.set_detect_anomaly``
+            (it would be a device sync per call), never under ``torch.compile``): the fused
             kernel would zero a NaN row and the chunked path return NaN, so neither is allowed
             to happen silently. (``_check=False`` skips these value checks: internal callers
             such as :class:`~graphattn.nn.attention.GraphSelfAttention`, which check their own
@@ -249,13 +252,15 @@ def _fast_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, batch: Optional[Te
     plain = score == "dot" and edge_key is None and edge_value is None and not return_weights
     kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_weights)
     if impl in ("auto", "dense") and plain and bias is None:
-        sizes = complete_graph_sizes(csr, batch)
+        # read once per graph, cached on csr; traced (torch.compile), the completeness test would
+        # branch on the graph's data: "auto" then takes the edge kernels (same result)
+        plan = None if impl == "auto" and torch.compiler.is_compiling() else dense_plan(csr, batch)
         # Complete graphs go to SDPA unless padding them would waste more than the fused C++
         # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py, CPU only;
         # on CUDA complete graphs always take SDPA: that crossover has not been measured).
-        if sizes is not None and (impl == "dense" or kind != "cpp" or prefer_dense(sizes)
-                                  or not extension.fused_available()):
-            return sdpa_attention(q, k, v, sizes, dropout=p_drop)
+        if plan is not None and (impl == "dense" or kind != "cpp" or plan.prefer
+                                 or not extension.fused_available()):
+            return sdpa_attention(q, k, v, plan.sizes, dropout=p_drop, length=plan.length)
     if impl == "dense":
         raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
                          "given batch), score='dot', no bias, edge features or returned weights")

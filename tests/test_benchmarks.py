@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from graphattn.ops import extension
 from graphattn.testing import shared_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +57,26 @@ def test_results_are_finite_and_written(quick_run):
     assert floor["floor_basis"] == "gather"  # CPU: gaps against the random-gather floor
     assert floor["total_floor_s"] == pytest.approx(floor["total_floor_gather_s"])
     assert out.with_suffix(".csv").read_text().startswith("case_name,")
+
+
+@pytest.mark.slow
+def test_compiled_row_runs_next_to_eager_and_pyg(tmp_path):
+    """``--compile`` adds ``ours (compiled)`` (torch.compile, fullgraph) to the same run and says how its
+    time compares with the eager layer's."""
+    pytest.importorskip("torch_geometric")
+    if not extension.fused_available():
+        pytest.skip(f"fused C++ kernel unavailable: {extension.build_error()}")
+    out = tmp_path / "attention.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--cases", "molecules-16", "--compile",
+                           "--rows", "ours (auto)", "ours (compiled)", "TransformerConv", "--threads", "1",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = {r["row"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"ours (auto)", "ours (compiled)", "TransformerConv"}
+    for r in results.values():
+        assert "error" not in r and r["time_s"] > 0, r
+    assert results["ours (compiled)"]["backend"].startswith("torch.compile, fullgraph: fused C++"), results
+    assert "torch.compile(layer, fullgraph=True) vs the same layer in eager mode" in proc.stdout
 
 
 # ----------------------------------------------------------------------------- crossover.py

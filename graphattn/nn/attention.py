@@ -98,9 +98,10 @@ class GraphSelfAttention(MessagePassing):
 
     Gradients: second derivatives (``create_graph=True``, gradient penalties) are exact on
     the fused and chunked backends; the SDPA one (complete graphs, ``impl="auto"|"dense"``)
-    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there. ``torch.compile(layer)``
-    works: the fused kernels (C++ on CPU, Triton on CUDA) run eagerly behind a graph break,
-    the rest is compiled.
+    raises on CPU, so use ``impl="fused"`` or ``"chunked"`` there (in eager mode: compiled
+    backward graphs are once-differentiable). ``torch.compile(layer, fullgraph=True)`` works: the
+    fused kernels (C++ on CPU, Triton on CUDA) are custom ops it traces through, and the CSR view
+    is built inside the graph (pass ``num_graphs`` to the models for a graph without breaks).
 
     PyG interop: it is a ``MessagePassing`` subclass (it never calls ``propagate``; the
     attention kernels replace message and aggregate), so ``to_hetero`` makes one copy per edge
@@ -229,8 +230,11 @@ class GraphSelfAttention(MessagePassing):
 
         ``x`` and ``edge_attr`` must be finite and ``attn_bias`` free of NaN and +inf
         (``-inf`` hides an edge), else ``ValueError``: NaN would silently zero (fused kernel)
-        or poison (chunked path) the whole target row. With ``return_attention_weights`` the
-        returned ``alpha`` ``(E, H)`` is detached unless the layer has ``weights_grad``."""
+        or poison (chunked path) the whole target row. That scan runs on CPU tensors; on CUDA
+        it would make every call wait for the GPU, so it runs there only under
+        ``torch.autograd.set_detect_anomaly(True)`` (see ``docs/reliability.md``). With
+        ``return_attention_weights`` the returned ``alpha`` ``(E, H)`` is detached unless the
+        layer has ``weights_grad``."""
         refuse_tracing()
         if self.explain and self.normalization != "softmax":
             raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
@@ -301,8 +305,9 @@ class GraphSelfAttention(MessagePassing):
 
     def _check_values(self, x_src: Tensor, x_dst: Optional[Tensor], bipartite: bool, parts,
                       edge_attr: Optional[Tensor], attn_bias: Optional[Tensor]) -> None:
-        """``ValueError`` naming the user's tensor that holds NaN or inf, one device sync
-        (skipped under torch.compile); q, k, v and the projected edge features derive from them,
+        """``ValueError`` naming the user's tensor that holds NaN or inf, one host read (on CPU
+        tensors, or under anomaly detection: :func:`~graphattn.utils.validation.scans_values`;
+        never under torch.compile); q, k, v and the projected edge features derive from them,
         so the attention call skips its checks. A NaN or inf anywhere in a row of ``x`` reaches
         every projection of that row, so the smaller of ``x`` and one of its projections is scanned;
         only when that finds one are the inputs themselves scanned, to name the culprit."""

@@ -6,7 +6,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.utils.validation import check_dtype, check_features, mark_index_checked
+from graphattn.utils.memo import recall, remember
+from graphattn.utils.validation import check_dtype, check_features, mark_index_checked, scans_values
 
 __all__ = ["FeatureEncoder", "GraphFeatureNorm", "gcn_normalized_graph", "graph_feature_input", "raise_non_finite_pe"]
 
@@ -42,6 +43,7 @@ class FeatureEncoder(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         given = tuple(x.shape)  # named in errors as the user passed it (a 1-D x is read as one column)
+        owner = x  # the caller's tensor: facts read from its values are remembered for it
         if x.dim() == 1:
             x = x[:, None]
         if x.size(-1) != self.in_channels:
@@ -54,19 +56,25 @@ class FeatureEncoder(nn.Module):
             check_dtype(x, self.lin.weight.dtype, self.name, "the model")
             check_features(x, self.in_channels, self.name)  # NaN/inf named on the user's tensor
             return self.lin(x)
-        self._check_codes(x)
+        self._check_codes(x, owner)
         out = self.embeddings[0](x[:, 0])
         for c in range(1, self.in_channels):
             out = out + self.embeddings[c](x[:, c])
         return out
 
-    def _check_codes(self, x: Tensor) -> None:
+    def _check_codes(self, x: Tensor, owner: Tensor) -> None:
+        """Codes ``x`` ``(N, F)`` within their vocabularies; read once per tensor (one device sync)
+        and remembered for the caller's tensor ``owner`` (:mod:`graphattn.utils.memo`)."""
         if x.is_floating_point():
             raise TypeError(f"categorical {self._kind} features ({self.name}) must be integers, got {x.dtype}")
-        if x.numel() and bool(((x < 0) | (x > self._max)).any()):  # one device sync
+        tag = ("codes in vocabulary", tuple(self.vocab_sizes))
+        if x.numel() == 0 or recall(tag, owner, default=False):
+            return
+        if bool(((x < 0) | (x > self._max)).any()):  # one device sync per tensor
             col = int(((x < 0) | (x > self._max)).any(0).nonzero()[0])
             raise ValueError(f"categorical {self._kind} feature: {self.name} column {col} has values outside "
                              f"[0, {self.vocab_sizes[col]}): min {int(x[:, col].min())}, max {int(x[:, col].max())}")
+        remember(tag, True, owner)
 
     @property
     def _kind(self) -> str:
@@ -76,15 +84,24 @@ class FeatureEncoder(nn.Module):
         """Distinct rows of categorical ``x`` ``(E, F)``: ``(codes (U, F), index (E,))`` with
         ``x == codes[index]``. ``self(codes)[index]`` equals ``self(x)`` and anything linear
         applied after the encoder can run on U rows instead of E (molecules have ~10 distinct
-        bond-feature rows per batch of thousands of bonds)."""
+        bond-feature rows per batch of thousands of bonds). Computed once per tensor (``unique``
+        reads the device) and remembered for ``x`` (:mod:`graphattn.utils.memo`)."""
         if self.vocab_sizes is None:
             raise ValueError("unique_rows needs categorical features (vocab_sizes)")
-        given = tuple(x.shape)
+        given, owner = tuple(x.shape), x
         if x.dim() == 1:
             x = x[:, None]
         if x.dim() != 2 or x.size(-1) != self.in_channels:
             raise ValueError(f"features must have {self.in_channels} columns, got shape {given}")
-        self._check_codes(x)
+        self._check_codes(x, owner)
+        tag = ("distinct rows", tuple(self.vocab_sizes))
+        hit = recall(tag, owner)
+        if hit is not None:
+            return hit
+        return remember(tag, self._distinct_rows(x), owner)
+
+    def _distinct_rows(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """:meth:`unique_rows` of checked codes ``x`` ``(E, F)``, computed."""
         radix = [1]
         for v in self.vocab_sizes[:-1]:
             radix.append(radix[-1] * max(int(v), 1))
@@ -131,7 +148,8 @@ class GraphFeatureNorm(nn.Module):
     travel in the state dict and checkpoints), set once from the training graphs with
     :meth:`fit` before training (identity until then). Columns constant on the training set
     get ``std = 1``; the clamp keeps molecules far outside the training distribution finite
-    and bounded. Non-finite inputs are an error.
+    and bounded. Non-finite inputs are an error (checked on CPU tensors, and on CUDA under
+    ``torch.autograd.set_detect_anomaly(True)``: :func:`~graphattn.utils.validation.scans_values`).
 
     Shapes: f ``(B, D)`` -> ``(B, D)``.
     """
@@ -160,7 +178,7 @@ class GraphFeatureNorm(nn.Module):
     def forward(self, f: Tensor) -> Tensor:
         if f.dim() != 2 or f.size(1) != self.dim:
             raise ValueError(f"graph features must have shape (B, {self.dim}), got {tuple(f.shape)}")
-        if not torch.isfinite(f).all():
+        if scans_values(f) and not bool(torch.isfinite(f).all()):  # CPU (or anomaly mode): no device sync
             raise ValueError("graph features contain NaN or infinite values")
         return ((f - self.mean) / self.std).clamp(-self.clip, self.clip)
 

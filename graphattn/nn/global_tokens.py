@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.ops.padding import check_batch
+from graphattn.utils.memo import recall, remember
 from graphattn.utils.validation import check_edge_index, check_int, check_row_index, mark_index_checked
 
 __all__ = ["GlobalTokens", "TokenGraph"]
@@ -87,43 +88,61 @@ class GlobalTokens(nn.Module):
                 edge_attr_index: Optional[Tensor] = None, check_range: bool = True) -> TokenGraph:
         if x.dim() != 2 or x.size(1) != self.channels:
             raise ValueError(f"x must have shape (N, {self.channels}), got {tuple(x.shape)}")
-        N, G, dev = x.size(0), self.num_tokens, x.device
+        N, dev = x.size(0), x.device
         check_edge_index(edge_index, N, check_range=check_range)  # an id >= N would silently hit a token
         E = edge_index.size(1)
-        if batch is None:
-            batch = torch.zeros(N, dtype=torch.long, device=dev)
-        B = num_graphs = check_batch(batch, N, num_graphs, check_range=check_range or num_graphs is None)
-        batch = batch.long()
+        if batch is None:  # one graph (or num_graphs, the others empty): nothing to read
+            B = num_graphs = 1 if num_graphs is None else check_int("num_graphs", num_graphs, 1 if N else 0)
+        else:
+            B = num_graphs = check_batch(batch, N, num_graphs, check_range=check_range or num_graphs is None)
         edge_attr, edge_attr_index = self._check_edge_attr(edge_attr, edge_attr_index, E)
-        nodes = torch.arange(N, device=dev)
+        edge_index, batch, kinds = self.token_graph(edge_index, batch, N, B, dev)
+        x = torch.cat([x, self.tokens.to(x.dtype).repeat(B, 1)], dim=0)  # (N + B*G, C)
+        if self.edge_emb is not None:
+            if edge_attr_index is not None:  # table form: two more rows, index per edge
+                edge_attr_index = torch.cat([edge_attr_index.to(dev), kinds + edge_attr.size(0)])
+                edge_attr = torch.cat([edge_attr, self.edge_emb.to(edge_attr.dtype)], dim=0)
+                # built from checked parts: the attention layers' row checks skip the scan
+                mark_index_checked(edge_attr_index, edge_attr.size(0))
+            else:
+                edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
+        return TokenGraph(x, edge_index, edge_attr, batch, N, B, edge_attr_index)
+
+    def token_graph(self, edge_index: Tensor, batch: Optional[Tensor], N: int, B: int,
+                    device) -> Tuple[Tensor, Tensor, Tensor]:
+        """The structure of the batch with tokens: ``(edge_index (2, E + 2*N*G + B*G*G), batch
+        (N + B*G,), kinds (2*N*G + B*G*G,))``, ``kinds`` 0 for node->token and 1 for the other token
+        edges. It depends on the graph only, so it is built once per ``(edge_index, batch)`` pair
+        of tensors and remembered for them (:mod:`graphattn.utils.memo`): a second call with the
+        same graph returns the same tensors, whose CSR view the attention layers have cached.
+        ``edge_index`` and ``batch`` must be checked (ids in ``[0, N)`` and ``[0, B)``)."""
+        G = self.num_tokens
+        tag = ("global token graph", int(N), int(B), G, str(device))
+        hit = recall(tag, edge_index, batch)
+        if hit is not None:
+            return hit
+        given = batch
+        batch = torch.zeros(N, dtype=torch.long, device=device) if batch is None else batch.long()
+        nodes = torch.arange(N, device=device)
         # token ids of every node's graph: (N, G)
-        tok_of_node = N + batch[:, None] * G + torch.arange(G, device=dev)[None, :]
+        tok_of_node = N + batch[:, None] * G + torch.arange(G, device=device)[None, :]
         node_rep = nodes[:, None].expand(N, G).reshape(-1)
         tok_rep = tok_of_node.reshape(-1)
         # tokens of the same graph attend to each other (and themselves): (B*G*G,) pairs
-        tok_ids = N + torch.arange(B * G, device=dev).view(B, G)
+        tok_ids = N + torch.arange(B * G, device=device).view(B, G)
         tt_src = tok_ids[:, None, :].expand(B, G, G).reshape(-1)
         tt_dst = tok_ids[:, :, None].expand(B, G, G).reshape(-1)
         new_edges = torch.stack([
             torch.cat([node_rep, tok_rep, tt_src]),  # sources: node->token, token->node, token->token
             torch.cat([tok_rep, node_rep, tt_dst]),
         ])
-        edge_index = torch.cat([edge_index.to(dev), new_edges], dim=1)
-        x = torch.cat([x, self.tokens.to(x.dtype).repeat(B, 1)], dim=0)  # (N + B*G, C)
-        batch = torch.cat([batch, torch.arange(B, device=dev).repeat_interleave(G)])
-        if self.edge_emb is not None:
-            kinds = torch.cat([torch.zeros(N * G, dtype=torch.long, device=dev),
-                               torch.ones(N * G + B * G * G, dtype=torch.long, device=dev)])
-            if edge_attr_index is not None:  # table form: two more rows, index per edge
-                edge_attr_index = torch.cat([edge_attr_index.to(dev), kinds + edge_attr.size(0)])
-                edge_attr = torch.cat([edge_attr, self.edge_emb.to(edge_attr.dtype)], dim=0)
-            else:
-                edge_attr = torch.cat([edge_attr, self.edge_emb[kinds].to(edge_attr.dtype)], dim=0)
-        # Built from checked parts: the attention layers' CSR build / row checks skip the scans.
-        mark_index_checked(edge_index, N + B * G)
-        if edge_attr_index is not None:
-            mark_index_checked(edge_attr_index, edge_attr.size(0))
-        return TokenGraph(x, edge_index, edge_attr, batch, N, B, edge_attr_index)
+        out = torch.cat([edge_index.to(device), new_edges], dim=1)
+        # Built from checked parts: the attention layers' CSR build skips the range scan.
+        mark_index_checked(out, N + B * G)
+        out_batch = torch.cat([batch, torch.arange(B, device=device).repeat_interleave(G)])
+        kinds = torch.cat([torch.zeros(N * G, dtype=torch.long, device=device),
+                           torch.ones(N * G + B * G * G, dtype=torch.long, device=device)])
+        return remember(tag, (out, out_batch, kinds), edge_index, given)
 
     def _check_edge_attr(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor],
                          E: int) -> Tuple[Optional[Tensor], Optional[Tensor]]:

@@ -62,9 +62,18 @@ def _versions(t: Tensor) -> tuple:
 
 def _looped(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Optional[Tensor], Tensor]:
     """``(looped, keep, kept)``: the graph without its self-loops plus one loop per node (PyG's
-    functions, PyG's edge order), the mask of the input edges kept (None when there was no
-    self-loop to remove) and the kept edges alone (what edge features are filled from)."""
+    functions, PyG's edge order), the ids of the input edges kept (None when there was no
+    self-loop to remove; ids rather than a mask, so selecting the kept rows of ``edge_attr`` on
+    every call reads nothing from the device) and the kept edges alone (what edge features are
+    filled from)."""
     sparse = edge_index.layout in _SPARSE_LAYOUTS
+    if torch.compiler.is_compiling() and not sparse:
+        # traced: no branch on the data, and one size symbol for the kept edges (their ids select
+        # both the edges and, in add_loops, their features)
+        plain = plain_tensor(edge_index)
+        ids = torch.arange(plain.size(1), device=plain.device)[plain[0] != plain[1]]  # (E',)
+        kept = plain.index_select(1, ids)
+        return add_self_loops(kept, num_nodes=num_nodes)[0], ids, kept
     kept, _ = remove_self_loops(edge_index)
     if sparse:  # the node count is the adjacency's min(size): PyG's rule for sparse input
         looped, _ = add_self_loops(kept)
@@ -72,7 +81,7 @@ def _looped(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Optional[Tensor
     looped, _ = add_self_loops(kept, num_nodes=num_nodes)
     plain = plain_tensor(edge_index)
     keep = plain[0] != plain[1]
-    return looped, (None if bool(keep.all()) else keep), kept
+    return looped, (None if bool(keep.all()) else keep.nonzero().view(-1)), kept  # (E',) ids
 
 
 def _cached_loops(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Optional[Tensor], Tensor]:
@@ -95,11 +104,6 @@ def _cached_loops(edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, Optional[
     return value
 
 
-# hidden from torch.compile: the identity-keyed lookup would guard a compiled frame on the tensor
-# object (a recompile per graph); it runs eagerly behind a graph break, as the CSR cache does
-_cached_loops_untraced = torch.compiler.disable(_cached_loops)
-
-
 def add_loops(edge_index: Tensor, edge_attr: Optional[Tensor], num_nodes: int,
               fill_value: Union[float, Tensor, str]) -> Tuple[Tensor, Optional[Tensor]]:
     """``(edge_index, edge_attr)`` with every self-loop removed and one loop per node
@@ -117,11 +121,13 @@ def add_loops(edge_index: Tensor, edge_attr: Optional[Tensor], num_nodes: int,
                                   "cannot follow the rebuilt adjacency (PyG's GATConv refuses this too); "
                                   "pass a (2, E) edge_index, or add the loops to the input yourself and "
                                   "build the layer with add_self_loops=False")
-    cached = _cached_loops_untraced if torch.compiler.is_compiling() else _cached_loops
-    looped, keep, kept = cached(edge_index, num_nodes)
+    # traced (torch.compile), the identity-keyed cache would guard the compiled frame on this tensor
+    # object (a recompile per graph): the looped graph is built inside the graph, as the CSR view is
+    build = _looped if torch.compiler.is_compiling() else _cached_loops
+    looped, keep, kept = build(edge_index, num_nodes)
     if edge_attr is None:
         return looped, None
     if keep is not None:
-        edge_attr = edge_attr[keep]
+        edge_attr = edge_attr.index_select(0, keep)
     _, edge_attr = add_self_loops(plain_tensor(kept), edge_attr, fill_value=fill_value, num_nodes=num_nodes)
     return looped, edge_attr

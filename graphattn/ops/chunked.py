@@ -168,25 +168,32 @@ def differentiable_grads(inputs, needs, grad_out: Tensor, recompute, aliases):
     return grads
 
 
-def differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout):
+def differentiable_backward(inputs, needs, dout: Tensor, rowptr: Tensor, col: Tensor, eid: Optional[Tensor],
+                            scale: float, shared: bool, aliases):
     """Gradients of a fused ``score="dot"`` attention as differentiable functions of the inputs
     and ``dout`` (plain torch ops, ``(E, H, C)`` temporaries): what ``create_graph=True`` needs
-    for second derivatives. The double-backward route of the fused C++ and Triton autograd
-    Functions; ``ctx`` carries their ``csr``, ``eid`` (per-edge tensors in input order when
-    not None), ``scale``, ``shared`` (one tensor as edge key and value) and ``aliases``."""
-    csr: EdgeCSR = ctx.csr
-    ev = edge_key if ctx.shared else edge_value
-    perm = csr.perm if ctx.eid is not None else None  # per-edge tensors in input order -> CSR
+    for second derivatives. The double-backward route of the fused C++ and Triton custom ops.
+    ``inputs`` = ``(q, k, v, bias, edge_key, edge_value)`` with ``needs`` their
+    ``needs_input_grad``; the graph is given by its CSR arrays ``rowptr``, ``col`` and ``eid``
+    (CSR position -> edge id: the per-edge tensors are in input order; None: in CSR order);
+    ``shared``: one tensor as edge key and value (``edge_value`` is then None);
+    ``aliases`` from :func:`input_aliases`."""
+    q, k, v, bias, edge_key, edge_value = inputs
+    N = rowptr.numel() - 1
+    row = torch.repeat_interleave(torch.arange(N, device=col.device), rowptr.diff(),
+                                  output_size=col.numel())  # (E,) target of each CSR position
+    perm = eid if eid is not None else torch.arange(col.numel(), device=col.device)
+    csr = EdgeCSR(N, perm, rowptr, row, col)
+    ev = edge_key if shared else edge_value
 
     def to_csr_order(t):
-        return t if t is None or perm is None else t[perm]
+        return t if t is None or eid is None else t[eid]
 
     def recompute():
         return edge_attention_autograd(q, k, v, to_csr_order(bias), to_csr_order(edge_key),
-                                       to_csr_order(ev), None, csr, "dot", ctx.scale, 0.0)
+                                       to_csr_order(ev), None, csr, "dot", scale, 0.0)
 
-    return differentiable_grads((q, k, v, bias, edge_key, edge_value), ctx.needs_input_grad[:6],
-                                dout, recompute, ctx.aliases)
+    return differentiable_grads(tuple(inputs), needs, dout, recompute, aliases)
 
 
 class ChunkedEdgeAttention(torch.autograd.Function):

@@ -103,6 +103,9 @@ def _build(edge_index: Tensor, num_nodes: int, num_src: Optional[int] = None) ->
     else:
         perm = torch.argsort(dst, stable=True)
     row, col = dst[perm], src[perm]
+    if torch.compiler.is_compiling():  # bincount's output size depends on the data: count by index_add
+        counts = torch.zeros(num_nodes, dtype=torch.long, device=dst.device).index_add_(0, dst, torch.ones_like(dst))
+        return EdgeCSR(num_nodes, perm, torch.cat([counts.new_zeros(1), counts.cumsum(0)]), row, col)
     counts = torch.bincount(dst, minlength=num_nodes)
     return EdgeCSR(num_nodes, perm, _counts_to_ptr(counts), row, col)
 
@@ -125,12 +128,12 @@ def to_csr(edge_index: Tensor, num_nodes: int, cache: bool = True,
     as node ``num_nodes + j`` (which has no incoming edge), so every attention kernel computes
     bipartite attention on stacked ``[targets; sources]`` tensors unchanged.
     """
-    if not cache or edge_index.is_inference():  # inference tensors have no version counter
-        return _build(edge_index, num_nodes, num_src)
     if torch.compiler.is_compiling():
         # traced, the identity-keyed lookup would guard the compiled frame on this tensor
-        # object and recompile for every new graph: it runs eagerly behind a graph break
-        return _cached_untraced(edge_index, num_nodes, num_src)
+        # object and recompile for every new graph: the view is built inside the graph
+        return _build(edge_index, num_nodes, num_src)
+    if not cache or edge_index.is_inference():  # inference tensors have no version counter
+        return _build(edge_index, num_nodes, num_src)
     return _cached(edge_index, num_nodes, num_src)
 
 
@@ -151,8 +154,6 @@ def _cached(edge_index: Tensor, num_nodes: int, num_src: Optional[int] = None) -
         _CACHE.popitem(last=False)
     return csr
 
-
-_cached_untraced = torch.compiler.disable(_cached)
 
 
 def clear_csr_cache() -> None:

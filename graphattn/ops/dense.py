@@ -9,7 +9,7 @@ detects that case (cached per graph/batch tensors, failing fast on the edge coun
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,8 @@ from torch import Tensor
 from graphattn.ops.csr import EdgeCSR
 from graphattn.ops.padding import check_batch
 
-__all__ = ["complete_graph_sizes", "sdpa_attention", "prefer_dense", "padded_length", "PAD_MULTIPLE"]
+__all__ = ["complete_graph_sizes", "dense_plan", "DensePlan", "sdpa_attention", "prefer_dense", "padded_length",
+           "PAD_MULTIPLE"]
 
 #: Graphs of unequal sizes are padded to the largest size rounded up to a multiple of this.
 #: Measured with ``benchmarks/crossover.py`` (CPU, torch 2.13 flash attention with a key
@@ -60,11 +61,21 @@ def prefer_dense(sizes: Tensor) -> bool:
     return waste <= min(L / DENSE_WASTE_SLOPE, MAX_DENSE_WASTE)
 
 
-def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[Tensor]:
-    """Graph sizes ``(B,)`` if every graph in the batch is complete (with self-loops), else None.
+class DensePlan(NamedTuple):
+    """How a batch of complete graphs runs on padded SDPA, read from the device once per graph:
+    ``sizes`` ``(B,)`` graph sizes, ``length`` the padded length L (:func:`padded_length`),
+    ``prefer`` whether SDPA should beat the fused CPU kernel (:func:`prefer_dense`)."""
+    sizes: Tensor
+    length: int
+    prefer: bool
+
+
+def dense_plan(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[DensePlan]:
+    """:class:`DensePlan` if every graph in the batch is complete (with self-loops), else None.
 
     Requires ``batch`` sorted (PyG's batching guarantees it); ``None`` means one graph.
-    The answer is cached on ``csr`` for this ``batch`` tensor.
+    The answer is cached on ``csr`` for this ``batch`` tensor, so only the first call for a
+    graph reads the device (the completeness test, L and the SDPA-or-kernel rule).
     """
     N, E = csr.num_nodes, csr.num_edges
     if batch is None:
@@ -74,16 +85,27 @@ def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Option
     else:
         check_batch(batch, N, check_range=False)  # type and shape (no sync); ids on a cache miss
         if batch.is_inference():  # no version counter: not cached
-            return _check_complete(csr, batch)
+            return _plan(_check_complete(csr, batch))
         key = (batch.data_ptr(), batch._version, batch.numel())
     cache = csr.__dict__.setdefault("_complete", {})
     if key in cache:
         return cache[key]
-    sizes = _check_complete(csr, batch)
+    plan = _plan(_check_complete(csr, batch))
     if len(cache) > 8:
         cache.clear()
-    cache[key] = sizes
-    return sizes
+    cache[key] = plan
+    return plan
+
+
+def _plan(sizes: Optional[Tensor]) -> Optional[DensePlan]:
+    return None if sizes is None else DensePlan(sizes, padded_length(sizes), prefer_dense(sizes))
+
+
+def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[Tensor]:
+    """Graph sizes ``(B,)`` if every graph in the batch is complete (with self-loops), else None
+    (``sizes`` of :func:`dense_plan`, cached on ``csr`` for this ``batch`` tensor)."""
+    plan = dense_plan(csr, batch)
+    return None if plan is None else plan.sizes
 
 
 def _check_complete(csr: EdgeCSR, batch: Optional[Tensor]) -> Optional[Tensor]:
@@ -122,18 +144,20 @@ def _check_complete(csr: EdgeCSR, batch: Optional[Tensor]) -> Optional[Tensor]:
     return sizes
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, sizes: Tensor, dropout: float = 0.0) -> Tensor:
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, sizes: Tensor, dropout: float = 0.0, *,
+                   length: Optional[int] = None) -> Tensor:
     """Full self-attention within each graph of a batch of consecutive node blocks.
 
     Args:
         q, k, v: ``(N, H, C)``, nodes of graph b are a consecutive block of ``sizes[b]`` rows.
         sizes: ``(B,)`` graph sizes summing to N. Unequal sizes are padded to
             :func:`padded_length` with the padded keys masked.
+        length: that padded length, if known (:attr:`DensePlan.length`): saves reading ``sizes``.
     Returns:
         ``(N, H, C)``, equal to edge attention on the complete graphs.
     """
     N, H, C = q.shape
-    B, L = sizes.numel(), padded_length(sizes)
+    B, L = sizes.numel(), (padded_length(sizes) if length is None else length)
     if L * B == N:  # equal sizes: a free view, no padding
         to_b = lambda t: t.reshape(B, L, H, t.size(-1)).transpose(1, 2)  # noqa: E731 (B, H, L, C)
         out = F.scaled_dot_product_attention(to_b(q), to_b(k), to_b(v), dropout_p=dropout)

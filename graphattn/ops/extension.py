@@ -164,6 +164,9 @@ def _build_without_ninja(build_dir: Path, verbose: bool) -> str:
             os.unlink(tmp)
 
 
+# torch.compile calls it once while tracing (building the kernel then, if needed) and keeps the
+# answer as a constant of the graph, instead of a graph break around the build
+@torch.compiler.assume_constant_result
 def fused_available() -> bool:
     """Whether the fused C++ kernel can be used (builds it on the first call)."""
     if disabled():

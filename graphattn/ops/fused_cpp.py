@@ -13,74 +13,198 @@ atomics). Per-edge tensors may be given in the caller's edge order (``edge_order
 the kernel reads them through ``csr.perm`` instead of permuting copies.
 
 The extension is built and loaded by :mod:`graphattn.ops.extension`
-(:func:`~graphattn.ops.extension.fused_available`).
+(:func:`~graphattn.ops.extension.fused_available`). Its forward and backward are registered as
+the custom ops ``graphattn::fused_attention_fwd`` / ``graphattn::fused_attention_bwd`` (and the
+CSC build as ``graphattn::build_csc``) with fake implementations and an autograd formula, so
+``torch.compile(model, fullgraph=True)`` traces through them.
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import guard_or_true
 
 from graphattn.ops import extension
 from graphattn.ops.chunked import differentiable_backward, input_aliases
 from graphattn.ops.csr import EdgeCSR
 
-__all__ = ["fused_edge_attention", "set_pds_budget", "csc_arrays"]
+__all__ = ["fused_edge_attention", "set_pds_budget", "csc_arrays", "fused_attention_fwd", "fused_attention_bwd",
+           "build_csc", "csc_index_small"]
 
-_EMPTY = torch.empty(0)
 EDGE_ORDERS = ("csr", "input")
+_INT32_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------- custom ops
+# The C++ kernels as torch.library custom ops: opaque to torch.compile (which traces through
+# them with the fake implementations below: output shapes from input sizes, no data read) and
+# differentiable through register_autograd. Every argument is a tensor or a scalar; the
+# EdgeCSR object is passed as its arrays (rowptr, col; eid = csr.perm for per-edge tensors in
+# input order; the CSC arrays of csc_arrays, None to build them in the backward). Eager calls
+# take the same functions through an autograd.Function (_FusedEdgeAttention), which is cheaper.
+
+def _kernel():
+    """The extension's operators, built or loaded first if this process has not yet (a compiled
+    graph may call the ops before anything else asked for the kernel)."""
+    if not extension.fused_available():
+        raise RuntimeError("graphattn fused C++ kernel is unavailable"
+                           + (f" ({extension.build_error()})" if extension.build_error() else ""))
+    return extension.ops()
+
+
+def _build_csc(rowptr: Tensor, col: Tensor, small: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(cptr (N+1,) int64, cperm (E,), ctgt (E,))``: the CSR ``rowptr``/``col`` sorted by source
+    (counting sort in C++); ``cperm``/``ctgt`` int32 with ``small`` (N and E must fit), else
+    int64. :func:`csc_index_small` gives ``small``."""
+    cptr, cperm, ctgt = _kernel().build_csc(rowptr, col)
+    if small != (cperm.dtype == torch.int32):
+        if small:
+            raise RuntimeError(f"build_csc: {col.numel()} edges do not fit int32 indices")
+        cperm, ctgt = cperm.long(), ctgt.long()
+    return cptr, cperm, ctgt
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
+             edge_value: Optional[Tensor], eid: Optional[Tensor], rowptr: Tensor, col: Tensor,
+             cptr: Optional[Tensor], cperm: Optional[Tensor], ctgt: Optional[Tensor], scale: float,
+             shared: bool, need_weights: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(out (N, H, C), lse (N, H), weights (E or 0, H))`` of the C++ forward. ``q, k, v`` and the
+    per-edge tensors have one width C; ``shared``: ``edge_key`` is also the edge value
+    (``edge_value`` is None). ``cptr, cperm, ctgt`` (:func:`csc_arrays`) are not read here:
+    they are kept for the backward, which builds them when they are None."""
+    ev = edge_key if shared else edge_value
+    return tuple(_kernel().forward(q, k, v, bias, edge_key, ev, eid, rowptr, col, scale, need_weights))
+
+
+def _backward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
+              edge_value: Optional[Tensor], eid: Optional[Tensor], rowptr: Tensor, col: Tensor,
+              cptr: Tensor, cperm: Tensor, ctgt: Tensor, lse: Tensor, dout: Tensor, scale: float,
+              shared: bool, need_q: bool, need_kv: bool, need_bias: bool, need_ek: bool,
+              need_ev: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``(gq, gk, gv, grad bias, grad edge_key, grad edge_value)`` of the C++ backward; those not
+    requested are empty ``(0,)`` (with ``shared``, grad edge_key holds both roles)."""
+    ev = edge_key if shared else edge_value
+    return tuple(_kernel().backward(q, k, v, bias, edge_key, ev, eid, rowptr, col, cptr, cperm, ctgt, lse,
+                                    dout, scale, need_q, need_kv, need_bias, need_ek, need_ev, shared))
+
+
+build_csc = torch.library.custom_op("graphattn::build_csc", _build_csc, mutates_args=())
+fused_attention_fwd = torch.library.custom_op("graphattn::fused_attention_fwd", _forward, mutates_args=())
+fused_attention_bwd = torch.library.custom_op("graphattn::fused_attention_bwd", _backward, mutates_args=())
+
+
+@build_csc.register_fake
+def _build_csc_fake(rowptr, col, small):
+    itype = torch.int32 if small else torch.int64
+    E = col.size(0)
+    return rowptr.new_empty(rowptr.size(0)), col.new_empty(E, dtype=itype), col.new_empty(E, dtype=itype)
+
+
+def csc_index_small(num_nodes, num_edges) -> bool:
+    """Whether the CSC arrays of a graph this size use int32 indices (as the C++ build picks:
+    N and E up to 2**31 - 1). A size known only at run time (a traced graph whose edge count
+    depends on the data) counts as fitting, without a guard."""
+    return guard_or_true(num_nodes <= _INT32_MAX) and guard_or_true(num_edges <= _INT32_MAX)
+
+
+@fused_attention_fwd.register_fake
+def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, scale, shared,
+              need_weights):
+    N, H = q.shape[:2]
+    return q.new_empty(q.shape), q.new_empty(N, H), q.new_empty(col.size(0) if need_weights else 0, H)
+
+
+@fused_attention_bwd.register_fake
+def _bwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, lse, dout, scale, shared,
+              need_q, need_kv, need_bias, need_ek, need_ev):
+    N, H, C = q.shape
+    E = col.size(0)
+
+    def grad(wanted, *shape):
+        return q.new_empty(shape if wanted else (0,))
+
+    return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, C),
+            grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
+            grad(need_ev and edge_value is not None and not shared, E, H, C))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, scale, shared, _ = inputs
+    _, lse, weights = output
+    # `out` is not saved: backward gets dout . out from the recomputed weights. The graph's index
+    # arrays are kept as they are, not saved for backward: a CSR view cached under inference
+    # mode holds inference tensors, which autograd refuses to save (and they need no version check)
+    ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, lse)
+    ctx.graph = (eid, rowptr, col, cptr, cperm, ctgt)
+    ctx.scale, ctx.shared = scale, shared
+    ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
+    ctx.mark_non_differentiable(lse, weights)
+
+
+def _gradients(ctx, dout: Tensor, backward, build_csc_fn):
+    """The autograd formula of the forward: gradients of its 15 inputs, from ``backward`` (the C++
+    backward) and ``build_csc_fn`` (the CSC build, when the forward got no cached arrays)."""
+    q, k, v, bias, edge_key, edge_value, lse = ctx.saved_tensors
+    eid, rowptr, col, cptr, cperm, ctgt = ctx.graph
+    need_q, need_k, need_v, need_b, need_ek, need_ev = needs = ctx.needs_input_grad[:6]
+    rest = (None,) * 9  # eid, rowptr, col, cptr, cperm, ctgt, scale, shared, need_weights
+    if not any(needs):
+        return (None,) * 6 + rest
+    if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (exact 2nd order)
+        return tuple(differentiable_backward((q, k, v, bias, edge_key, edge_value), needs, dout, rowptr, col,
+                                             eid, ctx.scale, ctx.shared, ctx.aliases)) + rest
+    need_kv = bool(need_k or need_v)
+    if not need_kv:
+        cptr = cperm = ctgt = rowptr.new_empty(0)
+    elif cptr is None:  # not cached (traced by torch.compile): built here, inside the graph
+        cptr, cperm, ctgt = build_csc_fn(rowptr, col, csc_index_small(rowptr.size(0) - 1, col.size(0)))
+    gq, gk, gv, gb, gek, gev = backward(
+        q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, lse,
+        dout.to(q.dtype).contiguous(), ctx.scale, ctx.shared, bool(need_q), need_kv, bool(need_b),
+        bool(need_ek), bool(need_ev))
+    pick = lambda need, g: g if need else None  # noqa: E731
+    return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
+            pick(need_ek, gek), pick(need_ev, gev)) + rest
+
+
+def _op_gradients(ctx, dout, _grad_lse, _grad_weights):
+    return _gradients(ctx, dout, fused_attention_bwd, build_csc)  # the custom ops: traced by torch.compile
+
+
+fused_attention_fwd.register_autograd(_op_gradients, setup_context=_setup_context)
+
+
+class _FusedEdgeAttention(torch.autograd.Function):
+    """Eager mode's route to the same forward and autograd formula: a custom op call costs
+    ~0.1-0.2 ms more per call (torch.library refills its 15-argument schema on every call)."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dout, _grad_lse, _grad_weights):
+        return _gradients(ctx, dout, _backward, _build_csc)
 
 
 def csc_arrays(csr: EdgeCSR):
     """Compact source-major copy of ``csr`` for the grad k / grad v pass, cached on ``csr``.
 
     ``(cptr (N+1,) int64, cperm (E,), ctgt (E,))`` with int32 ``cperm``/``ctgt`` when N and E
-    fit (a third of the bytes of :attr:`EdgeCSR.csc`), built by a counting sort in C++.
+    fit (a third of the bytes of :attr:`EdgeCSR.csc`), built by a counting sort in C++
+    (:func:`build_csc`).
     """
     cached = csr.__dict__.get("_fused_csc")
     if cached is None:
         cached = tuple(extension.ops().build_csc(csr.rowptr, csr.col))
         object.__setattr__(csr, "_fused_csc", cached)  # EdgeCSR is frozen; same as csr.csc
     return cached
-
-
-class _FusedEdgeAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, bias, edge_key, edge_value, csr, eid, scale, shared, need_weights):
-        ev = edge_key if shared else edge_value
-        out, lse, weights = extension.ops().forward(q, k, v, bias, edge_key, ev, eid, csr.rowptr, csr.col,
-                                         scale, need_weights)
-        # `out` is not saved: backward gets dout . out from the recomputed weights.
-        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, lse)
-        ctx.csr, ctx.eid, ctx.scale, ctx.shared = csr, eid, scale, shared
-        ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
-        ctx.mark_non_differentiable(weights)
-        return out, weights
-
-    @staticmethod
-    def backward(ctx, dout, _grad_weights):
-        q, k, v, bias, edge_key, edge_value, lse = ctx.saved_tensors
-        need_q, need_k, need_v, need_b, need_ek, need_ev = ctx.needs_input_grad[:6]
-        nothing = (None,) * 5
-        if not (need_q or need_k or need_v or need_b or need_ek or need_ev):
-            return (None,) * 6 + nothing
-        csr: EdgeCSR = ctx.csr
-        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (exact 2nd order)
-            return tuple(differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + nothing
-        need_kv = bool(need_k or need_v)
-        cptr, cperm, ctgt = csc_arrays(csr) if need_kv else (_EMPTY.long(),) * 3
-        dout = dout.to(q.dtype).contiguous()
-        ev = edge_key if ctx.shared else edge_value
-        gq, gk, gv, gb, gek, gev = extension.ops().backward(
-            q, k, v, bias, edge_key, ev, ctx.eid, csr.rowptr, csr.col, cptr, cperm, ctgt, lse,
-            dout, ctx.scale, bool(need_q), need_kv, bool(need_b), bool(need_ek), bool(need_ev),
-            ctx.shared)
-        pick = lambda need, g: g if need else None  # noqa: E731
-        return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
-                pick(need_ek, gek), pick(need_ev, gev)) + nothing
 
 
 def set_pds_budget(elements: int) -> int:
@@ -141,13 +265,12 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     first copied zero-padded to ``(E, H, max(C, C'))`` (one copy per distinct tensor),
     and their gradients have that width before being cut back.
     Second derivatives (``create_graph=True``) are exact: that backward is rebuilt from plain
-    torch ops (with ``(E, H, C)`` temporaries) instead of the C++ one. Under
-    ``torch.compile`` this function is not traced (``torch.compiler.disable``): it runs
-    eagerly behind a graph break. Call :func:`graphattn.ops.extension.fused_available` first.
+    torch ops (with ``(E, H, C)`` temporaries) instead of the C++ one (eager mode only:
+    torch.compile's backward graphs are once-differentiable). ``torch.compile`` traces through
+    it without a graph break: the kernels are the custom ops ``graphattn::fused_attention_fwd``
+    / ``_bwd`` (:func:`fused_attention_fwd`). Call
+    :func:`graphattn.ops.extension.fused_available` first.
     """
-    if torch.compiler.is_compiling():  # opaque C++ op: run eagerly behind a graph break
-        return _fused_untraced(q, k, v, csr, bias, scale, edge_key=edge_key, edge_value=edge_value,
-                               return_attention_weights=return_attention_weights, edge_order=edge_order)
     if not extension.fused_available():
         raise RuntimeError("graphattn fused C++ kernel is unavailable"
                            + (f" ({extension.build_error()})" if extension.build_error() else ""))
@@ -177,14 +300,13 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
         pad = lambda t: None if t is None else F.pad(t, (0, D - t.size(-1)))  # noqa: E731
         q, k, v, edge_key, edge_value = map(pad, (q, k, v, edge_key, edge_value))
     eid = csr.perm.contiguous() if edge_order == "input" else None
-    out, weights = _FusedEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias,
-                                             edge_key, edge_value, csr, eid, float(scale), shared,
-                                             bool(return_attention_weights))
+    # the source-major arrays of the grad k / grad v pass: cached on csr in eager mode; traced,
+    # the backward builds them inside the graph (a cache on a Python object cannot be traced)
+    kv_grad = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)
+    csc = csc_arrays(csr) if kv_grad and not torch.compiler.is_compiling() else (None, None, None)
+    run = fused_attention_fwd if torch.compiler.is_compiling() else _FusedEdgeAttention.apply
+    out, _, weights = run(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, edge_value, eid,
+                          csr.rowptr, csr.col, *csc, float(scale), shared, bool(return_attention_weights))
     if Cv != out.size(-1):
         out = out[..., :Cv]  # (N, H, C')
     return (out, weights) if return_attention_weights else out
-
-
-# The same function hidden from torch.compile: traced calls take this route (a graph break
-# around the opaque C++ op, which has no fake-tensor implementation); eager calls skip it.
-_fused_untraced = torch.compiler.disable(fused_edge_attention)

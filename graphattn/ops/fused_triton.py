@@ -20,6 +20,10 @@ Scope: ``score="dot"``, float32 (half inputs are upcast by :func:`~graphattn.fun
 no attention dropout, no returned weights; everything else takes the chunked path. One program
 handles all of a node's incoming edges, so a hub with very many in-edges is one long serial walk
 (measured only on random graphs and molecule batches).
+
+The launches are the custom ops ``graphattn::triton_attention_fwd`` / ``_bwd`` (fake
+implementations and an autograd formula registered), so ``torch.compile(model, fullgraph=True)``
+traces through them without a graph break; inductor does not see inside them.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import contextlib
 import math
 import os
 import warnings
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -35,7 +39,7 @@ from torch import Tensor
 from graphattn.ops.chunked import differentiable_backward, input_aliases
 from graphattn.ops.csr import EdgeCSR, to_csr
 
-__all__ = ["triton_available", "triton_edge_attention"]
+__all__ = ["triton_available", "triton_edge_attention", "triton_attention_fwd", "triton_attention_bwd", "csc_tensors"]
 
 _TRITON = None  # the imported triton module, False when it cannot be imported
 _PROBED: Dict[int, bool] = {}  # CUDA device index -> the kernels compiled and ran there
@@ -70,7 +74,9 @@ def _probe_run(device: torch.device) -> Optional[str]:
         # fixed values, not randn: the probe must not advance the caller's CUDA random stream
         q = torch.linspace(-1.0, 1.0, 12, device=device).view(3, 1, 4).requires_grad_(True)
         ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]], device=device)
-        out = _TritonEdgeAttention.apply(q, q, q, None, None, None, to_csr(ei, 3, cache=False), 0.5, False)
+        csr = to_csr(ei, 3, cache=False)
+        out, _ = triton_attention_fwd(q, q, q, None, None, None, csr.perm, csr.rowptr, csr.col, *_csc_arrays(csr),
+                                      0.5, False)
         (g,) = torch.autograd.grad(out.sum(), [q])
         if not bool(torch.isfinite(out).all() and torch.isfinite(g).all()):
             return "non-finite result on a 3-node graph"
@@ -98,6 +104,9 @@ def _probe_impl(device: torch.device) -> bool:
 _probe = torch.compiler.disable(_probe_impl)
 
 
+# torch.compile calls it while tracing (probing the GPU then, if needed) and keeps the answer as
+# a constant of the graph, instead of a graph break around the probe
+@torch.compiler.assume_constant_result
 def triton_available(device: Optional[torch.device] = None) -> bool:
     """Whether the Triton kernels can run on ``device``: CUDA tensors with Triton installed
     (or any device under the Triton interpreter, which is how CPU tests run them), and
@@ -163,93 +172,171 @@ def _csc_arrays(csr: EdgeCSR):
     return cached
 
 
-class _TritonEdgeAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, bias, edge_key, edge_value, csr, scale, shared):
-        fwd = _kernels()[0]
-        N, H, C = q.shape
-        CV = v.size(-1)
-        E = csr.num_edges
-        ev = edge_key if shared else edge_value
-        out = torch.empty((N, H, CV), device=q.device, dtype=torch.float32)
-        lse = torch.empty((N, H), device=q.device, dtype=torch.float32)
-        eid = csr.perm
-        dummy = q  # pointer for absent optional tensors (never read: constexpr flags)
-        be, bc, bv = _blocks(E, N, C, CV)
-        if N * H > 0:
+def csc_tensors(rowptr: Tensor, col: Tensor):
+    """``(cptr, cpos, ctgt)`` of :func:`_csc_arrays` from the CSR arrays alone, in traceable torch
+    ops with data-independent shapes (the backward builds them this way under torch.compile)."""
+    N, E = rowptr.numel() - 1, col.numel()
+    cpos = torch.argsort(col, stable=True)  # (E,) CSR positions sorted by source
+    row = torch.repeat_interleave(torch.arange(N, device=col.device), rowptr.diff(), output_size=E)  # (E,)
+    counts = torch.zeros(N, dtype=torch.long, device=col.device).index_add_(0, col, torch.ones_like(col))
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)]), cpos, row[cpos]
+
+
+def _on_device(t: Tensor):
+    """Triton launches on the current CUDA device: make it ``t``'s (e.g. cuda:1)."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------- custom ops
+# The kernel launches as torch.library custom ops (opaque to torch.compile, which traces them
+# with the fake implementations: shapes from sizes only) with an autograd formula; the EdgeCSR
+# is passed as its arrays (eid = csr.perm, rowptr, col; the CSC arrays, None to build them in
+# the backward). ``shared``: edge_key is also the edge value (edge_value is None). Eager calls
+# take the same functions through an autograd.Function (_TritonEdgeAttention), which is cheaper.
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
+             edge_value: Optional[Tensor], eid: Tensor, rowptr: Tensor, col: Tensor, cptr: Optional[Tensor],
+             cpos: Optional[Tensor], ctgt: Optional[Tensor], scale: float, shared: bool) -> Tuple[Tensor, Tensor]:
+    """``(out (N, H, C'), lse (N, H))`` of the Triton forward kernel (float32). ``cptr, cpos,
+    ctgt`` are not read here: they are kept for the backward."""
+    fwd = _kernels()[0]
+    N, H, C = q.shape
+    CV = v.size(-1)
+    ev = edge_key if shared else edge_value
+    out = torch.empty((N, H, CV), device=q.device, dtype=torch.float32)
+    lse = torch.empty((N, H), device=q.device, dtype=torch.float32)
+    dummy = q  # pointer for absent optional tensors (never read: constexpr flags)
+    be, bc, bv = _blocks(col.numel(), N, C, CV)
+    if N * H > 0:
+        with _on_device(q):
             fwd[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), eid,
-                          csr.rowptr, csr.col, out, lse, scale, H, C, CV,
+                          rowptr, col, out, lse, scale, H, C, CV,
                           HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None,
                           BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
-        # A copy of out (O(N·H·C')), not out itself: the caller may modify the returned output in
-        # place (e.g. `h = layer(x, ei); h += x`), as it can on the CPU paths, which save no output.
-        ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out.clone(), lse)
-        ctx.csr, ctx.scale, ctx.shared = csr, scale, shared
-        ctx.eid = eid
-        ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
-        return out
+    return out, lse
 
-    @staticmethod
-    def backward(ctx, dout):
-        q, k, v, bias, edge_key, edge_value, out, lse = ctx.saved_tensors
-        needs = ctx.needs_input_grad[:6]
-        rest = (None,) * 3
-        if not any(needs):
-            return (None,) * 6 + rest
-        if torch.is_grad_enabled():  # create_graph=True: exact second order from plain torch ops
-            return tuple(differentiable_backward(ctx, q, k, v, bias, edge_key, edge_value, dout)) + rest
-        _, bwd_t, bwd_s = _kernels()
-        if q.device.type == "cuda":  # autograd may run backward on another current device
-            with torch.cuda.device(q.device):
-                return _TritonEdgeAttention._backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse,
-                                                      dout, bwd_t, bwd_s) + rest
-        return _TritonEdgeAttention._backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse, dout,
-                                              bwd_t, bwd_s) + rest
 
-    @staticmethod
-    def _backward(ctx, q, k, v, bias, edge_key, edge_value, out, lse, dout, bwd_t, bwd_s):
-        need_q, need_k, need_v, need_b, need_ek, need_ev = ctx.needs_input_grad[:6]
-        csr: EdgeCSR = ctx.csr
-        shared = ctx.shared
-        N, H, C = q.shape
-        CV = v.size(-1)
-        E = csr.num_edges
-        ev = edge_key if shared else edge_value
-        dout = dout.float().contiguous()
-        delta = (dout * out).sum(-1).contiguous()  # (N, H): dout_i . out_i
-        be, bc, bv = _blocks(E, N, C, CV)
-        dummy = q
-        flags = dict(HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None)
-        gq = torch.empty_like(q) if need_q else None
-        gb = torch.empty_like(bias) if need_b else None
-        need_ek_buf = bool(need_ek or (shared and need_ev))
-        gek = torch.empty_like(edge_key) if need_ek_buf else None
-        gev = torch.empty_like(edge_value) if (need_ev and not shared) else None
-        if N * H > 0 and (need_q or need_b or need_ek_buf or gev is not None):
-            bwd_t[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), ctx.eid,
-                            csr.rowptr, csr.col, lse, delta, dout,
+def _backward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
+              edge_value: Optional[Tensor], eid: Tensor, rowptr: Tensor, col: Tensor, cptr: Tensor, cpos: Tensor,
+              ctgt: Tensor, out: Tensor, lse: Tensor, dout: Tensor, scale: float, shared: bool, need_q: bool,
+              need_kv: bool, need_bias: bool, need_ek: bool,
+              need_ev: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``(gq, gk, gv, grad bias, grad edge_key, grad edge_value)`` of the Triton backward kernels;
+    those not requested are empty ``(0,)`` (with ``shared``, grad edge_key holds both roles)."""
+    _, bwd_t, bwd_s = _kernels()
+    N, H, C = q.shape
+    CV = v.size(-1)
+    ev = edge_key if shared else edge_value
+    dout = dout.float().contiguous()
+    delta = (dout * out).sum(-1).contiguous()  # (N, H): dout_i . out_i
+    be, bc, bv = _blocks(col.numel(), N, C, CV)
+    dummy = q
+    flags = dict(HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None)
+
+    def grad(wanted: bool, like: Optional[Tensor]) -> Tensor:  # (0,) when not wanted: outputs never alias
+        return torch.empty_like(like) if wanted and like is not None else q.new_empty(0)
+
+    gq, gk, gv = grad(need_q, q), grad(need_kv, k), grad(need_kv, v)
+    gb, gek = grad(need_bias, bias), grad(need_ek, edge_key)
+    gev = grad(need_ev and not shared, edge_value)
+    with _on_device(q):
+        if N * H > 0 and (need_q or gb.numel() or gek.numel() or gev.numel()):
+            bwd_t[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), eid,
+                            rowptr, col, lse, delta, dout,
                             _or(gq, dummy), _or(gb, dummy), _or(gek, dummy), _or(gev, dummy),
-                            ctx.scale, H, C, CV, **flags,
-                            NEED_Q=bool(need_q), NEED_B=bool(need_b), NEED_EK=need_ek_buf,
-                            NEED_EV=gev is not None, SHARED=bool(shared),
+                            scale, H, C, CV, **flags,
+                            NEED_Q=need_q, NEED_B=gb.numel() > 0, NEED_EK=gek.numel() > 0,
+                            NEED_EV=gev.numel() > 0, SHARED=shared,
                             BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
-        gk = gv = None
-        if (need_k or need_v) and N * H > 0:
-            cptr, cpos, ctgt = _csc_arrays(csr)
-            gk = torch.empty_like(k)
-            gv = torch.empty_like(v)
-            bwd_s[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), ctx.eid,
-                            cptr, cpos, ctgt, lse, delta, dout, gk, gv, ctx.scale, H, C, CV, **flags,
+        if need_kv and N * H > 0:
+            bwd_s[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), eid,
+                            cptr, cpos, ctgt, lse, delta, dout, gk, gv, scale, H, C, CV, **flags,
                             BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
-        elif need_k or need_v:
-            gk, gv = torch.zeros_like(k), torch.zeros_like(v)
-        if shared:
-            gev_out = None
-            gek_out = gek if (need_ek or need_ev) else None
-        else:
-            gek_out, gev_out = gek, gev
-        return (gq if need_q else None, gk if need_k else None, gv if need_v else None,
-                gb, gek_out if need_ek or (shared and need_ev) else None, gev_out)
+    return gq, gk, gv, gb, gek, gev
+
+
+triton_attention_fwd = torch.library.custom_op("graphattn::triton_attention_fwd", _forward, mutates_args=())
+triton_attention_bwd = torch.library.custom_op("graphattn::triton_attention_bwd", _backward, mutates_args=())
+
+
+@triton_attention_fwd.register_fake
+def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, scale, shared):
+    N, H = q.shape[:2]
+    return q.new_empty(N, H, v.size(-1), dtype=torch.float32), q.new_empty(N, H, dtype=torch.float32)
+
+
+@triton_attention_bwd.register_fake
+def _bwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, out, lse, dout, scale,
+              shared, need_q, need_kv, need_bias, need_ek, need_ev):
+    N, H, C = q.shape
+    E, CV = col.size(0), v.size(-1)
+
+    def grad(wanted, *shape):
+        return q.new_empty(shape if wanted else (0,))
+
+    return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, CV),
+            grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
+            grad(need_ev and edge_value is not None and not shared, E, H, CV))
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, scale, shared = inputs
+    out, lse = output
+    # A copy of out (O(N·H·C')), not out itself: the caller may modify the returned output in
+    # place (e.g. `h = layer(x, ei); h += x`), as it can on the CPU paths, which save no output.
+    # The graph's index arrays are kept as they are, not saved for backward (as the C++ path does).
+    ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out.clone(), lse)
+    ctx.graph = (eid, rowptr, col, cptr, cpos, ctgt)
+    ctx.scale, ctx.shared = scale, shared
+    ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
+    ctx.mark_non_differentiable(lse)
+
+
+def _gradients(ctx, dout: Tensor, backward):
+    """The autograd formula of the forward: gradients of its 14 inputs, from ``backward`` (the
+    Triton backward; the CSC arrays are built here when the forward got no cached ones)."""
+    q, k, v, bias, edge_key, edge_value, out, lse = ctx.saved_tensors
+    eid, rowptr, col, cptr, cpos, ctgt = ctx.graph
+    need_q, need_k, need_v, need_b, need_ek, need_ev = needs = ctx.needs_input_grad[:6]
+    rest = (None,) * 8  # eid, rowptr, col, cptr, cpos, ctgt, scale, shared
+    if not any(needs):
+        return (None,) * 6 + rest
+    if torch.is_grad_enabled():  # create_graph=True: exact second order from plain torch ops
+        return tuple(differentiable_backward((q, k, v, bias, edge_key, edge_value), needs, dout, rowptr, col,
+                                             eid, ctx.scale, ctx.shared, ctx.aliases)) + rest
+    need_kv = bool(need_k or need_v)
+    if not need_kv:
+        cptr = cpos = ctgt = rowptr.new_empty(0)
+    elif cptr is None:  # not cached (traced by torch.compile): built here, inside the graph
+        cptr, cpos, ctgt = csc_tensors(rowptr, col)
+    gq, gk, gv, gb, gek, gev = backward(
+        q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, out, lse, dout, ctx.scale,
+        ctx.shared, bool(need_q), need_kv, bool(need_b), bool(need_ek), bool(need_ev))
+    pick = lambda need, g: g if need else None  # noqa: E731
+    return (pick(need_q, gq), pick(need_k, gk), pick(need_v, gv), pick(need_b, gb),
+            pick(need_ek, gek), pick(need_ev, gev)) + rest
+
+
+def _op_gradients(ctx, dout, _grad_lse):
+    return _gradients(ctx, dout, triton_attention_bwd)  # the custom op: traced by torch.compile
+
+
+triton_attention_fwd.register_autograd(_op_gradients, setup_context=_setup_context)
+
+
+class _TritonEdgeAttention(torch.autograd.Function):
+    """Eager mode's route to the same forward and autograd formula, without the custom op's
+    per-call dispatch cost."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        output = _forward(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, dout, _grad_lse):
+        return _gradients(ctx, dout, _backward)
 
 
 def _or(t: Optional[Tensor], other: Tensor) -> Tensor:
@@ -277,11 +364,10 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     :func:`graphattn.ops.fused_cpp.fused_edge_attention` with ``edge_order="input"`` (no returned
     weights). ``q, k, v`` float32 on one CUDA device (any device under ``TRITON_INTERPRET=1``);
     ``C' != C`` is allowed. A node with no incoming edge gets exactly 0. Differentiable w.r.t.
-    ``q, k, v, bias, edge_key, edge_value`` (second order exact, via plain torch ops). Under
-    ``torch.compile`` it runs eagerly behind a graph break. Check :func:`triton_available` first.
+    ``q, k, v, bias, edge_key, edge_value`` (second order exact, via plain torch ops, in eager
+    mode). ``torch.compile`` traces through it without a graph break: the kernel launches are the
+    custom ops ``graphattn::triton_attention_fwd`` / ``_bwd``. Check :func:`triton_available` first.
     """
-    if torch.compiler.is_compiling():
-        return _untraced(q, k, v, csr, bias, scale, edge_key=edge_key, edge_value=edge_value)
     if not triton_available(q.device):
         why = ("GRAPHATTN_NO_TRITON is set" if _disabled() else
                f"q is on {q.device}; triton importable: {_triton() is not False}")
@@ -309,11 +395,11 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     edge_value = edge_key if shared else _check_edge(edge_value, (E, H, CV), "edge_value", q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(C) if C > 0 else 1.0
-    # Triton launches on the current CUDA device: make it q's (e.g. cuda:1)
-    guard = torch.cuda.device(q.device) if q.device.type == "cuda" else contextlib.nullcontext()
-    with guard:
-        return _TritonEdgeAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key,
-                                          edge_value, csr, float(scale), shared)
-
-
-_untraced = torch.compiler.disable(triton_edge_attention)
+    kv_grad = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)
+    # the source-major arrays of grad k / grad v: cached on csr in eager mode; traced, the
+    # backward builds them inside the graph (a cache on a Python object cannot be traced)
+    csc = _csc_arrays(csr) if kv_grad and not torch.compiler.is_compiling() else (None, None, None)
+    run = triton_attention_fwd if torch.compiler.is_compiling() else _TritonEdgeAttention.apply
+    out, _ = run(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, None if shared else edge_value,
+                 csr.perm.contiguous(), csr.rowptr, csr.col, *csc, float(scale), shared)
+    return out

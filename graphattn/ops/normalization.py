@@ -33,8 +33,9 @@ from torch import Tensor
 
 from graphattn.ops.chunked import aggregate_backward, check_edge_attention_args, chunk_edges, score_backward
 from graphattn.ops.csr import EdgeCSR
-from graphattn.ops.dense import complete_graph_sizes
+from graphattn.ops.dense import dense_plan
 from graphattn.ops.padding import GraphLayout
+from graphattn.utils.memo import recall, remember
 from graphattn.utils.validation import check_tensor_shape
 
 __all__ = ["NORMALIZATIONS", "EdgeAggregate", "edge_normalize", "normalized_edge_attention"]
@@ -145,8 +146,10 @@ def _dense_normalized(q: Tensor, k: Tensor, v: Tensor, sizes: Tensor, normalizat
                       dropout: float, training: bool) -> Tensor:
     """Complete graphs (every pair of a graph once): the same weights on padded ``(B, H, L, L)``
     score matrices with two batched matmuls instead of per-edge gathers."""
-    batch = torch.repeat_interleave(torch.arange(sizes.numel(), device=q.device), sizes)
-    lay = GraphLayout(batch, q.size(0))
+    lay = recall("complete graphs layout", sizes)  # sizes: cached per graph by dense_plan
+    if lay is None:  # first call for this graph: the layout reads the sizes (device syncs)
+        batch = torch.repeat_interleave(torch.arange(sizes.numel(), device=q.device), sizes, output_size=q.size(0))
+        lay = remember("complete graphs layout", GraphLayout(batch, q.size(0), sizes.numel(), check_range=False), sizes)
     Q, K, V = (lay.pad(t).transpose(1, 2) for t in (q, k, v))  # (B, H, L, C)
     s = (Q @ K.transpose(-1, -2)) / math.sqrt(q.size(-1))  # (B, H, L, L)
     key_ok = lay.mask[:, None, None, :]  # (B, 1, 1, L)
@@ -210,9 +213,9 @@ def normalized_edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optio
         edge_value = edge_key if shared_kv else edge_value[perm]
     plain = score == "dot" and bias is None and edge_key is None and edge_value is None
     if impl == "auto" and plain and not return_attention_weights:
-        sizes = complete_graph_sizes(csr, batch)
-        if sizes is not None:
-            return _dense_normalized(q, k, v, sizes, normalization, dropout if training else 0.0,
+        plan = dense_plan(csr, batch)
+        if plan is not None:
+            return _dense_normalized(q, k, v, plan.sizes, normalization, dropout if training else 0.0,
                                      training).to(dtype)
     out, alpha = _chunked_normalized(q, k, v, csr, bias, edge_key, edge_value, score, att, negative_slope,
                                      normalization, dropout, training)

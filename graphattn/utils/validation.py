@@ -2,61 +2,62 @@
 from __future__ import annotations
 
 import operator
-import weakref
-from collections import OrderedDict
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
+from graphattn.utils.memo import forget_all, recall, remember
+
 __all__ = ["check_bipartite_edge_index", "check_edge_index", "check_features", "check_int", "check_row_index",
-           "check_tensor_shape", "mark_index_checked", "clear_checked_indices"]
+           "check_tensor_shape", "mark_index_checked", "clear_checked_indices", "index_checked",
+           "scans_values", "VALUE_CHECK_DEVICES"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
+#: Devices whose tensors get the per-call NaN/inf scans (:func:`scans_values`): reading a CPU
+#: tensor's values waits for no device. On other devices (CUDA) a scan would make every forward
+#: wait for the GPU, so it runs only under ``torch.autograd.set_detect_anomaly(True)`` (or inside
+#: ``torch.autograd.detect_anomaly()``), PyTorch's own switch for hunting NaNs. (Index checks of
+#: ``edge_index`` / ``batch`` / row ids run on every device, once per tensor: see
+#: :func:`mark_index_checked`.)
+VALUE_CHECK_DEVICES = ("cpu",)
+
+
+def scans_values(t: Optional[Tensor]) -> bool:
+    """Whether a NaN/inf scan of ``t`` runs on this call: never under ``torch.compile`` (a
+    data-dependent branch breaks the graph); for tensors on :data:`VALUE_CHECK_DEVICES` (the
+    CPU); on any device while anomaly detection is on. A scan of a GPU tensor is a host read
+    (a device synchronisation), so by default CUDA inputs are not scanned: a NaN there gives NaN
+    outputs rather than a ``ValueError``, and ``torch.autograd.set_detect_anomaly(True)`` names it."""
+    if t is None or torch.compiler.is_compiling():
+        return False
+    return t.device.type in VALUE_CHECK_DEVICES or torch.is_anomaly_enabled()
+
+
 # Index tensors (edge_index, row ids) whose entries are known to lie in [0, bound): checked
-# once, or built from checked parts. Keyed like the CSR cache: identity, data pointer,
-# in-place version counter, shape, bound, device. A hit skips the aminmax scan and its device
-# sync; an in-place edit changes the version, a freed tensor drops its entry.
-_CHECKED: "OrderedDict[tuple, weakref.ref]" = OrderedDict()
-_CHECKED_SIZE = 64
-
-
-def _checked_key(t: Tensor, bound: int) -> Optional[tuple]:
-    if torch.compiler.is_compiling() or t.is_inference():  # no version counter to trust
-        return None
-    return (id(t), t.data_ptr(), t._version, tuple(t.shape), int(bound), str(t.device))
-
-
+# once, or built from checked parts; remembered per tensor by graphattn.utils.memo (identity,
+# data pointer, in-place version counter, shape, device). A hit skips the aminmax scan and its
+# device sync; an in-place edit changes the version, a freed tensor drops its entry.
 def mark_index_checked(index: Tensor, bound: int) -> None:
     """Record that the integer tensor ``index`` (unchanged since) holds ids in ``[0, bound)``:
     later :func:`check_edge_index` (``bound`` = num_nodes) and :func:`check_row_index`
     (``bound`` = num_rows) calls on this tensor skip the range scan and its device sync. For
     tensors built from checked parts (e.g. a batch with global-token edges appended)."""
-    key = _checked_key(index, bound)
-    if key is None:
-        return
-    try:
-        ref = weakref.ref(index, lambda _r, key=key: _CHECKED.pop(key, None))
-    except TypeError:  # pragma: no cover - tensors are weak-referenceable
-        return
-    _CHECKED[key] = ref
-    while len(_CHECKED) > _CHECKED_SIZE:
-        _CHECKED.popitem(last=False)
+    remember(("index range", int(bound)), True, index)
 
 
 def clear_checked_indices() -> None:
     """Forget every index tensor recorded by :func:`mark_index_checked` (and by the range scans
-    of :func:`check_edge_index` / :func:`check_row_index`): the next check scans again. Needed
-    only after writes that bypass PyTorch's version counter, see
-    :func:`graphattn.ops.csr.clear_csr_cache`."""
-    _CHECKED.clear()
+    of :func:`check_edge_index` / :func:`check_row_index`), and every other fact remembered per
+    tensor (:mod:`graphattn.utils.memo`): the next check scans again. Needed only after writes
+    that bypass PyTorch's version counter, see :func:`graphattn.ops.csr.clear_csr_cache`."""
+    forget_all()
 
 
-def _already_checked(index: Tensor, bound: int) -> bool:
-    key = _checked_key(index, bound)
-    ref = _CHECKED.get(key) if key is not None else None
-    return ref is not None and ref() is index
+def index_checked(index: Tensor, bound: int) -> bool:
+    """Whether ``index`` (this tensor, unchanged since) is known to hold ids in ``[0, bound)``."""
+    return recall(("index range", int(bound)), index, default=False)
 
 
 def check_int(name: str, value, minimum: int) -> int:
@@ -89,7 +90,8 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
         raise TypeError(f"{name} must have an integer dtype (torch.long), got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel() == 0 or not check_range or _already_checked(edge_index, num_nodes):
+    if (edge_index.numel() == 0 or not check_range or torch.compiler.is_compiling()  # value checks: eager only
+            or index_checked(edge_index, num_nodes)):
         return
     lo, hi = torch.stack(torch.aminmax(edge_index)).tolist()  # one device sync
     if lo < 0:
@@ -106,7 +108,7 @@ def check_bipartite_edge_index(edge_index: Tensor, num_src: int, num_dst: int,
     """A bipartite ``edge_index`` (PyG's ``x=(x_src, x_dst)``): an integer ``(2, E)`` tensor whose
     row 0 holds source ids in ``[0, num_src)`` and row 1 target ids in ``[0, num_dst)``."""
     check_edge_index(edge_index, max(num_src, num_dst), name, check_range=False)
-    if edge_index.numel() == 0:
+    if edge_index.numel() == 0 or torch.compiler.is_compiling():  # value checks: eager only
         return
     (slo, shi), (dlo, dhi) = torch.stack([torch.stack(torch.aminmax(r)) for r in edge_index]).tolist()
     for row, lo, hi, n, side in ((0, slo, shi, num_src, "sources (x_src)"),
@@ -135,7 +137,7 @@ def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> Non
         raise TypeError(f"{name} must be an integer tensor of shape ({length},), got "
                         f"{index.dtype if isinstance(index, Tensor) else type(index).__name__}")
     check_tensor_shape(index, (length,), name)
-    if index.numel() and not _already_checked(index, num_rows):
+    if index.numel() and not torch.compiler.is_compiling() and not index_checked(index, num_rows):
         lo, hi = torch.stack(torch.aminmax(index)).tolist()  # one device sync
         if lo < 0 or hi >= num_rows:
             raise ValueError(f"{name} has row ids in [{lo}, {hi}] but the table has {num_rows} rows "
@@ -221,14 +223,15 @@ def check_features(x: Tensor, in_channels: int, name: str = "x", check_values: b
 
     ``check_values=False`` checks type and shape only (a caller that checks several tensors
     for NaN/inf with one sync, :func:`graphattn.functional.check_all_finite`). The value check
-    is skipped under ``torch.compile`` (it would break the graph)."""
+    runs where :func:`scans_values` says (CPU tensors; any device under anomaly detection; never
+    under ``torch.compile``), so a CUDA forward does not wait for the GPU."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (N, {in_channels}), got {type(x).__name__}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype} "
                         "(categorical features need an embedding first)")
     check_tensor_shape(x, (None, in_channels), name)
-    if x.numel() == 0 or not check_values or torch.compiler.is_compiling():
+    if x.numel() == 0 or not check_values or not scans_values(x):
         return
     lo, hi = torch.aminmax(x)  # NaN propagates into min/max: one cheap reduction, no (N, F) mask
     if not bool(torch.isfinite(lo) & torch.isfinite(hi)):

@@ -15,6 +15,7 @@ import sys
 
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from graphattn import GraphSelfAttention, dense_attention, edge_attention, to_csr
 from graphattn.functional import fused_kind
@@ -332,3 +333,67 @@ def test_layer_uses_triton_on_cuda():
     assert any("Triton" in n for n in names), names
     torch.testing.assert_close(out.cpu(), ref, atol=1e-4, rtol=1e-4)
     out.sum().backward()
+
+
+def _compile_inputs(device, mode):
+    """Float32 inputs on a 20-node graph with isolated nodes: ``plain`` (q, k, v), ``edge`` (bias,
+    edge key and value, wider values) or ``shared`` (one tensor as edge key and value)."""
+    gen = torch.Generator().manual_seed(11)
+    N, H, C = 20, 2, 4
+    CV = 6 if mode == "edge" else C
+    ei = random_graph(N, 70, isolated=3, generator=gen)
+    E = ei.size(1)
+    q, k = (torch.randn(N, H, C, generator=gen) for _ in range(2))
+    v = torch.randn(N, H, CV, generator=gen)
+    bias = ek = ev = None
+    if mode == "edge":
+        bias, ek = torch.randn(E, H, generator=gen), torch.randn(E, H, C, generator=gen)
+        ev = torch.randn(E, H, CV, generator=gen)
+    elif mode == "shared":
+        ek = torch.randn(E, H, C, generator=gen)
+    return ei.to(device), N, [None if t is None else t.to(device).requires_grad_(True) for t in (q, k, v, bias, ek, ev)]
+
+
+@pytest.mark.parametrize("mode", ["plain", "edge", "shared"])
+def test_fullgraph_compile_matches_eager(device, mode):
+    """``torch.compile(fullgraph=True)`` traces through the custom ops (the CSR view and, in the
+    backward, the CSC arrays built inside the graph): one graph, outputs and gradients as eager."""
+    ei, N, leaves = _compile_inputs(device, mode)
+
+    def fn(q, k, v, bias, ek, ev, ei):
+        return ta.triton_edge_attention(q, k, v, to_csr(ei, N), bias, edge_key=ek, edge_value=ek if ev is None else ev)
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    results = []
+    for run in (fn, torch.compile(fn, backend=counter, fullgraph=True)):
+        out = run(*leaves, ei)
+        given = [t for t in leaves if t is not None]
+        results.append((out, torch.autograd.grad(out.square().sum(), given)))
+    torch._dynamo.reset()
+    assert counter.frame_count == 1
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["plain", "edge", "shared"])
+def test_custom_ops_pass_opcheck(device, mode):
+    """Schema, fake implementations and autograd registration of the Triton custom ops; AOT
+    dispatch of the forward (static and dynamic shapes, ``edge``) runs the registered backward."""
+    ei, N, (q, k, v, bias, ek, ev) = _compile_inputs(device, mode)
+    csr = to_csr(ei, N)
+    shared = mode == "shared"
+    args = (q, k, v, bias, ek, ev, csr.perm, csr.rowptr, csr.col)
+    fast = ("test_schema", "test_autograd_registration", "test_faketensor")  # AOT: traced above, and once here
+    torch.library.opcheck(ta.triton_attention_fwd, args + (None, None, None, 0.5, shared),
+                          test_utils=fast + (("test_aot_dispatch_dynamic",) if mode == "edge" else ()))
+    out, lse = ta.triton_attention_fwd(*args, None, None, None, 0.5, shared)
+    plain = [None if t is None else t.detach() for t in args[:6]]
+    cptr, cpos, ctgt = ta.csc_tensors(csr.rowptr, csr.col)
+    torch.library.opcheck(ta.triton_attention_bwd, (*plain, *args[6:], cptr, cpos, ctgt, out.detach(), lse,
+                                                    torch.randn_like(out), 0.5, shared, True, True, True, True, True),
+                          test_utils=("test_schema", "test_faketensor"))
+    csc = csr.csc
+    assert torch.equal(cptr, csc.rowptr) and torch.equal(cpos, csc.perm) and torch.equal(ctgt, csc.col)

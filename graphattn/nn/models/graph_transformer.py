@@ -14,7 +14,7 @@ from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm, graph_featur
 from graphattn.nn.global_tokens import GlobalTokens
 from graphattn.ops.csr import as_edge_index
 from graphattn.ops.padding import check_batch
-from graphattn.utils.validation import check_dtype, check_edge_index, check_int, check_model_input
+from graphattn.utils.validation import check_dtype, check_edge_index, check_int, check_model_input, scans_values
 
 __all__ = ["GraphTransformer", "GraphClassifier", "READOUTS", "PE_KINDS"]
 
@@ -135,7 +135,9 @@ class GraphTransformer(nn.Module):
                                      check_range=check_range, check_values=False)  # hp checked below
             else:
                 hp = self.pe_encoder(pe)
-            if hp.numel() and not bool(torch.isfinite(hp).all()):
+            # NaN/inf in pe or pe_eigvals, or an overflow, shows in hp: one scan where it waits
+            # for no device (CPU, or under anomaly detection; scans_values)
+            if hp.numel() and scans_values(hp) and not bool(torch.isfinite(hp).all()):
                 raise_non_finite_pe(pe, pe_eigvals, pe_mask)
             h = h + hp
         edge_attr_index = None
@@ -222,12 +224,17 @@ class GraphClassifier(nn.Module):
                 **pe_kwargs) -> Tensor:
         """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
         check_model_input(x)
-        if batch is None:
-            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)
-        num_graphs = check_batch(batch, x.size(0), num_graphs)  # B; may exceed batch.max() + 1
-        batch = batch.long()  # int32 / uint8 ids are accepted; PyG's pooling wants int64
-        # batch is range-checked now: the backbone's tokens / layouts skip that per-batch sync
+        if batch is None:  # one graph (or num_graphs, the others empty): ids known, nothing to read
+            num_graphs = 1 if num_graphs is None else check_int("num_graphs", num_graphs, 1 if x.size(0) else 0)
+        else:  # B; may exceed batch.max() + 1. The ids are read once per batch tensor
+            num_graphs = check_batch(batch, x.size(0), num_graphs)
+            batch = batch.long()  # int32 / uint8 ids are accepted; PyG's pooling wants int64
+        # batch is range-checked now: the backbone's tokens / layouts skip that per-batch sync; without
+        # one the backbone gets None (not a fresh zeros tensor per call, whose token graph and CSR
+        # view would be built anew on every call)
         h, tokens = self.backbone(x, edge_index, edge_attr, batch, pe, num_graphs, check_range=False, **pe_kwargs)
+        if batch is None:
+            batch = torch.zeros(x.size(0), dtype=torch.long, device=x.device)  # for the pooling
         if self.readout == "token":
             g = tokens.mean(dim=1)  # (B, C)
         else:

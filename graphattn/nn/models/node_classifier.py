@@ -138,7 +138,7 @@ class NodeClassifier(nn.Module):
         version counter and are never cached, nor is anything under inference mode or torch.compile."""
         # not cached: inference tensors (no version counter), anything built under
         # inference_mode (it could not be saved for a later backward), and under torch.compile
-        if edge_index.is_inference() or torch.is_inference_mode_enabled() or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or edge_index.is_inference() or torch.is_inference_mode_enabled():
             return gcn_normalized_graph(edge_index, N, dtype)
         key = (edge_index.data_ptr(), edge_index._version, tuple(edge_index.shape), int(N), dtype)
         c = self._graph_cache
@@ -148,10 +148,14 @@ class NodeClassifier(nn.Module):
         self._graph_cache = (edge_index, key, ei, w)
         return ei, w
 
-    def _smooth(self, z: Tensor, edge_index: Tensor, edge_dropout: float = 0.0) -> Tensor:
+    def _smooth(self, z: Tensor, edge_index: Tensor, edge_dropout: float = 0.0,
+                graph: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
         """``Â z`` for ``z`` ``(N, K)``: one GCN-normalised aggregation over the cached graph
-        (in training, each entry of Â dropped with probability ``edge_dropout``)."""
-        ei, w = self._graph(edge_index, z.size(0), torch.float64 if z.dtype == torch.float64 else torch.float32)
+        (in training, each entry of Â dropped with probability ``edge_dropout``); ``graph``: the
+        looped graph and weights of :meth:`_graph` when the caller has them."""
+        if graph is None:
+            graph = self._graph(edge_index, z.size(0), torch.float64 if z.dtype == torch.float64 else torch.float32)
+        ei, w = graph
         w = w.to(z.dtype)
         mask = self._explainer_mask(ei, z.size(0))
         if mask is not None:  # a PyG Explainer's edge mask reaches the GCN branch and propagation too
@@ -170,19 +174,20 @@ class NodeClassifier(nn.Module):
                 return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N, loops_replaced=True)
         return None
 
-    def propagate(self, z: Tensor, edge_index: Tensor) -> Tensor:
-        """``propagation`` APPNP steps of ``z`` ``(N, K)`` over the graph (identity when 0)."""
+    def propagate(self, z: Tensor, edge_index: Tensor, graph: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+        """``propagation`` APPNP steps of ``z`` ``(N, K)`` over the graph (identity when 0);
+        ``graph``: the looped graph and weights of :meth:`_graph` when the caller has them."""
         if self.propagation == 0:
             return z
         a, z0, p = self.propagation_alpha, z, self.propagation_dropout
         if self.hop_weights is not None:  # GPR: Σₖ γₖ Âᵏ z⁰
             out = self.hop_weights[0] * z
             for k in range(1, self.propagation + 1):
-                z = self._smooth(z, edge_index, p)  # Âᵏ z⁰, (N, K)
+                z = self._smooth(z, edge_index, p, graph)  # Âᵏ z⁰, (N, K)
                 out = out + self.hop_weights[k] * z
             return out
         for _ in range(self.propagation):
-            z = (1 - a) * self._smooth(z, edge_index, p) + a * z0
+            z = (1 - a) * self._smooth(z, edge_index, p, graph) + a * z0
         return z
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
@@ -193,7 +198,11 @@ class NodeClassifier(nn.Module):
         if self.self_loops:  # the backbone checks what it gets; the loops are built from the input first
             check_edge_index(edge_index, x.size(0))
         gdt = torch.float64 if x.dtype == torch.float64 else torch.float32  # as _smooth asks: one cache entry
-        attn_edges = self._graph(edge_index, x.size(0), gdt)[0] if self.self_loops else edge_index
+        # the looped graph and its weights, once per call (eager: cached; traced: its size depends
+        # on the data, and one build shared by every use keeps one size symbol in the graph)
+        needs_graph = self.self_loops or self.gcn is not None or self.propagation > 0
+        graph = self._graph(edge_index, x.size(0), gdt) if needs_graph else None
+        attn_edges = graph[0] if self.self_loops else edge_index
         # PyG's message hooks (AttentionExplainer) read alpha per input edge: with the input's
         # loops replaced, the layers map theirs back onto edge_index while hooks are registered
         hooked = [m for m in self.backbone.modules() if isinstance(m, GraphSelfAttention)
@@ -206,8 +215,8 @@ class NodeClassifier(nn.Module):
             for m in hooked:
                 m._hook_input_edges = None
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more
-            g = torch.relu(self._smooth(self.gcn(x), edge_index))
+            g = torch.relu(self._smooth(self.gcn(x), edge_index, graph=graph))
             for lin in self.gcn_stack:
-                g = torch.relu(self._smooth(lin(self.gcn_dropout(g)), edge_index))
+                g = torch.relu(self._smooth(lin(self.gcn_dropout(g)), edge_index, graph=graph))
             h = (1 - self.gcn_weight) * h + self.gcn_weight * g
-        return self.propagate(self.head(h), edge_index)
+        return self.propagate(self.head(h), edge_index, graph=graph)

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 
 from graphattn.functional import edge_attention
 from graphattn.ops.csr import to_csr
-from graphattn.ops.padding import GraphLayout, check_batch
+from graphattn.ops.padding import GraphLayout, check_batch, graph_layout
 from graphattn.utils.validation import check_features, check_int, check_tensor_shape
 
 __all__ = ["CLUSTER_METHODS", "cluster_codes", "cluster_graph", "ClusteredAttention"]
@@ -116,7 +116,7 @@ def cluster_codes(queries: Tensor, keys: Optional[Tensor] = None, batch: Optiona
             rotations = torch.randn(D, half, generator=generator).to(queries)
         check_tensor_shape(rotations, (D, half), "rotations")
         return _lsh(queries, rotations, num_clusters), _lsh(keys, rotations, num_clusters)
-    layout = GraphLayout(batch, N, num_graphs, device=queries.device)
+    layout = graph_layout(batch, N, num_graphs, device=queries.device)
     return _kmeans(queries, keys, layout, num_clusters, iters)
 
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.ops.padding import GraphLayout
+from graphattn.ops.padding import GraphLayout, graph_layout
 from graphattn.utils.validation import check_features, check_int, check_tensor_shape
 
 __all__ = ["FEATURE_MAPS", "linear_attention", "orthogonal_features", "LinearGlobalAttention"]
@@ -104,7 +104,7 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, batch: Optional[Tensor] = 
             raise ValueError("feature_map='favor' needs omega of shape (H, M, C)")
         check_tensor_shape(omega, (H, None, C), "omega")
         omega = omega.to(q.dtype)
-    layout = GraphLayout(batch, N, num_graphs, device=q.device)
+    layout = graph_layout(batch, N, num_graphs, device=q.device)
     if layout.regular or layout.B * layout.L <= 2 * N:
         return _padded_linear_attention(q, k, v, layout, feature_map, omega, eps)
     # Sizes differ a lot (one big graph among many small ones): padding every graph to the

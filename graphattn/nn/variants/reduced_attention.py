@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.ops.padding import GraphLayout
+from graphattn.ops.padding import GraphLayout, graph_layout
 from graphattn.utils.validation import check_features
 
 __all__ = ["REDUCTION_MODES", "ReducedKeyAttention"]
@@ -99,7 +99,9 @@ class ReducedKeyAttention(nn.Module):
             return kr, vr, torch.ones(B, r, dtype=torch.bool, device=k.device)
         n = layout.sizes[layout.graph]  # (N,) size of each node's graph
         bucket = layout.graph * r + torch.div(layout.pos * r, n, rounding_mode="floor")  # (N,)
-        count = torch.bincount(bucket, minlength=B * r).to(k.dtype)  # (B*r,)
+        # (B*r,) members per bucket; index_add, not bincount (which reads its input's max on CUDA)
+        count = torch.zeros(B * r, dtype=torch.long, device=k.device).index_add_(0, bucket, torch.ones_like(bucket))
+        count = count.to(k.dtype)
         scale = (1.0 / count.clamp_min(1.0))[bucket][:, None, None]
         kr = k.new_zeros(B * r, *k.shape[1:]).index_add_(0, bucket, k * scale)  # (B*r, H, C) bucket means
         vr = v.new_zeros(B * r, *v.shape[1:]).index_add_(0, bucket, v * scale)
@@ -111,7 +113,7 @@ class ReducedKeyAttention(nn.Module):
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
         q, k, v = self.lin_qkv(x).view(N, 3, H, self.channels // H).unbind(1)  # 3 x (N, H, C)
-        layout = GraphLayout(batch, N, num_graphs, device=x.device)
+        layout = graph_layout(batch, N, num_graphs, device=x.device)
         kr, vr, ok = self.reduce(k, v, layout)  # (B, H, r, C), (B, r)
         Q = layout.pad(q).transpose(1, 2)  # (B, H, L, C)
         p = self.dropout if self.training else 0.0

@@ -28,7 +28,8 @@ from torch import Tensor, nn
 from graphattn.ops.chunked import chunk_edges
 from graphattn.ops.csr import to_csr
 from graphattn.ops.normalization import NORMALIZATIONS, EdgeAggregate, edge_normalize
-from graphattn.ops.padding import GraphLayout
+from graphattn.ops.padding import graph_layout
+from graphattn.utils.memo import recall, remember
 from graphattn.utils.validation import check_edge_index, check_features
 
 __all__ = ["SynthesizerAttention"]
@@ -103,7 +104,7 @@ class SynthesizerAttention(nn.Module):
                 edge_index: Optional[Tensor] = None, pos: Optional[Tensor] = None) -> Tensor:
         check_features(x, self.channels, "x")
         N, H = x.size(0), self.heads
-        layout = GraphLayout(batch, N, num_graphs, device=x.device)
+        layout = graph_layout(batch, N, num_graphs, device=x.device)
         if pos is None:
             pos = layout.pos
         elif not isinstance(pos, Tensor) or pos.dtype.is_floating_point or pos.dtype.is_complex \
@@ -112,7 +113,11 @@ class SynthesizerAttention(nn.Module):
                             f"{pos.dtype if isinstance(pos, Tensor) else type(pos).__name__}")
         elif pos.shape != (N,):
             raise ValueError(f"pos must have shape ({N},), got {tuple(pos.shape)}")
-        lo, hi = torch.stack(torch.aminmax(pos)).tolist() if N else (0, -1)  # one sync
+        if pos is layout.pos or not N:  # positions in the graphs: in [0, L), known without a read
+            lo, hi = 0, layout.L - 1
+        else:  # the caller's positions: read once per tensor (one sync), remembered for it
+            lo, hi = (recall("value range", pos)
+                      or remember("value range", torch.stack(torch.aminmax(pos)).tolist(), pos))
         if lo < 0:
             raise ValueError(f"pos must be >= 0 (positions in the graph), got {lo}")
         top = hi + 1
