@@ -73,7 +73,7 @@ def train_node(name, data, mspec, hp, seed, device=None, log=None):
     model, data = build_model(mspec).to(dev), data.to(dev)
     loaders = {s: [data] for s in ("train", "val", "test")}
     return fit(model, loaders, sn.node_forward(mspec), kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
-               weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=seed,
+               weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=seed, warmup=hp.get("warmup", 0),
                progress=False, log=log or (lambda s: None))
 
 
@@ -100,14 +100,15 @@ def run_node(name, args, log):
     for seed in args.seeds:
         spec = node_spec(name, args, seed)
         data = sn.load_node_data(spec)
-        hp = hparams(args, sn.node_defaults(name, data.num_nodes))
+        hp = hparams(args, sn.node_defaults(spec["name"] or "", data.num_nodes), full_batch=True)
         if hp.get("label_input"):
             spec["label_input"] = True
             data = sn.load_node_data(spec)
         for m in args.models:
             best, t = None, time.perf_counter()
             for point in (grid if m in args.grid_models else [{}]):
-                hp_m = dict(hp, **point)  # baselines use one dropout for input, features and attention
+                # baselines use one dropout for input, features and attention; ours alone warms up
+                hp_m = dict(hp, **point, **({} if m == "ours" else {"warmup": 0}))
                 res = train_node(name, data, sn.node_model_spec("none" if m == "ours" else m, data, hp_m),
                                  hp_m, seed, args.device, epoch_printer(log, args, name, "seed", seed, m))
                 if point:

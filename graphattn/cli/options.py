@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
+from graphattn.tasks.social.budget import budget_lr, ours_warmup
+
 __all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
@@ -142,7 +144,12 @@ def check_paths(args) -> None:
 
 
 # ----------------------------------------------------------------------------- train
-def social_hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
+def social_hparams(args, defaults: Dict[str, Any], *, full_batch: bool = False) -> Dict[str, Any]:
+    """The hyperparameters of a social run: ``defaults`` (the recipe) with the options ``args`` gives.
+    ``full_batch`` (a node run without ``--mini-batch``): without ``--lr`` the recipe's rate follows
+    the epoch budget (:func:`graphattn.tasks.social.budget.budget_lr`). A recipe's ``warmup=None``
+    becomes :func:`~graphattn.tasks.social.budget.ours_warmup` for our model (``args.baseline``
+    ``"none"`` or absent), 0 for a baseline."""
     hp = dict(defaults)
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
@@ -158,6 +165,10 @@ def social_hparams(args, defaults: Dict[str, Any]) -> Dict[str, Any]:
         # (except GIN-0's: always sum, the readout its expressiveness argument rests on)
         hp["baseline_readout"] = None
     hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
+    if full_batch and getattr(args, "lr", None) is None:  # one step per epoch: the rate follows the budget
+        hp["lr"] = budget_lr(defaults["lr"], defaults["epochs"], hp["epochs"])
+    if hp.get("warmup", 0) is None:  # node recipes: our model warms up, the PyG baselines do not
+        hp["warmup"] = ours_warmup(hp["epochs"]) if (getattr(args, "baseline", None) or "none") == "none" else 0
     return hp
 
 

@@ -23,6 +23,7 @@ from graphattn.data.download import DataFileError, data_root, files_sha256
 from graphattn.data.social import SOCIAL_NODE_ALIASES as node_aliases
 from graphattn.data.tu import SOCIAL_GRAPH_ALIASES as graph_aliases
 from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
@@ -180,10 +181,8 @@ def _prepare_node(args, spec: Dict[str, Any]):
     if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
             and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
         spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
-    recipe = sn.node_defaults(spec["display"], data.num_nodes)
-    hp = social_hparams(args, recipe)
-    if getattr(args, "lr", None) is None and not args.mini_batch:  # a mini-batch epoch takes many steps
-        hp["lr"] = sn.budget_lr(recipe["lr"], recipe["epochs"], hp["epochs"])
+    hp = social_hparams(args, sn.node_defaults(spec.get("name") or "", data.num_nodes),
+                        full_batch=not args.mini_batch)
     if args.baseline != "none":
         hp["pe_dim"] = 0
     if args.mini_batch and hp.get("label_input"):
@@ -236,11 +235,11 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
     applied = applied_defaults(sn.dataset_specific_defaults(spec.get("name") or ""), args, "node")
     if applied:
         print(applied)
-    recipe = sn.node_defaults(spec["display"], data.num_nodes)
+    recipe = sn.node_defaults(spec.get("name") or "", data.num_nodes)
     if hp["lr"] != recipe["lr"] and getattr(args, "lr", None) is None:
         print(f"learning rate {hp['lr']:.3g}: the recipe's {recipe['lr']:g} is for {recipe['epochs']} epochs; "
               f"for {hp['epochs']} it is raised by sqrt({recipe['epochs']}/{hp['epochs']}) (at most "
-              f"x{sn.BUDGET_LR_CAP:g}; --lr sets it)")
+              f"x{BUDGET_LR_CAP:g}; --lr sets it)")
     if args.mini_batch == "neighbor":
         loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
     elif args.mini_batch:

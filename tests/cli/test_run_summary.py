@@ -5,8 +5,9 @@ import json
 import pytest
 
 from graphattn.cli.main import main
-from graphattn.cli.options import applied_defaults
-from graphattn.tasks.social.node import BUDGET_LR_CAP, budget_lr, dataset_specific_defaults
+from graphattn.cli.options import applied_defaults, social_hparams
+from graphattn.tasks.social.budget import BUDGET_LR_CAP, budget_lr, ours_warmup
+from graphattn.tasks.social.node import USER_GRAPH, dataset_specific_defaults, node_defaults
 
 
 def test_karate_run_names_its_dataset_defaults(tmp_path, capsys):
@@ -28,6 +29,24 @@ def test_facebook_defaults_and_what_a_baseline_reads():
     Args.baseline = "gcn"  # propagation and self-loops shape our model only
     assert applied_defaults(fb, Args(), "node").endswith("--label-input True")
     assert applied_defaults(dataset_specific_defaults("a file of mine"), Args(), "node") == ""
+    Args.baseline = "none"  # a graph of the user's own: self-loops and a GCN branch for our model
+    assert dataset_specific_defaults("") == USER_GRAPH
+    assert applied_defaults(USER_GRAPH, Args(), "node").endswith("--gcn-weight 0.5")  # --self-loops given
+
+
+def test_ours_warms_up_and_the_baselines_do_not_unless_told():
+    class Args:
+        epochs, lr, warmup, baseline = 30, None, None, "none"
+
+    recipe = node_defaults("", 1000)
+    assert social_hparams(Args(), recipe, full_batch=True)["warmup"] == ours_warmup(30) == 10
+    assert ours_warmup(150) == 10 and ours_warmup(5) == 1 and ours_warmup(2) == 0
+    Args.baseline = "gcn"
+    hp = social_hparams(Args(), recipe, full_batch=True)
+    assert hp["warmup"] == 0 and hp["lr"] == budget_lr(recipe["lr"], recipe["epochs"], 30)
+    Args.warmup = 4
+    assert social_hparams(Args(), recipe, full_batch=True)["warmup"] == 4
+    assert social_hparams(Args(), recipe)["lr"] == recipe["lr"]  # mini-batches: many steps per epoch
 
 
 def test_a_shortened_budget_raises_the_learning_rate_and_says_so(tmp_path, capsys):
