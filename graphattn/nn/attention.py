@@ -221,7 +221,8 @@ class GraphSelfAttention(MessagePassing):
         comes back coalesced, the order ``alpha`` is in, and is refused with per-edge inputs),
         ``edge_attr`` (E, D) when ``edge_dim`` is set, ``attn_bias`` optional (E, H) additive
         score bias (e.g. a structural bias), ``batch`` optional (N,) graph ids: lets batches of
-        complete graphs use SDPA (not with a bipartite ``x``), ``edge_attr_index`` optional (E,)
+        complete graphs use SDPA (not with a bipartite ``x``; complete graphs over consecutive
+        node ranges are also found from ``edge_index`` alone), ``edge_attr_index`` optional (E,)
         integer: ``edge_attr`` is then a ``(U, D)`` table of distinct rows (e.g. bond types)
         and edge e uses row ``edge_attr_index[e]``; the edge projection runs on the U rows, not
         on E (same result as ``edge_attr[edge_attr_index]``), ``size`` optional ``(N_src,

@@ -5,7 +5,9 @@ itself included, exactly once), edge attention equals ordinary padded self-atten
 torch's fused SDPA kernels beat edge-wise kernels unless padding the graphs to one length
 wastes too much work (:func:`prefer_dense` holds the measured rule). :func:`complete_graph_sizes`
 detects that case (cached per graph/batch tensors, failing fast on the edge count) and
-:func:`sdpa_attention` runs it.
+:func:`sdpa_attention` runs it. Without a ``batch`` the graphs are found from the edges alone:
+an edge set that is exactly a union of complete blocks over consecutive node ranges (the CSR
+row of every node holds exactly its block's range) is such a batch (:func:`complete_blocks`).
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from torch import Tensor
 from graphattn.ops.csr import EdgeCSR
 from graphattn.ops.padding import check_batch
 
-__all__ = ["complete_graph_sizes", "dense_plan", "DensePlan", "sdpa_attention", "prefer_dense", "padded_length",
-           "PAD_MULTIPLE"]
+__all__ = ["complete_blocks", "complete_graph_sizes", "dense_plan", "DensePlan", "sdpa_attention", "prefer_dense",
+           "padded_length", "PAD_MULTIPLE"]
 
 #: Graphs of unequal sizes are padded to the largest size rounded up to a multiple of this.
 #: Measured with ``benchmarks/crossover.py`` (CPU, torch 2.13 flash attention with a key
@@ -73,13 +75,15 @@ class DensePlan(NamedTuple):
 def dense_plan(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[DensePlan]:
     """:class:`DensePlan` if every graph in the batch is complete (with self-loops), else None.
 
-    Requires ``batch`` sorted (PyG's batching guarantees it); ``None`` means one graph.
-    The answer is cached on ``csr`` for this ``batch`` tensor, so only the first call for a
-    graph reads the device (the completeness test, L and the SDPA-or-kernel rule).
+    Requires ``batch`` sorted (PyG's batching guarantees it); ``None`` finds the graphs from the
+    edges (:func:`complete_blocks`: complete blocks over consecutive node ranges, one graph if
+    ``E = N²``). The answer is cached on ``csr`` for this ``batch`` tensor (or for none), so only
+    the first call for a graph reads the device (the completeness test, L and the SDPA-or-kernel
+    rule).
     """
     N, E = csr.num_nodes, csr.num_edges
     if batch is None:
-        if E != N * N or N == 0:
+        if N == 0 or E < N or E > N * N:  # every node needs its self-loop; no reads
             return None
         key = None
     else:
@@ -90,7 +94,7 @@ def dense_plan(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[DensePl
     cache = csr.__dict__.setdefault("_complete", {})
     if key in cache:
         return cache[key]
-    plan = _plan(_check_complete(csr, batch))
+    plan = _plan(complete_blocks(csr) if batch is None else _check_complete(csr, batch))
     if len(cache) > 8:
         cache.clear()
     cache[key] = plan
@@ -103,24 +107,52 @@ def _plan(sizes: Optional[Tensor]) -> Optional[DensePlan]:
 
 def complete_graph_sizes(csr: EdgeCSR, batch: Optional[Tensor] = None) -> Optional[Tensor]:
     """Graph sizes ``(B,)`` if every graph in the batch is complete (with self-loops), else None
-    (``sizes`` of :func:`dense_plan`, cached on ``csr`` for this ``batch`` tensor)."""
+    (``sizes`` of :func:`dense_plan`, cached on ``csr`` for this ``batch`` tensor; without one,
+    the complete blocks of :func:`complete_blocks`)."""
     plan = dense_plan(csr, batch)
     return None if plan is None else plan.sizes
 
 
-def _check_complete(csr: EdgeCSR, batch: Optional[Tensor]) -> Optional[Tensor]:
+def complete_blocks(csr: EdgeCSR) -> Optional[Tensor]:
+    """Block sizes ``(B,)`` if the edges are exactly a union of complete graphs (self-loops
+    included, every pair once) over consecutive node ranges ``[0, n_0), [n_0, n_0 + n_1), ...``,
+    else None: the ``batch`` of such a batch of complete graphs, found from the edges alone.
+
+    Linear in E, no sort: with ``lo_i`` / ``hi_i`` the smallest / largest source into node i,
+    row i must hold ``hi_i - lo_i + 1 = deg_i`` distinct sources (each edge's slot
+    ``col - lo_i`` in its row is hit once), contain i, and the ranges must tile ``[0, N)``:
+    a row shares its predecessor's range or starts a new one at itself. Reads the device
+    (two or three syncs): :func:`dense_plan` caches the answer per graph.
+    """
     N, E = csr.num_nodes, csr.num_edges
-    if batch is None:
-        sizes = torch.tensor([N], device=csr.row.device)
-        batch = torch.zeros(N, dtype=torch.long, device=csr.row.device)
-    else:
-        if N == 0:
-            return None
-        check_batch(batch, N)  # ids >= 0 (one sync; once per batch tensor, the answer is cached)
-        if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):
-            return None
-        sizes = torch.bincount(batch)
-        sizes = sizes[sizes > 0]
+    if N == 0 or E < N or E > N * N:
+        return None
+    row, col, deg = csr.row, csr.col, csr.degree()
+    node = torch.arange(N, device=col.device)
+    lo = torch.full((N,), N, dtype=col.dtype, device=col.device).scatter_reduce_(0, row, col, "amin")
+    hi = torch.full((N,), -1, dtype=col.dtype, device=col.device).scatter_reduce_(0, row, col, "amax")
+    same = (lo[1:] == lo[:-1]) & (hi[1:] == hi[:-1])  # (N-1,) row i+1 in row i's block
+    starts = (lo[1:] == node[1:]) & (hi[:-1] == node[:-1])  # (N-1,) a new block begins at i+1
+    ok = (hi - lo + 1 == deg) & (lo <= node) & (node <= hi)
+    if not bool(ok.all() & (same | starts).all() & (lo[0] == 0) & (hi[-1] == N - 1)):
+        return None
+    # exactly deg_i distinct sources in [lo_i, hi_i]: every slot of the row is hit (no duplicates)
+    seen = torch.zeros(E, dtype=torch.bool, device=col.device)
+    seen[csr.rowptr[row] + (col - lo[row])] = True
+    if not bool(seen.all()):
+        return None
+    return deg[lo == node]  # (B,) a block's size is the degree of its first node
+
+
+def _check_complete(csr: EdgeCSR, batch: Tensor) -> Optional[Tensor]:
+    N, E = csr.num_nodes, csr.num_edges
+    if N == 0:
+        return None
+    check_batch(batch, N)  # ids >= 0 (one sync; once per batch tensor, the answer is cached)
+    if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):
+        return None
+    sizes = torch.bincount(batch)
+    sizes = sizes[sizes > 0]
     if int((sizes * sizes).sum()) != E:
         return None
     gsize = torch.bincount(batch)[batch]  # (N,) size of each node's graph

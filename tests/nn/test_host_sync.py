@@ -178,7 +178,8 @@ def test_other_layer_paths_read_nothing(options, as_on_cuda):
     assert seen.reads == [], seen.report()
 
 
-def test_complete_graphs_on_sdpa_read_nothing(as_on_cuda):
+@pytest.mark.parametrize("with_batch", [True, False], ids=["batch", "edge_index_only"])
+def test_complete_graphs_on_sdpa_read_nothing(as_on_cuda, with_batch):
     sizes, edges, ids = (4, 6, 5), [], []
     for b, n in enumerate(sizes):
         nodes = torch.arange(n) + sum(sizes[:b])
@@ -186,7 +187,7 @@ def test_complete_graphs_on_sdpa_read_nothing(as_on_cuda):
         ids.append(torch.full((n,), b))
     ei, batch, x = torch.cat(edges, 1), torch.cat(ids), torch.randn(sum(sizes), 16)
     layer = GraphSelfAttention(16, 8, heads=4, impl="dense")
-    seen = second_call_reads(lambda: layer(x, ei, batch=batch).sum().backward())
+    seen = second_call_reads(lambda: layer(x, ei, batch=batch if with_batch else None).sum().backward())
     assert seen.reads == [], seen.report()
 
 

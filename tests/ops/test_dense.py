@@ -39,7 +39,9 @@ def test_detection_rejects_incomplete_or_duplicated_graphs():
     dup = ei.clone()
     dup[0, 0] = 1  # edge 1->0 twice, 0->0 missing: same count, not complete
     assert complete_graph_sizes(to_csr(dup, 6), batch) is None
-    assert complete_graph_sizes(to_csr(ei, 6), None) is None  # as one graph of 6 it is not complete
+    # without a batch the two complete blocks are found from the edges alone
+    assert complete_graph_sizes(to_csr(ei, 6), None).tolist() == [3, 3]
+    assert complete_graph_sizes(to_csr(dup, 6), None) is None
     with pytest.raises(ValueError, match="impl='dense' needs"):
         q = torch.randn(6, 1, 2)
         edge_attention(q, q, q, ei[:, 1:], batch=batch, impl="dense")
