@@ -8,7 +8,7 @@ import _harness as H
 from _inputs import molecule_like_edges
 
 __all__ = ["IN_CHANNELS", "OUT_CHANNELS", "HEADS", "DTYPE_BYTES", "REF_TC", "REF_GAT", "CASES", "ROWS",
-           "case_size", "case_label", "estimated_peak_bytes", "floor_row", "add_ratios", "compile_ratios", "render"]
+           "case_size", "case_label", "estimated_peak_bytes", "floor_row", "add_ratios", "row_ratios", "render"]
 
 IN_CHANNELS, OUT_CHANNELS, HEADS, DTYPE_BYTES = 128, 32, 4, 4
 REF_TC, REF_GAT = "TransformerConv", "GATConv"
@@ -26,12 +26,15 @@ CASES = {
     "random-2k": {"kind": "random", "N": 2_000, "E": 40_000, "group": "quick"},
     "molecules-16": {"kind": "molecules", "graphs": 16, "group": "quick"},
 }
-# Rows: layer name -> how to build it (see attention.build_layer). Extend here (e.g. bf16).
+# Rows: layer name -> how to build it (see attention.build_layer).
 # "compile": run torch.compile(layer, fullgraph=True) (only with --compile).
+# "autocast": run the layer under torch.autocast(device, that dtype) (only with --bf16): bfloat16
+# projections, and the kernel in bfloat16 (float32 accumulation).
 ROWS = {
     "ours (auto)": {"layer": "ours", "impl": "auto"},
     "ours (compiled)": {"layer": "ours", "impl": "auto", "compile": True},
     "ours (chunked)": {"layer": "ours", "impl": "chunked"},
+    "ours (bf16)": {"layer": "ours", "impl": "auto", "autocast": "bfloat16"},
     REF_TC: {"layer": "TransformerConv"},
     REF_GAT: {"layer": "GATConv"},
 }
@@ -75,7 +78,8 @@ def floor_row(name: str, case: dict, bw: dict, results: list) -> dict:
     bwd_bytes = (4 * E + 3 * N) * row_b  # q_i, k_j, v_j, dout_i per edge + dq, dk, dv per node
     gather = bw.get("gather_GBps", {}).get(name, math.nan) * 1e9
     copy = bw.get("copy_GBps", math.nan) * 1e9
-    ours = [r for r in results if r["case_name"] == name and r["layer"] == "ours" and "time_s" in r]
+    ours = [r for r in results if r["case_name"] == name and r["layer"] == "ours" and "time_s" in r
+            and not ROWS[r["row"]].get("autocast")]  # the floor's bytes are float32
     best = min(ours, key=lambda r: r["time_s"], default=None)
     # On a GPU the index_select gather probe is slower than our kernel's gathers, so it is no
     # floor there: the gaps are taken against the per-edge bytes at copy speed (a reference a
@@ -106,15 +110,15 @@ def add_ratios(results: list) -> None:
             r[f"mem_vs_{key}"] = r["peak_delta_mb"] / ref_r["peak_delta_mb"] if ok else None
 
 
-def compile_ratios(results: list) -> list:
-    """``(case label, compiled time / eager time)`` for every case with both ``ours (compiled)`` and
-    ``ours (auto)`` measured."""
+def row_ratios(results: list, row: str, key: str = "time_s") -> list:
+    """``(case label, row's value / the value of "ours (auto)")`` of ``key`` (``"time_s"``: fwd+bwd,
+    ``"fwd_s"``) for every case with both rows measured."""
     by_case = {}
     for r in results:
         if "time_s" in r:
             by_case.setdefault(r["case_name"], {})[r["row"]] = r
-    return [(rows["ours (compiled)"]["label_case"], rows["ours (compiled)"]["time_s"] / rows["ours (auto)"]["time_s"])
-            for rows in by_case.values() if "ours (compiled)" in rows and "ours (auto)" in rows]
+    return [(rows[row]["label_case"], rows[row][key] / rows["ours (auto)"][key])
+            for rows in by_case.values() if row in rows and "ours (auto)" in rows]
 
 
 def render(results: list, floors: list, bw: dict, memory_label: str = "peak ΔRSS (MB)") -> str:
@@ -135,10 +139,15 @@ def render(results: list, floors: list, bw: dict, memory_label: str = "peak ΔRS
     notes = [f"- {r['label_case']} / {r['row']}: {r['error']}" for r in results if "error" in r]
     if notes:
         text += ["", "Not measured:"] + notes
-    compiled = compile_ratios(results)
+    compiled = row_ratios(results, "ours (compiled)")
     if compiled:
         text += ["", "torch.compile(layer, fullgraph=True) vs the same layer in eager mode (fwd+bwd time):"]
         text += [f"- {label}: {ratio:.2f}× the eager time" for label, ratio in compiled]
+    half = row_ratios(results, "ours (bf16)")
+    if half:
+        fwd = dict(row_ratios(results, "ours (bf16)", "fwd_s"))
+        text += ["", "The layer under torch.autocast(bfloat16) (bf16 projections and kernel) vs float32:"]
+        text += [f"- {label}: {ratio:.2f}× the float32 fwd+bwd time ({fwd[label]:.2f}× fwd)" for label, ratio in half]
     frows = [[f["label_case"], f"{f['fwd_bytes'] / 1e9:.3g}", f"{bw['gather_GBps'][f['case_name']]:.3g}",
               H.fmt(f["fwd_floor_copy_s"]), H.fmt(f["fwd_floor_gather_s"]), H.fmt(f.get("ours_fwd_s")),
               x(f.get("gap_fwd")), H.fmt(f["total_floor_s"]), H.fmt(f.get("ours_time_s")),

@@ -11,10 +11,12 @@ See benchmarks/README.md for the method.
     python benchmarks/attention.py --quick         # tiny sizes, seconds (smoke test)
     python benchmarks/attention.py --tuned-malloc  # MALLOC_MMAP_MAX_=0 ... for ALL rows
     python benchmarks/attention.py --compile       # + torch.compile(layer, fullgraph=True)
+    python benchmarks/attention.py --bf16          # + the layer under torch.autocast(bfloat16)
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -110,6 +112,9 @@ def layer_worker(spec: dict) -> dict:
     x = xs if len(xs) == 2 else xs[0]  # (x_src, x_dst) for a bipartite case
     edge_index, layer = edge_index.to(device), layer.to(device)
     compiled = bool(ROWS[spec["row"]].get("compile"))
+    half = ROWS[spec["row"]].get("autocast")  # e.g. "bfloat16": the forward under torch.autocast
+    autocast = ((lambda: torch.autocast(device.type, dtype=getattr(torch, half))) if half
+                else contextlib.nullcontext)
     if compiled:  # the kernels are named from an eager call: a compiled graph's autograd node hides them
         kernels = " + ".join(D.attention_backends(layer(x, edge_index)))
         note = f"torch.compile, fullgraph: {kernels}" + (f" ({note})" if note else "")
@@ -122,7 +127,8 @@ def layer_worker(spec: dict) -> dict:
             t.grad = None
         D.synchronize(device)
         t0 = time.perf_counter()
-        out = layer(x, edge_index)
+        with autocast():
+            out = layer(x, edge_index)
         D.synchronize(device)
         t1 = time.perf_counter()
         out.sum().backward()
@@ -186,6 +192,9 @@ def parse_args(argv=None):
     p.add_argument("--compile", action="store_true",
                    help="add the row 'ours (compiled)': torch.compile(layer, fullgraph=True), compiled (two "
                         "untimed runs) before the memory baseline, then timed like the others")
+    p.add_argument("--bf16", action="store_true",
+                   help="add the row 'ours (bf16)': the layer under torch.autocast(bfloat16) (bf16 projections "
+                        "and the bf16 kernel, float32 accumulation), and its time over 'ours (auto)'")
     p.add_argument("--tuned-malloc", action="store_true",
                    help="MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1e11 for every row")
     p.add_argument("--mem-cap-gb", type=float, default=20.0,
@@ -222,7 +231,8 @@ def main(argv=None) -> int:
     else:
         groups = {"quick"} if args.quick else ({"default", "large"} if args.large else {"default"})
         names = [n for n, c in CASES.items() if c["group"] in groups]
-    row_names = args.rows or [r for r in ROWS if args.compile or not ROWS[r].get("compile")]
+    row_names = args.rows or [r for r in ROWS if (args.compile or not ROWS[r].get("compile"))
+                              and (args.bf16 or not ROWS[r].get("autocast"))]
     cuda = args.device == "cuda"
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 5)
     min_time = args.min_time if args.min_time is not None else (0.0 if args.quick else 2.0)
@@ -234,7 +244,8 @@ def main(argv=None) -> int:
     malloc = H.malloc_description(env)
     load_start = os.getloadavg()
     print(f"# graph attention benchmark: 1 layer ({IN_CHANNELS} -> {HEADS} heads x {OUT_CHANNELS}), "
-          f"forward + backward of out.sum() w.r.t. parameters and x, float32, {args.device}")
+          f"forward + backward of out.sum() w.r.t. parameters and x, float32"
+          f"{' (ours (bf16): bfloat16 autocast)' if 'ours (bf16)' in row_names else ''}, {args.device}")
     print(f"threads: {args.threads} | allocator: {malloc} | memory cap per case: {cap / 2**30:.1f} GB | "
           f"repeats: >= {repeats} (and >= {min_time:g} s) after {args.warmup} warm-up | "
           f"load average: {', '.join(f'{v:.1f}' for v in load_start)}", flush=True)

@@ -129,16 +129,28 @@ def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) ->
 def fused_kind(device_type: str, dtype: torch.dtype, score: str, p_drop: float,
                return_weights: bool) -> Optional[str]:
     """Which fused kernel may compute a call (before availability is checked): ``"cpp"`` (CPU
-    float32/float64), ``"triton"`` (CUDA float32, no returned weights) or ``None`` (chunked).
-    Both need ``score="dot"`` and no active dropout; ``dtype`` is the compute dtype (half
-    inputs are upcast to float32 first)."""
+    float32/float64/float16/bfloat16), ``"triton"`` (CUDA float32/float16/bfloat16, no returned
+    weights) or ``None`` (chunked). Both need ``score="dot"`` and no active dropout; both take
+    half inputs in their dtype and accumulate in float32."""
     if score != "dot" or p_drop != 0.0:
         return None
-    if device_type == "cpu" and dtype in (torch.float32, torch.float64):
+    if device_type == "cpu" and dtype in fused_cpp.DTYPES:
         return "cpp"
-    if device_type == "cuda" and dtype == torch.float32 and not return_weights:
+    if device_type == "cuda" and dtype in fused_triton.DTYPES and not return_weights:
         return "triton"
     return None
+
+
+def _native_half(q: Tensor, score: str, p_drop: float, return_weights: bool, impl: str) -> bool:
+    """Whether a float16/bfloat16 call runs in its dtype: on a fused kernel that is available
+    (float32 accumulation inside; complete graphs may take SDPA, which does the same); the
+    chunked path computes in float32 instead."""
+    if impl not in ("auto", "fused"):
+        return False
+    kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_weights)
+    if kind == "cpp":
+        return extension.fused_available()
+    return kind == "triton" and fused_triton.triton_available(q.device)
 
 
 def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor] = None, *,
@@ -176,8 +188,9 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         batch: optional ``(N,)`` sorted graph id per node. Only used to detect batches of
             fully-connected graphs, which then run through SDPA (``None`` = one graph).
         impl: ``"auto"`` (SDPA for complete graphs without bias / edge features, else the
-            fused C++ kernel for ``score="dot"`` on CPU float32/float64 without active dropout,
-            the fused Triton kernels for the same on CUDA float32 without returned weights,
+            fused C++ kernel for ``score="dot"`` on CPU (float32/64, float16, bfloat16) without
+            active dropout, the fused Triton kernels for the same on CUDA (float32, float16,
+            bfloat16) without returned weights,
             else chunked; on CUDA complete graphs always take SDPA), ``"dense"``, ``"fused"`` or
             ``"chunked"``. ``torch.compile`` traces every path; the fused kernels are custom ops
             (``graphattn::fused_attention_fwd``, ``graphattn::triton_attention_fwd``), and traced
@@ -186,7 +199,10 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
 
     Returns:
         ``out`` ``(N, H, C')``, or ``(out, alpha)``. Nodes without incoming edges get zeros.
-        float16/bfloat16 inputs are computed in float32 and returned in their dtype.
+        float16/bfloat16 inputs run in their dtype on the fused kernels and SDPA (float32
+        accumulation and softmax statistics inside; ``bias`` and edge features are cast to the
+        dtype of ``q``); on the chunked path they are computed in float32. Either way the
+        result is in their dtype.
 
     Raises:
         ValueError: for bad shapes, and when ``q``, ``k``, ``v``, ``edge_key``,
@@ -210,7 +226,8 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     p_drop = dropout if training else 0.0
     dtype = q.dtype
     shared_kv = edge_value is not None and edge_value is edge_key  # one tensor, one gradient
-    if dtype in (torch.float16, torch.bfloat16):  # compute in float32, return in input dtype
+    if dtype in (torch.float16, torch.bfloat16) and not _native_half(q, score, p_drop, return_attention_weights,
+                                                                     impl):  # compute in float32
         up = lambda t: None if t is None else t.float()  # noqa: E731
         q, k, v, bias, edge_key, att = map(up, (q, k, v, bias, edge_key, att))
         edge_value = edge_key if shared_kv else up(edge_value)
@@ -266,8 +283,8 @@ def _fast_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, batch: Optional[Te
                          "given batch), score='dot', no bias, edge features or returned weights")
     if impl == "fused" and kind is None:
         raise ValueError("impl='fused' supports only score='dot' with no (active) dropout, on CPU "
-                         "float32/float64 (C++ kernel) or CUDA float32 without returned weights "
-                         "(Triton kernels)")
+                         "float32/float64/float16/bfloat16 (C++ kernel) or CUDA float32/float16/bfloat16 "
+                         "without returned weights (Triton kernels)")
     if impl == "chunked" or kind is None:
         return None
     scale = 1.0 / math.sqrt(q.size(-1))

@@ -5,6 +5,11 @@ tensors (bias ``(E, H)``, edge key ``(E, H, C)``, edge value ``(E, H, CV)``) are
 edge order and read through ``EID`` (CSR position -> edge id). One program per (node, head).
 The kernels and their helpers are module globals: Triton before 3.4 resolves no closure
 variables, and it refuses chained ``or`` on constexprs (hence ``(A or B) or C``).
+
+Dtypes: q, k, v, the per-edge tensors, dout and every output or gradient are in the input
+dtype (float32, float16 or bfloat16); every load is widened to float32 (:func:`_rows`), so
+dot products, the online softmax and the gradient sums accumulate in float32, and stores
+cast back (:func:`_store`). The log-sum-exp and ``DELTA`` are float32.
 """
 import triton
 import triton.language as tl
@@ -13,7 +18,14 @@ import triton.language as tl
 @triton.jit
 def _rows(PTR, idx, h, H, W, ow, me, mw):
     """``PTR[idx, h, :]`` for a block of row ids ``idx`` (masked rows/channels read 0)."""
-    return tl.load(PTR + (idx[:, None] * H + h) * W + ow[None, :], mask=me[:, None] & mw[None, :], other=0.0)
+    return tl.load(PTR + (idx[:, None] * H + h) * W + ow[None, :], mask=me[:, None] & mw[None, :],
+                   other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store(PTR, offsets, x, mask):
+    """``x`` (float32) stored at ``PTR + offsets`` in ``PTR``'s dtype."""
+    tl.store(PTR + offsets, x.to(PTR.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -31,7 +43,7 @@ def _edge_extras(kk, vv, EK, EV, eid, h, H, C, CV, oc, mc, ov, mv, me,
 def _add_bias(s, B, eid, h, H, me, HAS_B: tl.constexpr):
     """Scores plus the edges' bias ``B[eid, h]`` (when there is one)."""
     if HAS_B:
-        s = s + tl.load(B + eid * H + h, mask=me, other=0.0)
+        s = s + tl.load(B + eid * H + h, mask=me, other=0.0).to(tl.float32)
     return s
 
 
@@ -65,12 +77,13 @@ def _target_block(q, K, V, B, EK, EV, EID, COL, e0, end, h, H, C, CV, oc, mc, ov
 
 
 @triton.jit
-def fwd(Q, K, V, B, EK, EV, EID, ROWPTR, COL, OUT, LSE, scale, H, C, CV,
-        HAS_B: tl.constexpr, HAS_EK: tl.constexpr, HAS_EV: tl.constexpr,
+def fwd(Q, K, V, B, EK, EV, EID, ROWPTR, COL, OUT, OUT32, LSE, scale, H, C, CV,
+        HAS_B: tl.constexpr, HAS_EK: tl.constexpr, HAS_EV: tl.constexpr, SAVE32: tl.constexpr,
         BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_CV: tl.constexpr):
-    """Per (target, head): online-softmax attention over the incoming edges; output and log-sum-exp."""
+    """Per (target, head): online-softmax attention over the incoming edges; output and log-sum-exp
+    (with SAVE32 the output also in float32 into OUT32, for the backward's ``dout · out``)."""
     i, h, start, end, oc, mc, ov, mv = _program(ROWPTR, H, C, CV, BLOCK_C, BLOCK_CV)
-    q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0)
+    q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0).to(tl.float32)
     m = tl.full([1], float("-inf"), tl.float32)
     l = tl.zeros([1], tl.float32)
     acc = tl.zeros([BLOCK_CV], tl.float32)
@@ -87,7 +100,10 @@ def fwd(Q, K, V, B, EK, EV, EID, ROWPTR, COL, OUT, LSE, scale, H, C, CV,
         m = m_new
     m_ref = tl.where(m == float("-inf"), 0.0, m)
     has = l > 0
-    tl.store(OUT + (i * H + h) * CV + ov, acc / tl.where(has, l, 1.0), mask=mv)
+    o = acc / tl.where(has, l, 1.0)
+    _store(OUT, (i * H + h) * CV + ov, o, mv)
+    if SAVE32:
+        tl.store(OUT32 + (i * H + h) * CV + ov, o, mask=mv)
     # +inf for a node without (visible) edges: exp(s - lse) = 0 for every edge in backward
     lse = tl.where(has, m_ref + tl.log(tl.where(has, l, 1.0)), float("inf"))
     tl.store(LSE + i * H + h + tl.arange(0, 1), lse)
@@ -103,8 +119,8 @@ def bwd_target(Q, K, V, B, EK, EV, EID, ROWPTR, COL, LSE, DELTA, DOUT,
     """Per (target, head): grad q and the per-edge gradients. With SHARED (edge key and edge
     value one tensor, C == CV) DEK receives the sum of both roles."""
     i, h, start, end, oc, mc, ov, mv = _program(ROWPTR, H, C, CV, BLOCK_C, BLOCK_CV)
-    q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0)
-    do = tl.load(DOUT + (i * H + h) * CV + ov, mask=mv, other=0.0)
+    q = tl.load(Q + (i * H + h) * C + oc, mask=mc, other=0.0).to(tl.float32)
+    do = tl.load(DOUT + (i * H + h) * CV + ov, mask=mv, other=0.0).to(tl.float32)
     lse = tl.load(LSE + i * H + h)
     delta = tl.load(DELTA + i * H + h)
     dq = tl.zeros([BLOCK_C], tl.float32)
@@ -116,17 +132,17 @@ def bwd_target(Q, K, V, B, EK, EV, EID, ROWPTR, COL, LSE, DELTA, DOUT,
         if NEED_Q:
             dq += tl.sum(ds[:, None] * kk, axis=0)
         if NEED_B:
-            tl.store(DB + eid * H + h, ds, mask=me)
+            _store(DB, eid * H + h, ds, me)
         if NEED_EK:
             g = (ds * scale)[:, None] * q[None, :]
             if SHARED:
                 g += p[:, None] * do[None, :]
-            tl.store(DEK + (eid[:, None] * H + h) * C + oc[None, :], g, mask=me[:, None] & mc[None, :])
+            _store(DEK, (eid[:, None] * H + h) * C + oc[None, :], g, me[:, None] & mc[None, :])
         if NEED_EV:
-            tl.store(DEV + (eid[:, None] * H + h) * CV + ov[None, :], p[:, None] * do[None, :],
-                     mask=me[:, None] & mv[None, :])
+            _store(DEV, (eid[:, None] * H + h) * CV + ov[None, :], p[:, None] * do[None, :],
+                   me[:, None] & mv[None, :])
     if NEED_Q:
-        tl.store(DQ + (i * H + h) * C + oc, dq * scale, mask=mc)
+        _store(DQ, (i * H + h) * C + oc, dq * scale, mc)
 
 
 @triton.jit
@@ -136,8 +152,8 @@ def bwd_source(Q, K, V, B, EK, EV, EID, CPTR, CPOS, CTGT, LSE, DELTA, DOUT, DK, 
                BLOCK_E: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_CV: tl.constexpr):
     """Per (source, head): grad k and grad v over the source's outgoing edges (CSC order)."""
     j, h, start, end, oc, mc, ov, mv = _program(CPTR, H, C, CV, BLOCK_C, BLOCK_CV)
-    k = tl.load(K + (j * H + h) * C + oc, mask=mc, other=0.0)
-    v = tl.load(V + (j * H + h) * CV + ov, mask=mv, other=0.0)
+    k = tl.load(K + (j * H + h) * C + oc, mask=mc, other=0.0).to(tl.float32)
+    v = tl.load(V + (j * H + h) * CV + ov, mask=mv, other=0.0).to(tl.float32)
     dk = tl.zeros([BLOCK_C], tl.float32)
     dv = tl.zeros([BLOCK_CV], tl.float32)
     for e0 in range(start, end, BLOCK_E):
@@ -158,5 +174,5 @@ def bwd_source(Q, K, V, B, EK, EV, EID, CPTR, CPOS, CTGT, LSE, DELTA, DOUT, DK, 
         ds = p * (tl.sum(do * vv, axis=1) - delta)
         dv += tl.sum(p[:, None] * do, axis=0)
         dk += tl.sum(ds[:, None] * qq, axis=0)
-    tl.store(DK + (j * H + h) * C + oc, dk * scale, mask=mc)
-    tl.store(DV + (j * H + h) * CV + ov, dv, mask=mv)
+    _store(DK, (j * H + h) * C + oc, dk * scale, mc)
+    _store(DV, (j * H + h) * CV + ov, dv, mv)

@@ -32,10 +32,13 @@ from graphattn.ops import extension
 from graphattn.ops.chunked import differentiable_backward, input_aliases
 from graphattn.ops.csr import EdgeCSR
 
-__all__ = ["fused_edge_attention", "set_pds_budget", "csc_arrays", "fused_attention_fwd", "fused_attention_bwd",
-           "build_csc", "csc_index_small"]
+__all__ = ["DTYPES", "lse_dtype", "fused_edge_attention", "set_pds_budget", "csc_arrays", "fused_attention_fwd",
+           "fused_attention_bwd", "build_csc", "csc_index_small"]
 
 EDGE_ORDERS = ("csr", "input")
+#: dtypes the kernel computes in: float16/bfloat16 load and store in their dtype and accumulate
+#: (dot products, softmax, gradient sums) in float32; the saved log-sum-exp is float32 for them
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _INT32_MAX = 2**31 - 1
 
 
@@ -111,11 +114,17 @@ def csc_index_small(num_nodes, num_edges) -> bool:
     return guard_or_true(num_nodes <= _INT32_MAX) and guard_or_true(num_edges <= _INT32_MAX)
 
 
+def lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    """dtype of the saved log-sum-exp (the accumulation dtype): float64 for float64, else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 @fused_attention_fwd.register_fake
 def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, scale, shared,
               need_weights):
     N, H = q.shape[:2]
-    return q.new_empty(q.shape), q.new_empty(N, H), q.new_empty(col.size(0) if need_weights else 0, H)
+    return (q.new_empty(q.shape), q.new_empty(N, H, dtype=lse_dtype(q.dtype)),
+            q.new_empty(col.size(0) if need_weights else 0, H))
 
 
 @fused_attention_bwd.register_fake
@@ -242,9 +251,11 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     over the incoming edges ``e = (j -> i)`` of ``csr``.
 
     Args:
-        q, k, v: ``(N, H, C)`` queries and keys, ``(N, H, C')`` values: CPU float32/float64
-            tensors (same dtype). With ``C' != C`` the narrower side is zero-padded for the
-            kernel (same result, the output is ``(N, H, C')``).
+        q, k, v: ``(N, H, C)`` queries and keys, ``(N, H, C')`` values: CPU float32/float64/
+            float16/bfloat16 tensors (same dtype; half types accumulate in float32, and the
+            output, weights and gradients come back in their dtype). With ``C' != C`` the
+            narrower side is zero-padded for the kernel (same result, the output is
+            ``(N, H, C')``).
         csr: :class:`~graphattn.ops.csr.EdgeCSR` of the graph (targets = rows, sources = ``col``).
         bias: optional ``(E, H)`` additive score bias.
         scale: score scale, default ``1 / sqrt(C)``.
@@ -281,8 +292,8 @@ def fused_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if q.device.type != "cpu" or k.device.type != "cpu" or v.device.type != "cpu":
         raise ValueError("fused_edge_attention runs on CPU tensors only")
-    if q.dtype not in (torch.float32, torch.float64) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"fused_edge_attention needs float32/float64 q, k, v of one dtype; "
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"fused_edge_attention needs float32/float64/float16/bfloat16 q, k, v of one dtype; "
                         f"got {q.dtype}, {k.dtype}, {v.dtype}")
     N, H, C = q.shape
     Cv = v.size(-1)

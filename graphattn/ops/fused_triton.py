@@ -16,10 +16,10 @@ needed; Triton builds its small launcher with the system C compiler on first use
 (``TRITON_INTERPRET=1``) runs the same kernels on CPU tensors, which is how the CPU-only CI
 checks them against the dense reference.
 
-Scope: ``score="dot"``, float32 (half inputs are upcast by :func:`~graphattn.functional.edge_attention`),
-no attention dropout, no returned weights; everything else takes the chunked path. One program
-handles all of a node's incoming edges, so a hub with very many in-edges is one long serial walk
-(measured only on random graphs and molecule batches).
+Scope: ``score="dot"``, float32, float16 or bfloat16 (loads and stores in the input dtype,
+float32 accumulation and log-sum-exp), no attention dropout, no returned weights; everything
+else takes the chunked path. One program handles all of a node's incoming edges, so a hub with
+very many in-edges is one long serial walk (measured only on random graphs and molecule batches).
 
 The launches are the custom ops ``graphattn::triton_attention_fwd`` / ``_bwd`` (fake
 implementations and an autograd formula registered), so ``torch.compile(model, fullgraph=True)``
@@ -39,8 +39,11 @@ from torch import Tensor
 from graphattn.ops.chunked import differentiable_backward, input_aliases
 from graphattn.ops.csr import EdgeCSR, to_csr
 
-__all__ = ["triton_available", "triton_edge_attention", "triton_attention_fwd", "triton_attention_bwd", "csc_tensors"]
+__all__ = ["DTYPES", "triton_available", "triton_edge_attention", "triton_attention_fwd", "triton_attention_bwd",
+           "csc_tensors"]
 
+#: dtypes of q, k, v the kernels take (float32 accumulation for all of them)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _TRITON = None  # the imported triton module, False when it cannot be imported
 _PROBED: Dict[int, bool] = {}  # CUDA device index -> the kernels compiled and ran there
 
@@ -75,8 +78,8 @@ def _probe_run(device: torch.device) -> Optional[str]:
         q = torch.linspace(-1.0, 1.0, 12, device=device).view(3, 1, 4).requires_grad_(True)
         ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]], device=device)
         csr = to_csr(ei, 3, cache=False)
-        out, _ = triton_attention_fwd(q, q, q, None, None, None, csr.perm, csr.rowptr, csr.col, *_csc_arrays(csr),
-                                      0.5, False)
+        out = triton_attention_fwd(q, q, q, None, None, None, csr.perm, csr.rowptr, csr.col, *_csc_arrays(csr),
+                                   0.5, False)[0]
         (g,) = torch.autograd.grad(out.sum(), [q])
         if not bool(torch.isfinite(out).all() and torch.isfinite(g).all()):
             return "non-finite result on a 3-node graph"
@@ -196,24 +199,30 @@ def _on_device(t: Tensor):
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
              edge_value: Optional[Tensor], eid: Tensor, rowptr: Tensor, col: Tensor, cptr: Optional[Tensor],
-             cpos: Optional[Tensor], ctgt: Optional[Tensor], scale: float, shared: bool) -> Tuple[Tensor, Tensor]:
-    """``(out (N, H, C'), lse (N, H))`` of the Triton forward kernel (float32). ``cptr, cpos,
-    ctgt`` are not read here: they are kept for the backward."""
+             cpos: Optional[Tensor], ctgt: Optional[Tensor], scale: float,
+             shared: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(out (N, H, C'), lse (N, H), out32)`` of the Triton forward kernel: ``out`` in the dtype of
+    ``q``, ``lse`` float32; for float16/bfloat16 ``out32`` is the output in float32 (the backward's
+    ``dout · out`` from the rounded output would put its rounding error, times ``|k|``, into
+    grad q at large logits), else empty. ``cptr, cpos, ctgt`` are not read here: they are kept
+    for the backward."""
     fwd = _kernels()[0]
     N, H, C = q.shape
     CV = v.size(-1)
     ev = edge_key if shared else edge_value
-    out = torch.empty((N, H, CV), device=q.device, dtype=torch.float32)
+    out = torch.empty((N, H, CV), device=q.device, dtype=q.dtype)
+    out32 = torch.empty((N, H, CV) if q.dtype != torch.float32 else (0,), device=q.device, dtype=torch.float32)
     lse = torch.empty((N, H), device=q.device, dtype=torch.float32)
     dummy = q  # pointer for absent optional tensors (never read: constexpr flags)
     be, bc, bv = _blocks(col.numel(), N, C, CV)
     if N * H > 0:
         with _on_device(q):
             fwd[(N * H,)](q, k, v, _or(bias, dummy), _or(edge_key, dummy), _or(ev, dummy), eid,
-                          rowptr, col, out, lse, scale, H, C, CV,
+                          rowptr, col, out, _or(out32 if out32.numel() else None, lse), lse, scale, H, C, CV,
                           HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None,
+                          SAVE32=out32.numel() > 0,
                           BLOCK_E=be, BLOCK_C=bc, BLOCK_CV=bv, num_warps=_num_warps(bc, bv))
-    return out, lse
+    return out, lse, out32
 
 
 def _backward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key: Optional[Tensor],
@@ -227,8 +236,8 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], edge_key:
     N, H, C = q.shape
     CV = v.size(-1)
     ev = edge_key if shared else edge_value
-    dout = dout.float().contiguous()
-    delta = (dout * out).sum(-1).contiguous()  # (N, H): dout_i . out_i
+    dout = dout.to(q.dtype).contiguous()
+    delta = (dout.float() * out).sum(-1).contiguous()  # (N, H) float32: dout_i . out_i (out float32)
     be, bc, bv = _blocks(col.numel(), N, C, CV)
     dummy = q
     flags = dict(HAS_B=bias is not None, HAS_EK=edge_key is not None, HAS_EV=ev is not None)
@@ -262,7 +271,9 @@ triton_attention_bwd = torch.library.custom_op("graphattn::triton_attention_bwd"
 @triton_attention_fwd.register_fake
 def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, scale, shared):
     N, H = q.shape[:2]
-    return q.new_empty(N, H, v.size(-1), dtype=torch.float32), q.new_empty(N, H, dtype=torch.float32)
+    CV = v.size(-1)
+    return (q.new_empty(N, H, CV), q.new_empty(N, H, dtype=torch.float32),
+            q.new_empty((N, H, CV) if q.dtype != torch.float32 else (0,), dtype=torch.float32))
 
 
 @triton_attention_bwd.register_fake
@@ -281,15 +292,16 @@ def _bwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos,
 
 def _setup_context(ctx, inputs, output):
     q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, scale, shared = inputs
-    out, lse = output
-    # A copy of out (O(N·H·C')), not out itself: the caller may modify the returned output in
-    # place (e.g. `h = layer(x, ei); h += x`), as it can on the CPU paths, which save no output.
+    out, lse, out32 = output
+    # The float32 output of a half-precision call, else a copy of out (O(N·H·C')), not out itself:
+    # the caller may modify the returned output in place (e.g. `h = layer(x, ei); h += x`), as it
+    # can on the CPU paths, which save no output.
     # The graph's index arrays are kept as they are, not saved for backward (as the C++ path does).
-    ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out.clone(), lse)
+    ctx.save_for_backward(q, k, v, bias, edge_key, edge_value, out32 if out32.numel() else out.clone(), lse)
     ctx.graph = (eid, rowptr, col, cptr, cpos, ctgt)
     ctx.scale, ctx.shared = scale, shared
     ctx.aliases = input_aliases((q, k, v, bias, edge_key, edge_value))
-    ctx.mark_non_differentiable(lse)
+    ctx.mark_non_differentiable(lse, out32)
 
 
 def _gradients(ctx, dout: Tensor, backward):
@@ -317,7 +329,7 @@ def _gradients(ctx, dout: Tensor, backward):
             pick(need_ek, gek), pick(need_ev, gev)) + rest
 
 
-def _op_gradients(ctx, dout, _grad_lse):
+def _op_gradients(ctx, dout, _grad_lse, _grad_out32):
     return _gradients(ctx, dout, triton_attention_bwd)  # the custom op: traced by torch.compile
 
 
@@ -335,7 +347,7 @@ class _TritonEdgeAttention(torch.autograd.Function):
         return output
 
     @staticmethod
-    def backward(ctx, dout, _grad_lse):
+    def backward(ctx, dout, _grad_lse, _grad_out32):
         return _gradients(ctx, dout, _backward)
 
 
@@ -343,14 +355,14 @@ def _or(t: Optional[Tensor], other: Tensor) -> Tensor:
     return other if t is None else t
 
 
-def _check_edge(t: Optional[Tensor], shape, name: str, device) -> Optional[Tensor]:
+def _check_edge(t: Optional[Tensor], shape, name: str, device, dtype) -> Optional[Tensor]:
     if t is None:
         return None
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} is on {t.device} but q is on {device}")
-    return t.float().contiguous()
+    return t.to(dtype).contiguous()
 
 
 def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
@@ -362,7 +374,8 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     over the incoming edges ``e = (j -> i)`` of ``csr``; per-edge tensors in the order of the
     ``edge_index`` ``csr`` was built from. Same arguments and results as
     :func:`graphattn.ops.fused_cpp.fused_edge_attention` with ``edge_order="input"`` (no returned
-    weights). ``q, k, v`` float32 on one CUDA device (any device under ``TRITON_INTERPRET=1``);
+    weights). ``q, k, v`` float32, float16 or bfloat16 (one dtype; the output and gradients in
+    it, float32 accumulation) on one CUDA device (any device under ``TRITON_INTERPRET=1``);
     ``C' != C`` is allowed. A node with no incoming edge gets exactly 0. Differentiable w.r.t.
     ``q, k, v, bias, edge_key, edge_value`` (second order exact, via plain torch ops, in eager
     mode). ``torch.compile`` traces through it without a graph break: the kernel launches are the
@@ -378,8 +391,9 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if q.dtype != torch.float32 or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"triton_edge_attention needs float32 q, k, v; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"triton_edge_attention needs float32/float16/bfloat16 q, k, v of one dtype; "
+                        f"got {q.dtype}, {k.dtype}, {v.dtype}")
     N, H, C = q.shape
     CV = v.size(-1)
     if csr.num_nodes != N or csr.rowptr.numel() != N + 1:
@@ -390,9 +404,9 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     shared = edge_key is not None and edge_value is edge_key
     if shared and C != CV:
         raise ValueError("one tensor as edge_key and edge_value needs equal key and value widths")
-    bias = _check_edge(bias, (E, H), "bias", q.device)
-    edge_key = _check_edge(edge_key, (E, H, C), "edge_key", q.device)
-    edge_value = edge_key if shared else _check_edge(edge_value, (E, H, CV), "edge_value", q.device)
+    bias = _check_edge(bias, (E, H), "bias", q.device, q.dtype)
+    edge_key = _check_edge(edge_key, (E, H, C), "edge_key", q.device, q.dtype)
+    edge_value = edge_key if shared else _check_edge(edge_value, (E, H, CV), "edge_value", q.device, q.dtype)
     if scale is None:
         scale = 1.0 / math.sqrt(C) if C > 0 else 1.0
     kv_grad = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)
@@ -400,6 +414,6 @@ def triton_edge_attention(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR,
     # backward builds them inside the graph (a cache on a Python object cannot be traced)
     csc = _csc_arrays(csr) if kv_grad and not torch.compiler.is_compiling() else (None, None, None)
     run = triton_attention_fwd if torch.compiler.is_compiling() else _TritonEdgeAttention.apply
-    out, _ = run(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, None if shared else edge_value,
-                 csr.perm.contiguous(), csr.rowptr, csr.col, *csc, float(scale), shared)
+    out = run(q.contiguous(), k.contiguous(), v.contiguous(), bias, edge_key, None if shared else edge_value,
+                 csr.perm.contiguous(), csr.rowptr, csr.col, *csc, float(scale), shared)[0]
     return out

@@ -221,8 +221,10 @@ def test_input_validation():
     q = torch.randn(2, 1, 4)
     with pytest.raises(ValueError):
         kernels.fused_edge_attention(q, q, q[:1], csr)
+    with pytest.raises(TypeError):  # float16/bfloat16 run (tests/ops/test_low_precision.py)
+        kernels.fused_edge_attention(q.half(), q.half(), q.float(), csr)
     with pytest.raises(TypeError):
-        kernels.fused_edge_attention(q.half(), q.half(), q.half(), csr)
+        kernels.fused_edge_attention(q.int(), q.int(), q.int(), csr)
     with pytest.raises(ValueError):
         kernels.fused_edge_attention(q, q, q, csr, bias=torch.zeros(2, 1))
 

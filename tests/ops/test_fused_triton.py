@@ -230,6 +230,10 @@ def test_output_may_be_modified_in_place(device):
     ("cuda", torch.float32, "dot", 0.0, False, "triton"),
     ("cuda", torch.float32, "dot", 0.0, True, None),       # returned weights: chunked
     ("cuda", torch.float64, "dot", 0.0, False, None),      # float64 on CUDA: chunked
+    ("cuda", torch.bfloat16, "dot", 0.0, False, "triton"),  # float32 accumulation in the kernel
+    ("cuda", torch.float16, "dot", 0.0, False, "triton"),
+    ("cpu", torch.bfloat16, "dot", 0.0, True, "cpp"),
+    ("cpu", torch.float16, "dot", 0.0, False, "cpp"),
     ("cuda", torch.float32, "additive", 0.0, False, None),
     ("cuda", torch.float32, "dot", 0.1, False, None),      # attention dropout: chunked
     ("cpu", torch.float32, "dot", 0.1, False, None),
@@ -253,6 +257,8 @@ def test_argument_errors(device):
     q = torch.randn(N, H, C, device=device)
     with pytest.raises(TypeError, match="float32"):
         ta.triton_edge_attention(q.double(), q.double(), q.double(), csr)
+    with pytest.raises(TypeError, match="one dtype"):
+        ta.triton_edge_attention(q.half(), q.half(), q, csr)
     with pytest.raises(ValueError, match="bias must have shape"):
         ta.triton_edge_attention(q, q, q, csr, bias=torch.randn(3, H, device=device))
     with pytest.raises(ValueError, match="csr has 5 nodes"):
@@ -389,7 +395,7 @@ def test_custom_ops_pass_opcheck(device, mode):
     fast = ("test_schema", "test_autograd_registration", "test_faketensor")  # AOT: traced above, and once here
     torch.library.opcheck(ta.triton_attention_fwd, args + (None, None, None, 0.5, shared),
                           test_utils=fast + (("test_aot_dispatch_dynamic",) if mode == "edge" else ()))
-    out, lse = ta.triton_attention_fwd(*args, None, None, None, 0.5, shared)
+    out, lse, _ = ta.triton_attention_fwd(*args, None, None, None, 0.5, shared)
     plain = [None if t is None else t.detach() for t in args[:6]]
     cptr, cpos, ctgt = ta.csc_tensors(csr.rowptr, csr.col)
     torch.library.opcheck(ta.triton_attention_bwd, (*plain, *args[6:], cptr, cpos, ctgt, out.detach(), lse,

@@ -36,9 +36,16 @@
 // baseline ISA. The hot kernels are additionally cloned for AVX2/FMA via GCC's
 // target_clones (runtime dispatch through ifunc), so the cached binary stays portable.
 //
+// Dtypes: float64, float32, float16 and bfloat16 (T). Every dot product, running max, sum,
+// exp and gradient accumulation runs in A = at::opmath_type<T> (float for half/bf16, T
+// otherwise); outputs and gradients are stored in T, the saved lse (and the (p, ds) / (lse, D)
+// buffers of backward) in A. Rows accumulated over many edges (out, grad q, grad k, grad v)
+// go through a per-thread A buffer when T is narrower than A, and are cast once at the end.
+//
 // Only light ATen headers are included and the ops are registered with TORCH_LIBRARY (no
 // pybind11 / <torch/extension.h>), which keeps the first-use compile at a few seconds.
 #include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -48,7 +55,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -78,33 +87,84 @@ std::atomic<int64_t> g_max_stored_pds{int64_t(1) << 26};
 constexpr int64_t kPrefetch = GA_PREFETCH;  // edges of look-ahead for software prefetch
 
 template <typename T>
-inline T dot(const T* __restrict__ a, const T* __restrict__ b, int64_t C) {
-  T s = 0;
+using acc_t = at::opmath_type<T>;  // float for half / bfloat16, T otherwise
+
+// x widened to the accumulator type (widen) and rounded back to storage (narrow). float16 goes
+// through the compiler's _Float16 where it has one: the AVX2 clones then convert 8 values per
+// F16C instruction instead of c10::Half's scalar bit manipulation (2.5x faster fp16 kernels).
+template <typename A, typename T>
+inline A widen(T x) {
+  return static_cast<A>(x);
+}
+template <typename T, typename A>
+inline T narrow(A x) {
+  return static_cast<T>(x);
+}
+#if defined(__FLT16_MAX__)
+template <>
+inline float widen<float, c10::Half>(c10::Half x) {
+  _Float16 h;
+  std::memcpy(&h, &x, sizeof(h));
+  return static_cast<float>(h);
+}
+template <>
+inline c10::Half narrow<c10::Half, float>(float x) {
+  const _Float16 h = static_cast<_Float16>(x);
+  c10::Half r;
+  std::memcpy(&r, &h, sizeof(r));
+  return r;
+}
+#endif
+
+template <typename T, typename A = acc_t<T>>
+inline A dot(const T* __restrict__ a, const T* __restrict__ b, int64_t C) {
+  A s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < C; ++c) s += a[c] * b[c];
+  for (int64_t c = 0; c < C; ++c) s += widen<A>(a[c]) * widen<A>(b[c]);
   return s;
 }
 
 // a . (b + b2); b2 may be null
-template <typename T>
-inline T dot2(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ b2, int64_t C) {
-  if (!b2) return dot(a, b, C);
-  T s = 0;
+template <typename T, typename A = acc_t<T>>
+inline A dot2(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ b2, int64_t C) {
+  if (!b2) return dot<T, A>(a, b, C);
+  A s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t c = 0; c < C; ++c) s += a[c] * (b[c] + b2[c]);
+  for (int64_t c = 0; c < C; ++c)
+    s += widen<A>(a[c]) * (widen<A>(b[c]) + widen<A>(b2[c]));
   return s;
 }
 
 // y += a * (x + x2); x2 may be null
-template <typename T>
-inline void axpy2(T* __restrict__ y, T a, const T* __restrict__ x, const T* __restrict__ x2, int64_t C) {
+template <typename T, typename A>
+inline void axpy2(A* __restrict__ y, A a, const T* __restrict__ x, const T* __restrict__ x2, int64_t C) {
   if (!x2) {
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) y[c] += a * x[c];
+    for (int64_t c = 0; c < C; ++c) y[c] += a * widen<A>(x[c]);
     return;
   }
 #pragma omp simd
-  for (int64_t c = 0; c < C; ++c) y[c] += a * (x[c] + x2[c]);
+  for (int64_t c = 0; c < C; ++c) y[c] += a * (widen<A>(x[c]) + widen<A>(x2[c]));
+}
+
+// Accumulator of one output row of n elements: the row itself when T is A, else a per-thread
+// A buffer that store_row casts into the row once it is complete.
+template <typename T, typename A>
+inline A* acc_row(T* row, std::vector<A>& buf, int64_t n) {
+  if constexpr (std::is_same_v<T, A>) {
+    return row;
+  } else {
+    if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
+    return buf.data();
+  }
+}
+
+template <typename T, typename A>
+inline void store_row(T* __restrict__ row, const A* __restrict__ acc, int64_t n) {
+  if constexpr (!std::is_same_v<T, A>) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) row[c] = narrow<T>(acc[c]);
+  }
 }
 
 template <typename T>
@@ -130,29 +190,30 @@ struct EdgeIn {
 };
 
 // ----------------------------------------------------------------------------- forward
-template <typename T>
+template <typename T, typename A = acc_t<T>>
 GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
                               const T* __restrict__ v, EdgeIn<T> ed,
                               const int64_t* __restrict__ rowptr, const int64_t* __restrict__ col,
-                              int64_t N, int64_t H, int64_t C, T scale, T* __restrict__ out,
-                              T* __restrict__ lse, T* __restrict__ w, int nthreads) {
+                              int64_t N, int64_t H, int64_t C, A scale, T* __restrict__ out,
+                              A* __restrict__ lse, T* __restrict__ w, int nthreads) {
   const int64_t HC = H * C, E = rowptr[N];
-  const T inf = std::numeric_limits<T>::infinity();
+  const A inf = std::numeric_limits<A>::infinity();
 #pragma omp parallel num_threads(nthreads)
   {
-    std::vector<T> sbuf;
-    std::vector<T> mx(H), sum(H);
+    std::vector<A> sbuf, obuf;
+    std::vector<A> mx(H), sum(H);
 #pragma omp for schedule(dynamic, 32)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t beg = rowptr[i], end = rowptr[i + 1], deg = end - beg;
-      T* __restrict__ o = out + i * HC;
-      for (int64_t c = 0; c < HC; ++c) o[c] = T(0);
+      A* __restrict__ o = acc_row(out + i * HC, obuf, HC);
+      for (int64_t c = 0; c < HC; ++c) o[c] = A(0);
       if (deg <= 0) {
+        store_row(out + i * HC, o, HC);
         for (int64_t h = 0; h < H; ++h) lse[i * H + h] = inf;
         continue;
       }
       if (static_cast<int64_t>(sbuf.size()) < deg * H) sbuf.resize(deg * H);
-      T* __restrict__ s = sbuf.data();
+      A* __restrict__ s = sbuf.data();
       const T* __restrict__ qi = q + i * HC;
       for (int64_t h = 0; h < H; ++h) mx[h] = -inf;
       for (int64_t e = beg; e < end; ++e) {  // scores and per-head max
@@ -160,46 +221,48 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
         const int64_t ee = ed.id(e);
         const T* __restrict__ kj = k + col[e] * HC;
         const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
-        T* __restrict__ se = s + (e - beg) * H;
+        A* __restrict__ se = s + (e - beg) * H;
         for (int64_t h = 0; h < H; ++h) {
-          T x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
-          if (ed.bias) x += ed.bias[ee * H + h];
+          A x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
+          if (ed.bias) x += static_cast<A>(ed.bias[ee * H + h]);
           se[h] = x;
           mx[h] = (x > mx[h] || x != x) ? x : mx[h];  // a NaN score makes the row's max NaN
         }
       }
-      for (int64_t h = 0; h < H; ++h) sum[h] = T(0);
+      for (int64_t h = 0; h < H; ++h) sum[h] = A(0);
       for (int64_t e = beg; e < end; ++e) {  // weights and value accumulation
         if (kPrefetch > 0 && e + kPrefetch < E) prefetch_row(v + col[e + kPrefetch] * HC, HC);
         const T* __restrict__ vj = v + col[e] * HC;
         const T* __restrict__ eve = ed.ev ? ed.ev + ed.id(e) * HC : nullptr;
-        const T* __restrict__ se = s + (e - beg) * H;
+        const A* __restrict__ se = s + (e - beg) * H;
         for (int64_t h = 0; h < H; ++h) {
           if (mx[h] == -inf) continue;  // every score of this head is -inf (masked)
-          const T p = std::exp(se[h] - mx[h]);
+          const A p = std::exp(se[h] - mx[h]);
           sum[h] += p;
           axpy2(o + h * C, p, vj + h * C, eve ? eve + h * C : nullptr, C);
         }
       }
       for (int64_t h = 0; h < H; ++h) {
-        T* __restrict__ oh = o + h * C;
+        A* __restrict__ oh = o + h * C;
         // only a row whose scores are all -inf (masked) is zero; a NaN or +inf score (overflow)
         // gives NaN, as the chunked and dense paths do, never a silently dead head
         const bool ok = mx[h] != -inf;
         if (ok) {
-          const T inv = T(1) / sum[h];
+          const A inv = A(1) / sum[h];
 #pragma omp simd
           for (int64_t c = 0; c < C; ++c) oh[c] *= inv;
           lse[i * H + h] = mx[h] + std::log(sum[h]);
         } else {
-          for (int64_t c = 0; c < C; ++c) oh[c] = T(0);
+          for (int64_t c = 0; c < C; ++c) oh[c] = A(0);
           lse[i * H + h] = inf;
         }
         if (w) {
           for (int64_t e = beg; e < end; ++e)
-            w[ed.id(e) * H + h] = ok ? std::exp(s[(e - beg) * H + h] - mx[h]) / sum[h] : T(0);
+            w[ed.id(e) * H + h] =
+                static_cast<T>(ok ? std::exp(s[(e - beg) * H + h] - mx[h]) / sum[h] : A(0));
         }
       }
+      store_row(out + i * HC, o, HC);
     }
   }
 }
@@ -207,28 +270,28 @@ GA_CLONES void forward_kernel(const T* __restrict__ q, const T* __restrict__ k,
 // ---------------------------------------------------------------- backward, target-major
 // Outputs (each may be null): gq (N,H,C); gb (E,H), gek / gev (E,H,C) at edge ids (gek gets
 // the sum when `shared`); PDS (E,2H) = (p, ds) in CSR order; LD (N,2H) = (lse, D).
-template <typename T>
+template <typename T, typename A = acc_t<T>>
 GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                     const T* __restrict__ v, EdgeIn<T> ed,
                                     const int64_t* __restrict__ rowptr,
-                                    const int64_t* __restrict__ col, const T* __restrict__ lse,
+                                    const int64_t* __restrict__ col, const A* __restrict__ lse,
                                     const T* __restrict__ dout, int64_t N, int64_t H, int64_t C,
-                                    T scale, T* __restrict__ gq, T* __restrict__ gb,
+                                    A scale, T* __restrict__ gq, T* __restrict__ gb,
                                     T* __restrict__ gek, T* __restrict__ gev, bool shared,
-                                    T* __restrict__ PDS, T* __restrict__ LD, int nthreads) {
+                                    A* __restrict__ PDS, A* __restrict__ LD, int nthreads) {
   const int64_t HC = H * C, E = rowptr[N];
   const bool per_edge = gq || gb || gek || gev || PDS;
 #pragma omp parallel num_threads(nthreads)
   {
-    std::vector<T> buf, D(H);
+    std::vector<A> buf, gbuf, D(H);
 #pragma omp for schedule(dynamic, 32)
     for (int64_t i = 0; i < N; ++i) {
       const int64_t beg = rowptr[i], end = rowptr[i + 1], deg = end - beg;
-      T* __restrict__ g = gq ? gq + i * HC : nullptr;
+      A* __restrict__ g = gq ? acc_row(gq + i * HC, gbuf, HC) : nullptr;
       if (g)
-        for (int64_t c = 0; c < HC; ++c) g[c] = T(0);
-      const T* __restrict__ li = lse + i * H;
-      for (int64_t h = 0; h < H; ++h) D[h] = T(0);
+        for (int64_t c = 0; c < HC; ++c) g[c] = A(0);
+      const A* __restrict__ li = lse + i * H;
+      for (int64_t h = 0; h < H; ++h) D[h] = A(0);
       if (deg > 0) {
         if (static_cast<int64_t>(buf.size()) < deg * 2 * H) buf.resize(deg * 2 * H);
         const T* __restrict__ qi = q + i * HC;
@@ -243,12 +306,12 @@ GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict
           const T* __restrict__ vj = v + col[e] * HC;
           const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
           const T* __restrict__ eve = ed.ev ? ed.ev + ee * HC : nullptr;
-          T* __restrict__ be = buf.data() + (e - beg) * 2 * H;
+          A* __restrict__ be = buf.data() + (e - beg) * 2 * H;
           for (int64_t h = 0; h < H; ++h) {
-            T x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
-            if (ed.bias) x += ed.bias[ee * H + h];
-            const T p = std::exp(x - li[h]);
-            const T dp = dot2(doi + h * C, vj + h * C, eve ? eve + h * C : nullptr, C);
+            A x = scale * dot2(qi + h * C, kj + h * C, eke ? eke + h * C : nullptr, C);
+            if (ed.bias) x += static_cast<A>(ed.bias[ee * H + h]);
+            const A p = std::exp(x - li[h]);
+            const A dp = dot2(doi + h * C, vj + h * C, eve ? eve + h * C : nullptr, C);
             be[h] = p;
             be[H + h] = dp;
             D[h] += p * dp;
@@ -258,28 +321,29 @@ GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict
           const int64_t ee = ed.id(e);
           const T* __restrict__ kj = k + col[e] * HC;
           const T* __restrict__ eke = ed.ek ? ed.ek + ee * HC : nullptr;
-          const T* __restrict__ be = buf.data() + (e - beg) * 2 * H;
+          const A* __restrict__ be = buf.data() + (e - beg) * 2 * H;
           for (int64_t h = 0; h < H; ++h) {
-            const T p = be[h], ds = p * (be[H + h] - D[h]);
+            const A p = be[h], ds = p * (be[H + h] - D[h]);
             if (g) axpy2(g + h * C, ds, kj + h * C, eke ? eke + h * C : nullptr, C);
-            if (gb) gb[ee * H + h] = ds;
+            if (gb) gb[ee * H + h] = static_cast<T>(ds);
             const T* __restrict__ qh = qi + h * C;
             const T* __restrict__ dh = doi + h * C;
             if (gek) {
               T* __restrict__ y = gek + ee * HC + h * C;
-              const T a = scale * ds;
+              const A a = scale * ds;
               if (shared) {
 #pragma omp simd
-                for (int64_t c = 0; c < C; ++c) y[c] = a * qh[c] + p * dh[c];
+                for (int64_t c = 0; c < C; ++c)
+                  y[c] = narrow<T>(a * widen<A>(qh[c]) + p * widen<A>(dh[c]));
               } else {
 #pragma omp simd
-                for (int64_t c = 0; c < C; ++c) y[c] = a * qh[c];
+                for (int64_t c = 0; c < C; ++c) y[c] = narrow<T>(a * widen<A>(qh[c]));
               }
             }
             if (gev) {
               T* __restrict__ y = gev + ee * HC + h * C;
 #pragma omp simd
-              for (int64_t c = 0; c < C; ++c) y[c] = p * dh[c];
+              for (int64_t c = 0; c < C; ++c) y[c] = narrow<T>(p * widen<A>(dh[c]));
             }
             if (PDS) {
               PDS[e * 2 * H + h] = p;
@@ -292,6 +356,7 @@ GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict
           for (int64_t c = 0; c < HC; ++c) g[c] *= scale;
         }
       }
+      if (g) store_row(gq + i * HC, g, HC);
       if (LD)
         for (int64_t h = 0; h < H; ++h) {
           LD[i * 2 * H + h] = li[h];
@@ -304,58 +369,64 @@ GA_CLONES void backward_rows_kernel(const T* __restrict__ q, const T* __restrict
 // ---------------------------------------------------------------- backward, source-major
 // Reads (p, ds) from PDS when given; otherwise recomputes them from LD = (lse, D) (only
 // valid without edge key/value, which the caller guarantees).
-template <typename T, typename I>
+template <typename T, typename I, typename A = acc_t<T>>
 GA_CLONES void backward_cols_kernel(const T* __restrict__ q, const T* __restrict__ k,
                                     const T* __restrict__ v, EdgeIn<T> ed,
                                     const T* __restrict__ dout, const int64_t* __restrict__ cptr,
                                     const I* __restrict__ cperm, const I* __restrict__ ctgt,
-                                    const T* __restrict__ PDS, const T* __restrict__ LD,
-                                    int64_t N, int64_t H, int64_t C, T scale,
+                                    const A* __restrict__ PDS, const A* __restrict__ LD,
+                                    int64_t N, int64_t H, int64_t C, A scale,
                                     T* __restrict__ gk, T* __restrict__ gv, int nthreads) {
   const int64_t HC = H * C, E = cptr[N];
-#pragma omp parallel for num_threads(nthreads) schedule(dynamic, 32)
-  for (int64_t j = 0; j < N; ++j) {
-    const int64_t beg = cptr[j], end = cptr[j + 1];
-    T* __restrict__ a = gk + j * HC;
-    T* __restrict__ b = gv + j * HC;
-    for (int64_t c = 0; c < HC; ++c) {
-      a[c] = T(0);
-      b[c] = T(0);
-    }
-    const T* __restrict__ kj = k + j * HC;
-    const T* __restrict__ vj = v + j * HC;
-    for (int64_t t = beg; t < end; ++t) {
-      if (kPrefetch > 0 && t + kPrefetch < E) {
-        const int64_t tp = ctgt[t + kPrefetch];
-        prefetch_row(q + tp * HC, HC);
-        prefetch_row(dout + tp * HC, HC);
-        if (PDS)
-          prefetch_row(PDS + static_cast<int64_t>(cperm[t + kPrefetch]) * 2 * H, 2 * H);
-        else
-          prefetch_row(LD + tp * 2 * H, 2 * H);
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<A> abuf, bbuf;
+#pragma omp for schedule(dynamic, 32)
+    for (int64_t j = 0; j < N; ++j) {
+      const int64_t beg = cptr[j], end = cptr[j + 1];
+      A* __restrict__ a = acc_row(gk + j * HC, abuf, HC);
+      A* __restrict__ b = acc_row(gv + j * HC, bbuf, HC);
+      for (int64_t c = 0; c < HC; ++c) {
+        a[c] = A(0);
+        b[c] = A(0);
       }
-      const int64_t pos = cperm[t], i = ctgt[t];
-      const T* __restrict__ qi = q + i * HC;
-      const T* __restrict__ doi = dout + i * HC;
-      const T* __restrict__ li = LD ? LD + i * 2 * H : nullptr;
-      const int64_t ee = (!PDS && ed.bias) ? ed.id(pos) : 0;
-      for (int64_t h = 0; h < H; ++h) {
-        T p, ds;
-        if (PDS) {
-          p = PDS[pos * 2 * H + h];
-          ds = PDS[pos * 2 * H + H + h];
-        } else {
-          T x = scale * dot(qi + h * C, kj + h * C, C);
-          if (ed.bias) x += ed.bias[ee * H + h];
-          p = std::exp(x - li[h]);
-          ds = p * (dot(doi + h * C, vj + h * C, C) - li[H + h]);
+      const T* __restrict__ kj = k + j * HC;
+      const T* __restrict__ vj = v + j * HC;
+      for (int64_t t = beg; t < end; ++t) {
+        if (kPrefetch > 0 && t + kPrefetch < E) {
+          const int64_t tp = ctgt[t + kPrefetch];
+          prefetch_row(q + tp * HC, HC);
+          prefetch_row(dout + tp * HC, HC);
+          if (PDS)
+            prefetch_row(PDS + static_cast<int64_t>(cperm[t + kPrefetch]) * 2 * H, 2 * H);
+          else
+            prefetch_row(LD + tp * 2 * H, 2 * H);
         }
-        axpy2(a + h * C, ds, qi + h * C, static_cast<const T*>(nullptr), C);
-        axpy2(b + h * C, p, doi + h * C, static_cast<const T*>(nullptr), C);
+        const int64_t pos = cperm[t], i = ctgt[t];
+        const T* __restrict__ qi = q + i * HC;
+        const T* __restrict__ doi = dout + i * HC;
+        const A* __restrict__ li = LD ? LD + i * 2 * H : nullptr;
+        const int64_t ee = (!PDS && ed.bias) ? ed.id(pos) : 0;
+        for (int64_t h = 0; h < H; ++h) {
+          A p, ds;
+          if (PDS) {
+            p = PDS[pos * 2 * H + h];
+            ds = PDS[pos * 2 * H + H + h];
+          } else {
+            A x = scale * dot(qi + h * C, kj + h * C, C);
+            if (ed.bias) x += static_cast<A>(ed.bias[ee * H + h]);
+            p = std::exp(x - li[h]);
+            ds = p * (dot(doi + h * C, vj + h * C, C) - li[H + h]);
+          }
+          axpy2(a + h * C, ds, qi + h * C, static_cast<const T*>(nullptr), C);
+          axpy2(b + h * C, p, doi + h * C, static_cast<const T*>(nullptr), C);
+        }
       }
-    }
 #pragma omp simd
-    for (int64_t c = 0; c < HC; ++c) a[c] *= scale;
+      for (int64_t c = 0; c < HC; ++c) a[c] *= scale;
+      store_row(gk + j * HC, a, HC);
+      store_row(gv + j * HC, b, HC);
+    }
   }
 }
 
@@ -404,6 +475,13 @@ EdgeIn<T> edge_inputs(const at::Tensor& q, int64_t E, const c10::optional<at::Te
 }
 
 // ------------------------------------------------------------------------------ ops
+// dtype of the saved lse and of backward's (p, ds) / (lse, D) buffers: float64 for float64
+// inputs, float32 otherwise (at::opmath_type)
+at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+#define GA_DISPATCH(TYPE, NAME, ...) \
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, NAME, __VA_ARGS__)
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
     at::Tensor q, at::Tensor k, at::Tensor v, c10::optional<at::Tensor> bias,
     c10::optional<at::Tensor> ek, c10::optional<at::Tensor> ev, c10::optional<at::Tensor> eid,
@@ -411,15 +489,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
   check_inputs(q, k, v, rowptr, col);
   const int64_t N = q.size(0), H = q.size(1), C = q.size(2), E = col.numel();
   auto out = at::empty_like(q);
-  auto lse = at::empty({N, H}, q.options());
+  auto lse = at::empty({N, H}, q.options().dtype(acc_dtype(q.scalar_type())));
   auto w = at::empty({need_weights ? E : 0, H}, q.options());
   const int nt = num_threads_for(E * H * C);
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_forward", [&] {
+  GA_DISPATCH(q.scalar_type(), "graphattn_fused_forward", [&] {
+    using A = acc_t<scalar_t>;
     forward_kernel<scalar_t>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
                              v.data_ptr<scalar_t>(), edge_inputs<scalar_t>(q, E, bias, ek, ev, eid),
                              rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), N, H, C,
-                             static_cast<scalar_t>(scale), out.data_ptr<scalar_t>(),
-                             lse.data_ptr<scalar_t>(),
+                             static_cast<A>(scale), out.data_ptr<scalar_t>(), lse.data_ptr<A>(),
                              need_weights ? w.data_ptr<scalar_t>() : nullptr, nt);
   });
   return {out, lse, w};
@@ -435,8 +513,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     bool need_ek, bool need_ev, bool shared) {
   check_inputs(q, k, v, rowptr, col);
   TORCH_CHECK(dout.sizes() == q.sizes() && dout.is_contiguous() && lse.is_contiguous() &&
-                  dout.scalar_type() == q.scalar_type() && lse.scalar_type() == q.scalar_type(),
+                  dout.scalar_type() == q.scalar_type(),
               "dout must be a contiguous (N, H, C) tensor with the dtype of q");
+  TORCH_CHECK(lse.scalar_type() == acc_dtype(q.scalar_type()),
+              "lse must be float64 for float64 q and float32 otherwise");
   const int64_t N = q.size(0), H = q.size(1), C = q.size(2), E = col.numel();
   TORCH_CHECK(lse.numel() == N * H, "lse must be (N, H)");
   TORCH_CHECK(!shared || (ek.has_value() && ev.has_value()), "shared needs edge_key");
@@ -450,21 +530,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   // instead of recomputing two dot products and an exp per edge and head); above that, and
   // only without edge features, pass 2 recomputes them from (lse, D) and no per-edge buffer exists.
   const bool store_pds = need_kv && (feats || E * 2 * H <= g_max_stored_pds.load());
-  auto PDS = store_pds ? at::empty({E, 2 * H}, q.options()) : empty();
-  auto LD = need_kv && !store_pds ? at::empty({N, 2 * H}, q.options()) : empty();
+  const auto acc_opts = q.options().dtype(acc_dtype(q.scalar_type()));
+  auto PDS = store_pds ? at::empty({E, 2 * H}, acc_opts) : empty();
+  auto LD = need_kv && !store_pds ? at::empty({N, 2 * H}, acc_opts) : empty();
   at::Tensor gk = empty(), gv = empty();
   const int nt = num_threads_for(E * H * C);
   auto ptr = [](at::Tensor& t, auto tag) -> decltype(tag) {
     return t.numel() ? t.data_ptr<std::remove_pointer_t<decltype(tag)>>() : nullptr;
   };
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_backward", [&] {
+  GA_DISPATCH(q.scalar_type(), "graphattn_fused_backward", [&] {
     using T = scalar_t;
+    using A = acc_t<T>;
     const EdgeIn<T> ed = edge_inputs<T>(q, E, bias, ek, ev, eid);
     backward_rows_kernel<T>(q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), ed,
-                            rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), lse.data_ptr<T>(),
-                            dout.data_ptr<T>(), N, H, C, static_cast<T>(scale), ptr(gq, (T*)0),
+                            rowptr.data_ptr<int64_t>(), col.data_ptr<int64_t>(), lse.data_ptr<A>(),
+                            dout.data_ptr<T>(), N, H, C, static_cast<A>(scale), ptr(gq, (T*)0),
                             ptr(gb, (T*)0), ptr(gek, (T*)0), ptr(gev, (T*)0), shared,
-                            ptr(PDS, (T*)0), ptr(LD, (T*)0), nt);
+                            ptr(PDS, (A*)0), ptr(LD, (A*)0), nt);
     if (!need_kv) return;
     TORCH_CHECK(cptr.numel() == N + 1 && cperm.numel() == E && ctgt.numel() == E &&
                     cptr.scalar_type() == at::kLong && cperm.scalar_type() == ctgt.scalar_type() &&
@@ -476,8 +558,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
       using I = std::remove_pointer_t<decltype(itag)>;
       backward_cols_kernel<T, I>(q.data_ptr<T>(), k.data_ptr<T>(), v.data_ptr<T>(), ed,
                                  dout.data_ptr<T>(), cptr.data_ptr<int64_t>(), cperm.data_ptr<I>(),
-                                 ctgt.data_ptr<I>(), ptr(PDS, (T*)0), ptr(LD, (T*)0), N, H, C,
-                                 static_cast<T>(scale), gk.data_ptr<T>(), gv.data_ptr<T>(), nt);
+                                 ctgt.data_ptr<I>(), ptr(PDS, (A*)0), ptr(LD, (A*)0), N, H, C,
+                                 static_cast<A>(scale), gk.data_ptr<T>(), gv.data_ptr<T>(), nt);
     };
     if (cperm.scalar_type() == at::kInt)
       run((int32_t*)nullptr);
