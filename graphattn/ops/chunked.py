@@ -11,7 +11,7 @@ from graphattn.ops.csr import EdgeCSR, to_csr
 from graphattn.ops.padding import check_batch
 from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
-__all__ = ["SCORES", "check_edge_attention_args", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
+__all__ = ["SCORES", "fake_gradients", "check_edge_attention_args", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
            "score_backward", "edge_attention_autograd", "input_aliases", "differentiable_grads",
            "differentiable_backward"]
 
@@ -138,6 +138,23 @@ def edge_attention_autograd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tens
     if edge_value is not None:
         msg = msg + edge_value
     return msg.new_zeros(N, H, v.size(-1)).index_add(0, row, msg * alpha[..., None])  # (N, H, C')
+
+
+def fake_gradients(q: Tensor, v: Tensor, num_edges, bias: Optional[Tensor], edge_key: Optional[Tensor],
+                   edge_value: Optional[Tensor], shared: bool, needs) -> Tuple[Tensor, ...]:
+    """Shapes of a fused backward's six gradients (q, k, v, bias, edge key, edge value) for the fake
+    (meta) implementations of the C++ and Triton backward ops: empty ``(0,)`` where not wanted.
+    ``needs``: ``(need_q, need_kv, need_bias, need_ek, need_ev)``; the value width is ``v``'s."""
+    N, H, C = q.shape
+    CV, E = v.size(-1), num_edges
+    need_q, need_kv, need_bias, need_ek, need_ev = needs
+
+    def grad(wanted, *shape):
+        return q.new_empty(shape if wanted else (0,))
+
+    return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, CV),
+            grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
+            grad(need_ev and edge_value is not None and not shared, E, H, CV))
 
 
 def input_aliases(inputs) -> Tuple[int, ...]:

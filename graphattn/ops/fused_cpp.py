@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_or_true
 
 from graphattn.ops import extension
-from graphattn.ops.chunked import differentiable_backward, input_aliases
+from graphattn.ops.chunked import differentiable_backward, fake_gradients, input_aliases
 from graphattn.ops.csr import EdgeCSR
 
 __all__ = ["DTYPES", "lse_dtype", "fused_edge_attention", "set_pds_budget", "csc_arrays", "fused_attention_fwd",
@@ -130,15 +130,8 @@ def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm
 @fused_attention_bwd.register_fake
 def _bwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cperm, ctgt, lse, dout, scale, shared,
               need_q, need_kv, need_bias, need_ek, need_ev):
-    N, H, C = q.shape
-    E = col.size(0)
-
-    def grad(wanted, *shape):
-        return q.new_empty(shape if wanted else (0,))
-
-    return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, C),
-            grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
-            grad(need_ev and edge_value is not None and not shared, E, H, C))
+    return fake_gradients(q, v, col.size(0), bias, edge_key, edge_value, shared,
+                          (need_q, need_kv, need_bias, need_ek, need_ev))
 
 
 def _setup_context(ctx, inputs, output):

@@ -36,7 +36,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from graphattn.ops.chunked import differentiable_backward, input_aliases
+from graphattn.ops.chunked import differentiable_backward, fake_gradients, input_aliases
 from graphattn.ops.csr import EdgeCSR, to_csr
 
 __all__ = ["DTYPES", "triton_available", "triton_edge_attention", "triton_attention_fwd", "triton_attention_bwd",
@@ -279,15 +279,8 @@ def _fwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos,
 @triton_attention_bwd.register_fake
 def _bwd_fake(q, k, v, bias, edge_key, edge_value, eid, rowptr, col, cptr, cpos, ctgt, out, lse, dout, scale,
               shared, need_q, need_kv, need_bias, need_ek, need_ev):
-    N, H, C = q.shape
-    E, CV = col.size(0), v.size(-1)
-
-    def grad(wanted, *shape):
-        return q.new_empty(shape if wanted else (0,))
-
-    return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, CV),
-            grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
-            grad(need_ev and edge_value is not None and not shared, E, H, CV))
+    return fake_gradients(q, v, col.size(0), bias, edge_key, edge_value, shared,
+                          (need_q, need_kv, need_bias, need_ek, need_ev))
 
 
 def _setup_context(ctx, inputs, output):
