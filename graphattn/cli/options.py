@@ -149,7 +149,8 @@ def social_hparams(args, defaults: Dict[str, Any], *, full_batch: bool = False) 
     ``full_batch`` (a node run without ``--mini-batch``): without ``--lr`` the recipe's rate follows
     the epoch budget (:func:`graphattn.tasks.social.budget.budget_lr`). A recipe's ``warmup=None``
     becomes :func:`~graphattn.tasks.social.budget.ours_warmup` for our model (``args.baseline``
-    ``"none"`` or absent), 0 for a baseline."""
+    ``"none"`` or absent) when that raised its rate, else 0 (a full-length run as its recipe was
+    chosen; a baseline)."""
     hp = dict(defaults)
     for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
                  "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
@@ -167,8 +168,9 @@ def social_hparams(args, defaults: Dict[str, Any], *, full_batch: bool = False) 
     hp["heads"] = args.heads if getattr(args, "heads", None) is not None else hp.get("heads", 4)  # default None
     if full_batch and getattr(args, "lr", None) is None:  # one step per epoch: the rate follows the budget
         hp["lr"] = budget_lr(defaults["lr"], defaults["epochs"], hp["epochs"])
-    if hp.get("warmup", 0) is None:  # node recipes: our model warms up, the PyG baselines do not
-        hp["warmup"] = ours_warmup(hp["epochs"]) if (getattr(args, "baseline", None) or "none") == "none" else 0
+    if hp.get("warmup", 0) is None:  # node recipes: our model warms up into a raised rate, the baselines do not
+        ours = (getattr(args, "baseline", None) or "none") == "none"
+        hp["warmup"] = ours_warmup(hp["epochs"]) if ours and hp["lr"] > defaults["lr"] else 0
     return hp
 
 

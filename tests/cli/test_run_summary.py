@@ -41,6 +41,9 @@ def test_ours_warms_up_and_the_baselines_do_not_unless_told():
     recipe = node_defaults("", 1000)
     assert social_hparams(Args(), recipe, full_batch=True)["warmup"] == ours_warmup(30) == 10
     assert ours_warmup(150) == 10 and ours_warmup(5) == 1 and ours_warmup(2) == 0
+    Args.epochs = recipe["epochs"]  # a run of the recipe's own length keeps its rate and starts at it
+    assert social_hparams(Args(), recipe, full_batch=True)["warmup"] == 0
+    Args.epochs = 30
     Args.baseline = "gcn"
     hp = social_hparams(Args(), recipe, full_batch=True)
     assert hp["warmup"] == 0 and hp["lr"] == budget_lr(recipe["lr"], recipe["epochs"], 30)

@@ -4,7 +4,7 @@ imports (the command line's option handling reads it before torch is loaded).
 A full-batch node run takes one optimizer step per epoch, so a recipe's learning rate is chosen
 for its length: cut to fewer epochs by ``--epochs``, the same rate leaves a model far from
 trained. :func:`budget_lr` raises it for the shorter run; :func:`ours_warmup` is the linear
-warm-up our attention model gets (a transformer's first Adam steps at the full rate overshoot: on
+warm-up our attention model then gets (a transformer's first Adam steps at the full rate overshoot: on
 Twitch DE at 30 epochs the training loss jumped from 0.80 to 1.16 at epoch 2 and validation
 accuracy then stayed at the majority class). The measurements behind both are in
 ``docs/social.md`` ("Short runs").
@@ -31,6 +31,7 @@ def budget_lr(lr: float, recipe_epochs: int, epochs: int) -> float:
 
 
 def ours_warmup(epochs: int) -> int:
-    """Epochs of linear learning-rate warm-up of our node model in a run of ``epochs``: 10, or a
-    third of a shorter run (the PyG baselines start at the full rate)."""
+    """Epochs of linear learning-rate warm-up of our node model in a run of ``epochs`` whose rate
+    :func:`budget_lr` raised: 10, or a third of a shorter run (full-length runs, as their recipes
+    were chosen, and the PyG baselines start at the full rate)."""
     return min(10, int(epochs) // 3)
