@@ -156,3 +156,27 @@ def test_tox21_epoch_smoke(tmp_path):
     assert ours["edges"] == tc["edges"] > 0 and ours["batches"] == 1
     assert ours["epoch_s"] > 0 and ours["peak_delta_mb"] >= 0
     assert tc["speedup_vs_tc"] == pytest.approx(1.0) and ours["speedup_vs_tc"] > 0
+    assert 0 < ours["collate_storage_s"] and 0 < ours["collate_s"]  # both collations of the same batches
+
+
+@pytest.mark.slow
+def test_tox21_epoch_compiled_row_of_the_default_recipe(tmp_path):
+    pytest.importorskip("rdkit")
+    root = shared_data_dir()
+    if root is None or not (root / "tox21").is_dir():
+        pytest.skip("Tox21 not found (set GRAPHATTN_DATA to the shared data folder)")
+    out = tmp_path / "tox21.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tox21_epoch.py"), "--limit", "150",
+                           "--recipe", "defaults", "--compile", "--models", "ours", "--repeats", "1",
+                           "--warmup", "1", "--threads", "1", "--batch-size", "32", "--data-root", str(root),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = {r["model"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(res) == {"ours", "ours (compiled)"}  # no TransformerConv row for the default recipe
+    fast = res["ours (compiled)"]
+    assert "error" not in fast, fast
+    # one trace per batch size class, not per batch: batches of 32 molecules straddle a node-count
+    # bound of the first trace (N <= 512) and may compile once more
+    assert 0 <= fast["recompiles"] <= 2 and fast["compiled_vs_eager"] > 0 and fast["eager_epoch_s"] > 0
+    # the same training up to dropout masks (drawn from another generator state when compiled)
+    assert fast["mean_loss_per_epoch"][0] == pytest.approx(res["ours"]["mean_loss_per_epoch"][0], rel=0.05)

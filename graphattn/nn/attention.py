@@ -312,6 +312,9 @@ class GraphSelfAttention(MessagePassing):
         so the attention call skips its checks. A NaN or inf anywhere in a row of ``x`` reaches
         every projection of that row, so the smaller of ``x`` and one of its projections is scanned;
         only when that finds one are the inputs themselves scanned, to name the culprit."""
+        if torch.compiler.is_compiling():  # value scans: eager only (sizes may be data-dependent there)
+            return
+
         def probe(x, proj):
             return proj if proj is not None and proj.numel() < x.numel() else x
 

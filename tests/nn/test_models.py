@@ -255,3 +255,27 @@ def test_models_refuse_edge_attr_and_pe_they_were_not_built_for():
         with pytest.raises(ValueError, match="pe_dim"):
             model(x, ei, pe=torch.randn(4, 4))
         assert torch.isfinite(model(x, ei)).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens", [0, 1])
+def test_categorical_graph_classifier_compiles_once_for_batches_of_any_size(tokens):
+    """Molecule-like batches (categorical atom/bond codes, a global token) vary in N and E: one
+    fullgraph trace with dynamic shapes serves all batches of as many graphs (``num_graphs`` is a
+    Python int the trace specializes on: an epoch's shorter last batch compiles once more); the
+    vocabulary check runs eagerly only."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch.manual_seed(0)
+    model = GraphClassifier(3, 16, num_tasks=2, num_layers=2, heads=2, num_global_tokens=tokens, edge_dim=2,
+                            node_vocab_sizes=[4, 4, 4], edge_vocab_sizes=[3, 3]).eval()
+    counter = CompileCounter()
+    fast = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
+    for sizes in ([5, 7, 1], [9, 2, 6], [1, 4, 12], [4, 4]):
+        ei, batch = random_graph_batch(sizes, avg_degree=2)
+        x, ea = torch.randint(0, 4, (sum(sizes), 3)), torch.randint(0, 3, (ei.size(1), 2))
+        expected = model(x, ei, batch, ea, num_graphs=len(sizes))
+        torch.testing.assert_close(fast(x, ei, batch, ea, num_graphs=len(sizes)), expected)
+        assert counter.frame_count == (1 if len(sizes) == 3 else 2)
+    with pytest.raises(ValueError, match="outside"):
+        model(x + 4, ei, batch, ea, num_graphs=2)
