@@ -38,6 +38,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=d["lr"])
     p.add_argument("--weight-decay", type=float, default=d["weight_decay"])
     p.add_argument("--batch-size", type=int, default=d["batch_size"])
+    p.add_argument("--schedule", default=d["schedule"], choices=["constant", "cosine"],
+                   help="learning-rate schedule (cosine: decayed over --epochs)")
+    p.add_argument("--warmup", type=int, default=d["warmup"], help="epochs of linear learning-rate warm-up")
     p.add_argument("--hidden", type=int, default=d["hidden"])
     p.add_argument("--layers", type=int, default=d["layers"])
     p.add_argument("--heads", type=int, default=d["heads"])
