@@ -11,7 +11,7 @@ from graphattn.ops.csr import EdgeCSR, to_csr
 from graphattn.ops.padding import check_batch
 from graphattn.utils.validation import check_bias_dtype, check_edge_index, check_tensor_shape
 
-__all__ = ["SCORES", "fake_gradients", "check_edge_attention_args", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
+__all__ = ["SCORES", "fake_gradients", "eager_function", "check_edge_attention_args", "CHUNK_BYTES", "ChunkedEdgeAttention", "chunk_edges", "leaky_grad", "aggregate_backward",
            "score_backward", "edge_attention_autograd", "input_aliases", "differentiable_grads",
            "differentiable_backward"]
 
@@ -155,6 +155,22 @@ def fake_gradients(q: Tensor, v: Tensor, num_edges, bias: Optional[Tensor], edge
     return (grad(need_q, N, H, C), grad(need_kv, N, H, C), grad(need_kv, N, H, CV),
             grad(need_bias and bias is not None, E, H), grad(need_ek and edge_key is not None, E, H, C),
             grad(need_ev and edge_value is not None and not shared, E, H, CV))
+
+
+def eager_function(name: str, forward, setup_context, gradients) -> type:
+    """An ``autograd.Function`` running a custom op's ``forward``, ``setup_context`` and autograd
+    formula ``gradients(ctx, dout)`` directly: eager calls skip the op's per-call dispatch (it
+    refills the op's schema on every call), compiled calls take the op itself."""
+    def forward_(ctx, *inputs):
+        output = forward(*inputs)
+        setup_context(ctx, inputs, output)
+        return output
+
+    def backward_(ctx, dout, *_grads_of_other_outputs):  # lse, weights / float32 copy: not differentiable
+        return gradients(ctx, dout)
+
+    return type(name, (torch.autograd.Function,), {"forward": staticmethod(forward_),
+                                                    "backward": staticmethod(backward_)})
 
 
 def input_aliases(inputs) -> Tuple[int, ...]:

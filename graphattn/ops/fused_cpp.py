@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.fx.experimental.symbolic_shapes import guard_or_true
 
 from graphattn.ops import extension
-from graphattn.ops.chunked import differentiable_backward, fake_gradients, input_aliases
+from graphattn.ops.chunked import differentiable_backward, eager_function, fake_gradients, input_aliases
 from graphattn.ops.csr import EdgeCSR
 
 __all__ = ["DTYPES", "lse_dtype", "fused_edge_attention", "set_pds_budget", "csc_arrays", "fused_attention_fwd",
@@ -180,19 +180,10 @@ def _op_gradients(ctx, dout, _grad_lse, _grad_weights):
 fused_attention_fwd.register_autograd(_op_gradients, setup_context=_setup_context)
 
 
-class _FusedEdgeAttention(torch.autograd.Function):
-    """Eager mode's route to the same forward and autograd formula: a custom op call costs
-    ~0.1-0.2 ms more per call (torch.library refills its 15-argument schema on every call)."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _forward(*inputs)
-        _setup_context(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, dout, _grad_lse, _grad_weights):
-        return _gradients(ctx, dout, _backward, _build_csc)
+#: Eager mode's route to the same forward and autograd formula (without the op's dispatch cost).
+_FusedEdgeAttention = eager_function("_FusedEdgeAttention", lambda *inputs: _forward(*inputs),  # looked up per call
+                                     _setup_context,
+                                     lambda ctx, dout: _gradients(ctx, dout, _backward, _build_csc))
 
 
 def csc_arrays(csr: EdgeCSR):

@@ -36,7 +36,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from graphattn.ops.chunked import differentiable_backward, fake_gradients, input_aliases
+from graphattn.ops.chunked import differentiable_backward, eager_function, fake_gradients, input_aliases
 from graphattn.ops.csr import EdgeCSR, to_csr
 
 __all__ = ["DTYPES", "triton_available", "triton_edge_attention", "triton_attention_fwd", "triton_attention_bwd",
@@ -329,19 +329,10 @@ def _op_gradients(ctx, dout, _grad_lse, _grad_out32):
 triton_attention_fwd.register_autograd(_op_gradients, setup_context=_setup_context)
 
 
-class _TritonEdgeAttention(torch.autograd.Function):
-    """Eager mode's route to the same forward and autograd formula, without the custom op's
-    per-call dispatch cost."""
-
-    @staticmethod
-    def forward(ctx, *inputs):
-        output = _forward(*inputs)
-        _setup_context(ctx, inputs, output)
-        return output
-
-    @staticmethod
-    def backward(ctx, dout, _grad_lse, _grad_out32):
-        return _gradients(ctx, dout, _backward)
+#: Eager mode's route to the same forward and autograd formula (without the op's dispatch cost).
+_TritonEdgeAttention = eager_function("_TritonEdgeAttention", lambda *inputs: _forward(*inputs),  # looked up per call
+                                      _setup_context,
+                                      lambda ctx, dout: _gradients(ctx, dout, _backward))
 
 
 def _or(t: Optional[Tensor], other: Tensor) -> Tensor:
