@@ -7,7 +7,7 @@ import argparse
 from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP
 from graphattn.tasks.molecules.defaults import DEFAULTS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
-from graphattn.tasks.molecules.defaults import SPLITS
+from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
 
 __all__ = ["build_parser", "add_common_train_arguments", "add_molecule_train_arguments", "add_social_train_arguments",
            "add_pretrain_parser"]
@@ -50,6 +50,9 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--dropout", type=float, default=None, help="dropout (default: per dataset)")
     m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
     m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
+    m.add_argument("--pe-kind", default=None, choices=list(PE_KINDS),
+                   help="molecules: the positional encoding of size --pe-dim: Laplacian eigenvectors (default) "
+                        "or RWSE, random-walk return probabilities of --pe-dim steps")
     m.add_argument("--readout", default=None, choices=["mean", "sum", "max", "token"],
                    help="graph-level tasks: pooling of the node states (token = the global tokens' state; "
                         "default: per dataset)")

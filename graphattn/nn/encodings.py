@@ -166,8 +166,13 @@ class AddLaplacianPE(BaseTransform):
 def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
     """The Laplacian PE attributes :class:`AddLaplacianPE` stores on ``data`` (``lap_pe``,
     ``lap_eigval``, ``lap_pe_mask``; None where absent) as the model keyword arguments ``pe``,
-    ``pe_eigvals`` and ``pe_mask`` (see :meth:`graphattn.GraphTransformer.forward`)."""
-    return {"pe": getattr(data, "lap_pe", None), "pe_eigvals": getattr(data, "lap_eigval", None),
+    ``pe_eigvals`` and ``pe_mask`` (see :meth:`graphattn.GraphTransformer.forward`); without
+    ``lap_pe``, the random-walk encoding of :class:`AddRandomWalkPE` (``random_walk_pe``) as
+    ``pe`` (a model built with ``pe_kind="linear"`` reads it)."""
+    lap = getattr(data, "lap_pe", None)
+    if lap is None:
+        return {"pe": getattr(data, "random_walk_pe", None), "pe_eigvals": None, "pe_mask": None}
+    return {"pe": lap, "pe_eigvals": getattr(data, "lap_eigval", None),
             "pe_mask": getattr(data, "lap_pe_mask", None)}
 
 

@@ -105,3 +105,40 @@ def test_unlabelled_columns_in_the_first_rows_are_fine_without_tasks(tmp_path, m
     ds = load_dataset(csv_path=str(f), limit=4, log=False)
     assert list(ds.task_names) == ["a", "b"] and unlabelled_tasks(ds) == ["b"]
     assert unlabelled_tasks(load_dataset(csv_path=str(f), log=False)) == []
+
+
+def test_rwse_molecules_train_predict_and_evaluate_through_the_cli(tmp_path, monkeypatch, capsys):
+    """``--pe-kind rwse``: the graphs carry the random-walk return probabilities (exact), the
+    model reads them through a linear encoder (changing them changes its output), the
+    checkpoint records the kind, and predict / evaluate featurize new molecules the same way."""
+    from graphattn.cli import main as cli
+    from graphattn.data import random_walk_pe
+    from graphattn.nn.encodings import pe_inputs
+
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    csv_in = write_csv(tmp_path / "m.csv", ["smiles", "toxic", "active"], [(s, *molecule_labels(s)) for s in SMILES])
+    tiny = ["--hidden", "16", "--layers", "1", "--heads", "2", "--batch-size", "16", "--epochs", "1",
+            "--no-progress", "--no-descriptors", "--split", "random"]
+    assert cli.main(["train", "--csv", str(csv_in), *tiny, "--pe-kind", "rwse", "--pe-dim", "6",
+                     "--out", str(tmp_path / "run")]) == 0
+    model, meta = mp.load_model(tmp_path / "run" / "best.pt")
+    assert meta["pe"] == {"kind": "rwse", "k": 6} and meta["hparams"]["pe_kind"] == "rwse"
+    assert model.backbone.pe_kind == "linear"
+
+    g = md.featurize(["Clc1ccccc1"], pe_dim=6, pe_kind="rwse")[0]
+    assert not hasattr(g, "lap_pe")
+    assert torch.allclose(g.random_walk_pe, random_walk_pe(g.edge_index, g.num_nodes, 6))
+    assert torch.equal(pe_inputs(g)["pe"], g.random_walk_pe) and pe_inputs(g)["pe_eigvals"] is None
+    p = mp.predict_proba(model, [g])
+    g2 = g.clone()
+    g2.random_walk_pe = torch.zeros_like(g.random_walk_pe)
+    assert not torch.allclose(mp.predict_proba(model, [g2]), p)  # the encoding reaches the output
+
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--smiles", "Clc1ccccc1",
+                     "--out", str(out)]) == 0
+    row = out.read_text().splitlines()[1].split(",")
+    assert abs(float(row[-3]) - p[0, 0].item()) < 1e-5 and abs(float(row[-2]) - p[0, 1].item()) < 1e-5
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--csv", str(csv_in)]) == 0
+    with pytest.raises(ValueError, match="pe_kind must be one of"):
+        md.featurize(["CCO"], pe_dim=4, pe_kind="linear")

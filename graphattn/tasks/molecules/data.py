@@ -14,8 +14,8 @@ from graphattn.data.download import cache_root, sha256sum
 from graphattn.data.molecules import InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
-from graphattn.nn.encodings import AddLaplacianPE
-from graphattn.tasks.molecules.defaults import SPLITS
+from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE
+from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
 
 __all__ = ["cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
            "featurize"]
@@ -70,12 +70,17 @@ def spooled(path) -> str:
     return str(tmp)
 
 
-def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None):
-    """Laplacian PE of size ``k`` (none when 0) and RDKit descriptors ``descriptors`` (names;
-    none when None), composed; None when neither."""
+def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: str = "laplacian"):
+    """A positional encoding of size ``k`` (none when 0) and RDKit descriptors ``descriptors``
+    (names; none when None), composed; None when neither. ``pe_kind``: ``"laplacian"`` (the
+    first ``k`` Laplacian eigenvectors, :class:`~graphattn.nn.encodings.AddLaplacianPE`) or
+    ``"rwse"`` (random-walk return probabilities of ``k`` steps,
+    :class:`~graphattn.nn.encodings.AddRandomWalkPE`; exact on molecules)."""
+    if pe_kind not in PE_KINDS:
+        raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
     steps = []
     if k:
-        steps.append(AddLaplacianPE(k))
+        steps.append(AddLaplacianPE(k) if pe_kind == "laplacian" else AddRandomWalkPE(k))
     if descriptors is not None:
         steps.append(AddMolDescriptors(descriptors))
     if len(steps) < 2:
@@ -168,7 +173,8 @@ def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: 
 
 def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
                  tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
-                 log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True):
+                 log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True,
+                 pe_kind: str = "laplacian"):
     """A toxicity set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
     with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
 
@@ -177,7 +183,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
     CSV: every binary column). ``binary``: a CSV's labels must be 0/1 (this pipeline
     trains binary classifiers with BCE; :class:`~graphattn.data.MoleculeCSVDataset` itself
     defaults to ``binary=False``, numeric labels); ``False`` keeps numeric columns. ``limit``: featurize only the first ``limit`` valid molecules
-    (cached separately from the whole file). Laplacian PE and the RDKit descriptors
+    (cached separately from the whole file). The PE (``pe_kind``, see :func:`pre_transform`) and the RDKit descriptors
     ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
     ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
     """
@@ -188,7 +194,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         tasks = list(tasks)
     if tasks is not None and not tasks:
         tasks = None
-    pre = pre_transform(pe_dim, descriptors)
+    pre = pre_transform(pe_dim, descriptors, pe_kind)
     if csv_path is not None:
         cols = None
         if tasks is not None:
@@ -270,10 +276,11 @@ def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor
 
 
 def featurize(smiles: Sequence[str], pe_dim: int = 0,
-              descriptors: Optional[Sequence[str]] = None) -> List[Union[Any, str]]:
-    """One PyG graph per SMILES (with Laplacian PE of size ``pe_dim`` and the RDKit
-    descriptors ``descriptors``), or the error message (str) for a SMILES RDKit cannot parse."""
-    pe = pre_transform(pe_dim, descriptors)
+              descriptors: Optional[Sequence[str]] = None, pe_kind: str = "laplacian") -> List[Union[Any, str]]:
+    """One PyG graph per SMILES (with a PE of size ``pe_dim`` of ``pe_kind``, see
+    :func:`pre_transform`, and the RDKit descriptors ``descriptors``), or the error message
+    (str) for a SMILES RDKit cannot parse."""
+    pe = pre_transform(pe_dim, descriptors, pe_kind)
     out = []
     for s in smiles:
         try:

@@ -2,8 +2,13 @@
 ``--help`` reads them without importing torch): the splits, the baselines, the training recipe of
 ``graphattn train`` (:data:`DEFAULTS`) and of ``graphattn pretrain`` (:data:`PRETRAIN_DEFAULTS`)."""
 
-__all__ = ["SPLITS", "BASELINES", "DEFAULTS", "PRETRAIN_DEFAULTS", "ARCH_KEYS"]
+__all__ = ["SPLITS", "BASELINES", "PE_KINDS", "DEFAULTS", "PRETRAIN_DEFAULTS", "ARCH_KEYS"]
 SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
+
+
+#: positional encodings of the molecule pipeline: Laplacian eigenvectors (read by a sign-flipping
+#: LapPE encoder) or random-walk return probabilities (RWSE, read by a linear layer)
+PE_KINDS = ("laplacian", "rwse")
 
 
 BASELINES = ("none", "gine", "gat")

@@ -57,7 +57,8 @@ def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_
     if baseline == "none":
         return {"class": "GraphClassifier",
                 "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
-                               pe_kind=hp["pe_kind"], readout=hp["readout"],
+                               pe_kind="linear" if hp["pe_kind"] == "rwse" else hp["pe_kind"],
+                               readout=hp["readout"],
                                **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
     if baseline in ("gine", "gat"):
         return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
@@ -129,7 +130,7 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     (:func:`graphattn.tasks.molecules.finetune.apply_init`; recorded in ``meta["init"]``). ``device``: see
     :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
-            "task_names": list(ds.task_names), "pe": {"kind": "laplacian", "k": spec["kwargs"].get("pe_dim", 0)},
+            "task_names": list(ds.task_names), "pe": {"kind": hp.get("pe_kind", "laplacian"), "k": spec["kwargs"].get("pe_dim", 0)},
             "descriptors": getattr(ds, "descriptor_names", None), "hparams": hp, **(meta or {})}
     dim, names = spec["kwargs"].get("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
     if dim != len(names or ()):
