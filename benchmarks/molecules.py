@@ -150,7 +150,8 @@ def load(source: Dict[str, object], hp: Dict[str, object], limit: Optional[int])
     """The data set with PE and descriptors (whatever the models: one cache per recipe), and its
     ``(N, T)`` labels (NaN = missing)."""
     ds = md.load_dataset(**source["load"], pe_dim=hp["pe_dim"], limit=limit, log=True,
-                         descriptors=md.descriptor_set(bool(hp["descriptors"])), pe_kind=hp["pe_kind"])
+                         descriptors=md.descriptor_set(bool(hp["descriptors"])), pe_kind=hp["pe_kind"],
+                         hops=int(hp["hops"]))
     y = torch.cat([d.y.view(1, -1) for d in ds]).double()
     print(f"{source['name']}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} rows skipped: invalid SMILES), "
           f"{len(ds.task_names)} task(s)", flush=True)
@@ -159,7 +160,7 @@ def load(source: Dict[str, object], hp: Dict[str, object], limit: Optional[int])
 
 # ----------------------------------------------------------------------------- results
 #: recipe keys whose value here changes nothing (added after results were recorded without them)
-_NO_OP = {"schedule": "constant", "warmup": 0}
+_NO_OP = {"schedule": "constant", "warmup": 0, "hops": 1}
 
 
 def settings(source, model: str, args) -> Dict[str, object]:

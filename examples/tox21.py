@@ -49,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument("--pe-dim", type=int, default=d["pe_dim"], help="Laplacian PE size K (0 = none)")
     p.add_argument("--pe-kind", default=d["pe_kind"], choices=list(molecule_defaults.PE_KINDS),
                    help="Laplacian eigenvectors or RWSE (random-walk return probabilities) of --pe-dim steps")
+    p.add_argument("--hops", type=int, default=d["hops"],
+                   help="attention also between atoms up to K bonds apart, with a hop-distance edge feature "
+                        "(every model of --models reads the same graphs)")
     p.add_argument("--readout", default=d["readout"], choices=["mean", "sum", "max", "token"])
     p.add_argument("--local-mpnn", default=d["local_mpnn"], choices=["gine", "gin"],
                    help="GraphGPS-style message-passing branch next to the attention (default: none)")
@@ -125,11 +128,11 @@ def main(argv=None) -> dict:
         from graphattn.tasks.molecules.finetune import load_pretrained
 
         pre = load_pretrained(args.init)[1]["hparams"]
-        hp.update({k: pre[k] for k in molecule_defaults.ARCH_KEYS})
+        hp.update({k: pre[k] for k in molecule_defaults.ARCH_KEYS if k in pre})
         args.pe_dim, args.pe_kind = hp["pe_dim"], hp["pe_kind"]
     descriptors = md.descriptor_set(args.descriptors)
     ds = md.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
-                         log=args.progress, descriptors=descriptors, pe_kind=args.pe_kind)
+                         log=args.progress, descriptors=descriptors, pe_kind=args.pe_kind, hops=args.hops)
     print(f"Tox21: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} tasks | {vars(args)}")
     runs, t0 = [], time.time()

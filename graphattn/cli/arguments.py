@@ -53,6 +53,9 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--pe-kind", default=None, choices=list(PE_KINDS),
                    help="molecules: the positional encoding of size --pe-dim: Laplacian eigenvectors (default) "
                         "or RWSE, random-walk return probabilities of --pe-dim steps")
+    m.add_argument("--hops", type=int, default=None,
+                   help="molecules: attention also between atoms up to K bonds apart, told apart by a hop-distance "
+                        "edge feature (default 1: the bonds only)")
     m.add_argument("--readout", default=None, choices=["mean", "sum", "max", "token"],
                    help="graph-level tasks: pooling of the node states (token = the global tokens' state; "
                         "default: per dataset)")

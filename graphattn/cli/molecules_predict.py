@@ -15,7 +15,7 @@ from graphattn.cli.options import usage_error
 from graphattn.data.download import DataFileError
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.tasks.molecules.attribution import molecule_attribution
-from graphattn.tasks.molecules.data import featurize, file_sha256, load_dataset, split_indices
+from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options, load_dataset, split_indices
 from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
 from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, atom_labels, draw_molecule_attention, molecule_attention
@@ -97,8 +97,7 @@ def evaluate(args) -> int:
         model, meta = load_model(args.checkpoint)
     except (ValueError, RuntimeError) as exc:
         return usage_error("evaluate", str(exc))
-    tasks, k, d = meta["task_names"], meta["pe"]["k"], meta["data"]
-    kind = meta["pe"].get("kind", "laplacian")
+    tasks, d, opts = meta["task_names"], meta["data"], graph_options(meta)
     try:
         if args.csv:
             csv_path = _spooled(args.csv)
@@ -119,15 +118,15 @@ def evaluate(args) -> int:
             if not present:
                 return usage_error("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
                                         f"(columns: {header})")
-            ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col, pe_dim=k, pe_kind=kind,
+            ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col,
                               tasks=[t if t in header else folded[t.lower()][0] for t in present],
-                              log=not args.no_progress, descriptors=meta.get("descriptors"))
+                              log=not args.no_progress, **opts)
             parts = {"csv": ds}
         else:
             # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
             wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
-            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, k, d["limit"],
-                              log=not args.no_progress, descriptors=meta.get("descriptors"), pe_kind=kind)
+            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, limit=d["limit"],
+                              log=not args.no_progress, **opts)
             present = tasks
 
             if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
@@ -191,8 +190,7 @@ def predict(args) -> int:
     # (~13 KB per featurized molecule), only its probabilities are kept
     errors, ok, parts = [], [], []
     for start in range(0, len(smiles), _PREDICT_CHUNK):
-        graphs = featurize(smiles[start:start + _PREDICT_CHUNK], meta["pe"]["k"], meta.get("descriptors"),
-                           meta["pe"].get("kind", "laplacian"))
+        graphs = featurize(smiles[start:start + _PREDICT_CHUNK], **graph_options(meta))
         errors += [g if isinstance(g, str) else "" for g in graphs]
         valid = [g for g in graphs if not isinstance(g, str)]
         ok += [start + i for i, g in enumerate(graphs) if not isinstance(g, str)]
@@ -309,7 +307,7 @@ def explain(args) -> int:
         out = out.with_suffix(".png")
     if not smiles:
         return usage_error("explain", "no molecules to draw (the input has no rows)")
-    graphs = featurize(smiles, meta["pe"]["k"], meta.get("descriptors"), meta["pe"].get("kind", "laplacian"))
+    graphs = featurize(smiles, **graph_options(meta))
     drawn = 0
     for i, (s, g) in enumerate(zip(smiles, graphs)):
         if isinstance(g, str):  # reported per input, like predict's error column; the others are drawn

@@ -40,7 +40,8 @@ def handles(args) -> bool:
 def _hparams(args) -> Dict[str, Any]:
     hp = dict(DEFAULTS)
     for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim", "pe_kind", "local_mpnn", "descriptors", "readout", "schedule", "warmup"):
+                 "global_tokens", "pe_dim", "pe_kind", "hops", "local_mpnn", "descriptors", "readout", "schedule",
+                 "warmup"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
     if getattr(args, "weight_decay", None) is not None:
@@ -77,6 +78,11 @@ def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
     check_applicable(args, "molecule", baseline)
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
         raise ValueError("--readout token needs --global-tokens >= 1")
+    if hp["hops"] < 1:
+        raise ValueError(f"--hops must be >= 1 (1 = attention over the bonds only), got {hp['hops']}")
+    if hp["hops"] > 1 and getattr(args, "init", None) is not None:
+        raise ValueError(f"--hops {hp['hops']} with --init: pretrained backbones attend over the bonds only "
+                         "(graphattn pretrain has no hop edges); drop --hops")
 
 
 def _architecture(args, hp: Dict[str, Any], out: Path):
@@ -99,10 +105,12 @@ def _architecture(args, hp: Dict[str, Any], out: Path):
     return hp, ensemble, init
 
 
-def _load(args, name: str, pe_dim: int, descriptors, pe_kind: str = "laplacian"):
-    """``(dataset, split indices)`` of the run; ValueError when there is nothing to learn."""
-    ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None, pe_dim,
-                      args.limit, log=not args.no_progress, descriptors=descriptors, pe_kind=pe_kind)
+def _load(args, name: str, descriptors, hp: Dict[str, Any], ours: bool):
+    """``(dataset, split indices)`` of the run (with the PE and hop edges of ``hp`` for our model,
+    ``ours``); ValueError when there is nothing to learn."""
+    ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None,
+                      hp["pe_dim"] if ours else 0, args.limit, log=not args.no_progress, descriptors=descriptors,
+                      pe_kind=hp["pe_kind"], hops=hp["hops"] if ours else 1)
     if not ds.task_names:
         raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
     warn_one_class_tasks(ds, name)
@@ -157,7 +165,7 @@ def train(args) -> int:
         return usage_error("train", str(exc))
     descriptors = descriptor_set(hp["descriptors"])
     try:
-        ds, split_idx = _load(args, name, hp["pe_dim"] if baseline == "none" else 0, descriptors, hp["pe_kind"])
+        ds, split_idx = _load(args, name, descriptors, hp, ours=baseline == "none")
         spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
         build_model(spec)  # option clashes (e.g. --hidden not divisible by --heads) are input errors
     except (DataFileError, ValueError) as exc:

@@ -27,7 +27,7 @@ DATA_ROOT_HELP = ("folder of the raw data files (default: $GRAPHATTN_DATA, else 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
     "molecule": frozenset({"csv", "smiles_col", "tasks", "split", "pos_weight", "descriptors", "ensemble", "init",
-                           "pe_kind"}),
+                           "pe_kind", "hops"}),
     "--edges input": frozenset({"edges", "target", "features", "target_col", "id_col"}),
     "graph-set": frozenset({"tu_text", "folds"}),
     "node-classification": frozenset({
@@ -41,7 +41,7 @@ APPLIES = {"molecule": ("molecule", "graph-level"), "node": ("--edges input", "n
            "graph": ("graph-set", "graph-level")}
 #: options that shape only our model, per task (a --baseline model does not read them)
 OURS_ONLY = {
-    "molecule": frozenset({"global_tokens", "pe_dim", "pe_kind", "local_mpnn", "readout", "init"}),
+    "molecule": frozenset({"global_tokens", "pe_dim", "pe_kind", "hops", "local_mpnn", "readout", "init"}),
     "node": frozenset({"global_tokens", "pe_dim", "attn_dropout", "input_dropout", "propagation",
                        "propagation_alpha", "propagation_learned", "propagation_dropout", "gcn_weight",
                        "gcn_layers", "self_loops"}),

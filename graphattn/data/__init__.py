@@ -7,6 +7,7 @@ when molecules are featurized.
 """
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from graphattn.data.download import DataFileError, cache_root, data_root, find_file
+from graphattn.data.hops import AddHopEdges, hop_edges
 from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, DuplicateSmilesWarning,
                                       InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning,
@@ -29,7 +30,7 @@ __all__ = [
     "DuplicateSmilesWarning",
     "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",
     "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_planetoid", "load_social_node_dataset",
-    "random_walk_pe", "stratified_masks", "structural_node_features",
+    "random_walk_pe", "stratified_masks", "structural_node_features", "AddHopEdges", "hop_edges",
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",
     "load_tu_dataset", "load_tu_folder", "load_tu_folds", "load_tu_text", "stratified_folds",
     "balanced_scaffold_split", "murcko_scaffold", "random_split", "scaffold_groups", "scaffold_split",

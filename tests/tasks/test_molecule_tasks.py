@@ -142,3 +142,40 @@ def test_rwse_molecules_train_predict_and_evaluate_through_the_cli(tmp_path, mon
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--csv", str(csv_in)]) == 0
     with pytest.raises(ValueError, match="pe_kind must be one of"):
         md.featurize(["CCO"], pe_dim=4, pe_kind="linear")
+
+
+def test_hop_attention_molecules_through_the_cli(tmp_path, monkeypatch, capsys):
+    """``--hops 3``: the graphs carry the atom pairs up to 3 bonds apart after the bonds, with a
+    "no bond" category and the hop distance; the checkpoint records it, predict featurizes the
+    same way; our model alone reads it (not a baseline, not a pretrained backbone)."""
+    from graphattn.cli import main as cli
+    from graphattn.data import BOND_FEATURE_DIMS
+
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    csv_in = write_csv(tmp_path / "m.csv", ["smiles", "toxic", "active"], [(s, *molecule_labels(s)) for s in SMILES])
+    tiny = ["--hidden", "16", "--layers", "1", "--heads", "2", "--batch-size", "16", "--epochs", "1",
+            "--no-progress", "--no-descriptors", "--split", "random", "--pe-dim", "4"]
+    assert cli.main(["train", "--csv", str(csv_in), *tiny, "--hops", "3", "--out", str(tmp_path / "run")]) == 0
+    model, meta = mp.load_model(tmp_path / "run" / "best.pt")
+    assert meta["hops"] == 3 and md.graph_options(meta)["hops"] == 3
+    assert model.backbone.edge_encoder is not None and model.backbone.edge_dim == len(BOND_FEATURE_DIMS) + 1
+
+    plain, = md.featurize(["CCCCl"], pe_dim=4)
+    g, = md.featurize(["CCCCl"], pe_dim=4, hops=3)
+    e = plain.edge_index.size(1)
+    assert torch.equal(g.edge_index[:, :e], plain.edge_index) and torch.equal(g.lap_pe, plain.lap_pe)
+    assert g.edge_index.size(1) == e + 2 * 2 + 2 * 1  # a chain of 4 heavy atoms: 2 pairs 2 apart, 1 pair 3 apart
+    assert g.edge_attr[e:, :-1].tolist() == [list(BOND_FEATURE_DIMS)] * 6
+    assert g.edge_attr[:, -1].tolist() == [1] * e + [2] * 4 + [3] * 2
+
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--smiles", "CCCCl",
+                     "--out", str(out)]) == 0
+    row = out.read_text().splitlines()[1].split(",")
+    p = mp.predict_proba(model, [g])
+    assert abs(float(row[-3]) - p[0, 0].item()) < 1e-5
+    capsys.readouterr()
+    assert cli.main(["train", "--csv", str(csv_in), *tiny, "--hops", "3", "--baseline", "gine"]) == 2
+    assert "--hops" in capsys.readouterr().err
+    assert cli.main(["train", "--csv", str(csv_in), *tiny, "--hops", "0"]) == 2
+    assert "--hops must be >= 1" in capsys.readouterr().err

@@ -10,15 +10,16 @@ import torch
 from torch import Tensor
 
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
+from graphattn.data.hops import AddHopEdges
 from graphattn.data.download import cache_root, sha256sum
-from graphattn.data.molecules import InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data
+from graphattn.data.molecules import BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
 from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE
 from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
 
 __all__ = ["cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
-           "featurize"]
+           "featurize", "graph_options", "edge_vocab_sizes"]
 
 
 def cache_dir() -> Path:
@@ -70,19 +71,27 @@ def spooled(path) -> str:
     return str(tmp)
 
 
-def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: str = "laplacian"):
-    """A positional encoding of size ``k`` (none when 0) and RDKit descriptors ``descriptors``
-    (names; none when None), composed; None when neither. ``pe_kind``: ``"laplacian"`` (the
-    first ``k`` Laplacian eigenvectors, :class:`~graphattn.nn.encodings.AddLaplacianPE`) or
-    ``"rwse"`` (random-walk return probabilities of ``k`` steps,
-    :class:`~graphattn.nn.encodings.AddRandomWalkPE`; exact on molecules)."""
+def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: str = "laplacian",
+                  hops: int = 1):
+    """A positional encoding of size ``k`` (none when 0), RDKit descriptors ``descriptors``
+    (names; none when None) and, for ``hops`` > 1, attention edges between the atoms up to
+    ``hops`` bonds apart, composed in that order (the PE is of the molecular graph); None when
+    none. ``pe_kind``: ``"laplacian"`` (the first ``k`` Laplacian eigenvectors,
+    :class:`~graphattn.nn.encodings.AddLaplacianPE`) or ``"rwse"`` (random-walk return
+    probabilities of ``k`` steps, :class:`~graphattn.nn.encodings.AddRandomWalkPE`; exact on
+    molecules). ``hops``: :class:`~graphattn.data.hops.AddHopEdges` with every bond column of an
+    added edge set to a "no bond" category (:func:`edge_vocab_sizes`)."""
     if pe_kind not in PE_KINDS:
         raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
+        raise ValueError(f"hops must be an integer >= 1 (1 = the bonds only), got {hops!r}")
     steps = []
     if k:
         steps.append(AddLaplacianPE(k) if pe_kind == "laplacian" else AddRandomWalkPE(k))
     if descriptors is not None:
         steps.append(AddMolDescriptors(descriptors))
+    if hops > 1:
+        steps.append(AddHopEdges(hops, fill=BOND_FEATURE_DIMS))
     if len(steps) < 2:
         return steps[0] if steps else None
     from torch_geometric.transforms import Compose
@@ -174,7 +183,7 @@ def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: 
 def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
                  tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
                  log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True,
-                 pe_kind: str = "laplacian"):
+                 pe_kind: str = "laplacian", hops: int = 1):
     """A toxicity set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
     with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
 
@@ -183,7 +192,8 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
     CSV: every binary column). ``binary``: a CSV's labels must be 0/1 (this pipeline
     trains binary classifiers with BCE; :class:`~graphattn.data.MoleculeCSVDataset` itself
     defaults to ``binary=False``, numeric labels); ``False`` keeps numeric columns. ``limit``: featurize only the first ``limit`` valid molecules
-    (cached separately from the whole file). The PE (``pe_kind``, see :func:`pre_transform`) and the RDKit descriptors
+    (cached separately from the whole file). The PE (``pe_kind``), the hop edges (``hops``; see
+    :func:`pre_transform`) and the RDKit descriptors
     ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
     ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
     """
@@ -194,7 +204,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         tasks = list(tasks)
     if tasks is not None and not tasks:
         tasks = None
-    pre = pre_transform(pe_dim, descriptors, pe_kind)
+    pre = pre_transform(pe_dim, descriptors, pe_kind, hops)
     if csv_path is not None:
         cols = None
         if tasks is not None:
@@ -275,12 +285,12 @@ def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor
     return idx
 
 
-def featurize(smiles: Sequence[str], pe_dim: int = 0,
-              descriptors: Optional[Sequence[str]] = None, pe_kind: str = "laplacian") -> List[Union[Any, str]]:
-    """One PyG graph per SMILES (with a PE of size ``pe_dim`` of ``pe_kind``, see
-    :func:`pre_transform`, and the RDKit descriptors ``descriptors``), or the error message
-    (str) for a SMILES RDKit cannot parse."""
-    pe = pre_transform(pe_dim, descriptors, pe_kind)
+def featurize(smiles: Sequence[str], pe_dim: int = 0, descriptors: Optional[Sequence[str]] = None,
+              pe_kind: str = "laplacian", hops: int = 1) -> List[Union[Any, str]]:
+    """One PyG graph per SMILES (with a PE of size ``pe_dim`` of ``pe_kind``, the RDKit
+    descriptors ``descriptors`` and the hop edges of ``hops``, see :func:`pre_transform`), or
+    the error message (str) for a SMILES RDKit cannot parse."""
+    pe = pre_transform(pe_dim, descriptors, pe_kind, hops)
     out = []
     for s in smiles:
         try:
@@ -290,6 +300,22 @@ def featurize(smiles: Sequence[str], pe_dim: int = 0,
             continue
         out.append(pe(data) if pe is not None else data)
     return out
+
+
+def graph_options(meta: Dict[str, Any]) -> Dict[str, Any]:
+    """The keyword arguments of :func:`featurize` / :func:`load_dataset` that give a model the
+    inputs it was trained on, from its checkpoint's meta (PE size and kind, descriptors, hops)."""
+    return {"pe_dim": meta["pe"]["k"], "pe_kind": meta["pe"].get("kind", "laplacian"),
+            "descriptors": meta.get("descriptors"), "hops": meta.get("hops", 1)}
+
+
+def edge_vocab_sizes(hops: int = 1) -> List[int]:
+    """The edge feature vocabularies of molecule graphs featurized with ``hops``: the bond
+    columns (:data:`~graphattn.data.BOND_FEATURE_DIMS`), and for ``hops`` > 1 each with one more
+    category ("no bond", on the added edges) and the hop distance column (1..``hops``)."""
+    if hops <= 1:
+        return list(BOND_FEATURE_DIMS)
+    return [d + 1 for d in BOND_FEATURE_DIMS] + [hops + 1]
 
 
 def unlabelled_tasks(ds) -> List[str]:

@@ -21,7 +21,7 @@ BASELINES = ("none", "gine", "gat")
 #: random 0.856 vs 0.843 (docs/molecules.md). The results tables there use exactly these.
 DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
                 heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
-                local_mpnn=None, descriptors=True, schedule="constant", warmup=0)
+                local_mpnn=None, descriptors=True, schedule="constant", warmup=0, hops=1)
 
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of
@@ -32,4 +32,4 @@ PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, p
 
 
 #: Hyper-parameters that define the backbone's shape: fixed by the pretrained checkpoint.
-ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn")
+ARCH_KEYS = ("hidden", "layers", "heads", "global_tokens", "pe_dim", "pe_kind", "local_mpnn", "hops")

@@ -16,12 +16,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION
+from graphattn.data.molecules import ATOM_FEATURE_DIMS, FEATURIZER_VERSION
 from graphattn.loader.in_memory import in_memory_loader
 from graphattn.nn.encodings import pe_inputs
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
 from graphattn.nn.models.registry import build_model
-from graphattn.tasks.molecules.data import SelectTasks
+from graphattn.tasks.molecules.data import SelectTasks, edge_vocab_sizes
 from graphattn.tasks.molecules.defaults import BASELINES
 from graphattn.tasks.molecules.finetune import apply_init
 from graphattn.train.loop import fit, load_checkpoint, model_device, resolve_device, save_checkpoint, set_seed
@@ -48,11 +48,13 @@ def molecule_loader(ds, batch_size: int, shuffle: bool = False):
 # ----------------------------------------------------------------------------- models
 def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_dim: int = 0) -> Dict[str, Any]:
     """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints).
-    ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none)."""
+    ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none). ``hp["hops"]``
+    (default 1) sets the edge features (:func:`~graphattn.tasks.molecules.data.edge_vocab_sizes`)."""
+    edge_vocab = edge_vocab_sizes(hp.get("hops", 1))
     common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=hp["hidden"], num_tasks=num_tasks,
                   num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"],
-                  edge_dim=len(BOND_FEATURE_DIMS), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
-                  edge_vocab_sizes=list(BOND_FEATURE_DIMS),
+                  edge_dim=len(edge_vocab), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
+                  edge_vocab_sizes=edge_vocab,
                   **({"graph_feature_dim": graph_feature_dim} if graph_feature_dim else {}))
     if baseline == "none":
         return {"class": "GraphClassifier",
@@ -131,7 +133,8 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
             "task_names": list(ds.task_names), "pe": {"kind": hp.get("pe_kind", "laplacian"), "k": spec["kwargs"].get("pe_dim", 0)},
-            "descriptors": getattr(ds, "descriptor_names", None), "hparams": hp, **(meta or {})}
+            "descriptors": getattr(ds, "descriptor_names", None), "hops": hp.get("hops", 1), "hparams": hp,
+            **(meta or {})}
     dim, names = spec["kwargs"].get("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
     if dim != len(names or ()):
         raise ValueError(f"the model reads {dim} molecule descriptors but the dataset carries {len(names or ())}: "
