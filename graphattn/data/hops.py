@@ -23,11 +23,14 @@ __all__ = ["hop_edges", "AddHopEdges"]
 
 
 def hop_edges(edge_index: Tensor, num_nodes: int, max_hops: int) -> Tuple[Tensor, Tensor]:
-    """The pairs ``j -> i`` whose shortest directed path from j to i has 2..``max_hops`` edges:
-    ``(edge_index (2, E'), distance (E',))``, by breadth-first search
-    (index joins, ``O(E')`` memory), ordered by distance then by ``(i, j)``. ``edge_index[:, e] = (j, i)``
-    is an edge ``j -> i`` (PyG's source-to-target convention); pairs ``i -> i`` are never
-    returned, whatever cycles pass through i; duplicate edges count once."""
+    """The pairs ``j -> i`` whose shortest directed path from j to i has 2..``max_hops`` edges.
+
+    Shapes: ``edge_index`` ``(2, E)`` (``edge_index[:, e] = (j, i)`` is an edge ``j -> i``,
+    PyG's source-to-target convention) -> ``(pairs (2, E'), distance (E',))``, int64 on
+    ``edge_index``'s device, ordered by distance then by ``(i, j)``. Breadth-first search by
+    index joins on the CPU (``O(E')`` memory). Pairs ``i -> i`` are never returned, whatever
+    cycles pass through i; duplicate edges count once; no edges or ``max_hops=1`` give empty
+    tensors. Raises ``ValueError`` for ``max_hops < 1`` or an out-of-range ``edge_index``."""
     check_int("max_hops", max_hops, 1)
     check_edge_index(edge_index, num_nodes)
     n, device = int(num_nodes), edge_index.device

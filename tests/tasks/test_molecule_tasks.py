@@ -179,3 +179,6 @@ def test_hop_attention_molecules_through_the_cli(tmp_path, monkeypatch, capsys):
     assert "--hops" in capsys.readouterr().err
     assert cli.main(["train", "--csv", str(csv_in), *tiny, "--hops", "0"]) == 2
     assert "--hops must be >= 1" in capsys.readouterr().err
+    for bad in (0, True, 2.5):
+        with pytest.raises(ValueError, match="hops must be an int >= 1"):
+            md.featurize(["CCO"], hops=bad)

@@ -10,13 +10,15 @@ import torch
 from torch import Tensor
 
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
-from graphattn.data.hops import AddHopEdges
 from graphattn.data.download import cache_root, sha256sum
-from graphattn.data.molecules import BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset, smiles_to_data
+from graphattn.data.hops import AddHopEdges
+from graphattn.data.molecules import (BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset,
+                                      smiles_to_data)
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
 from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE
 from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
+from graphattn.utils.validation import check_int
 
 __all__ = ["cache_dir", "descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",
            "featurize", "graph_options", "edge_vocab_sizes"]
@@ -83,8 +85,7 @@ def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: 
     added edge set to a "no bond" category (:func:`edge_vocab_sizes`)."""
     if pe_kind not in PE_KINDS:
         raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
-    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
-        raise ValueError(f"hops must be an integer >= 1 (1 = the bonds only), got {hops!r}")
+    hops = check_int("hops", hops, 1)  # 1 = the bonds only
     steps = []
     if k:
         steps.append(AddLaplacianPE(k) if pe_kind == "laplacian" else AddRandomWalkPE(k))

@@ -132,7 +132,8 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     (:func:`graphattn.tasks.molecules.finetune.apply_init`; recorded in ``meta["init"]``). ``device``: see
     :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
     meta = {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
-            "task_names": list(ds.task_names), "pe": {"kind": hp.get("pe_kind", "laplacian"), "k": spec["kwargs"].get("pe_dim", 0)},
+            "task_names": list(ds.task_names),
+            "pe": {"kind": hp.get("pe_kind", "laplacian"), "k": spec["kwargs"].get("pe_dim", 0)},
             "descriptors": getattr(ds, "descriptor_names", None), "hops": hp.get("hops", 1), "hparams": hp,
             **(meta or {})}
     dim, names = spec["kwargs"].get("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
