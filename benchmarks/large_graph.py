@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graphattn import NodeClassifier  # noqa: E402
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders  # noqa: E402
 from graphattn.testing import saved_tensor_bytes, sbm_graph  # noqa: E402
-from graphattn.train import fit, task_loss  # noqa: E402
+from graphattn.train import TrainConfig, fit, task_loss  # noqa: E402
 
 
 def rss_gb() -> float:
@@ -126,8 +126,8 @@ def main(argv=None) -> dict:
     batch = None  # free the mini-batch before training
 
     t = time.perf_counter()
-    out = fit(model, loaders, forward, kind="multiclass", epochs=a.epochs, lr=3e-3, seed=a.seed,
-              progress=not a.no_progress)
+    out = fit(model, loaders, forward, 
+              TrainConfig(kind="multiclass", epochs=a.epochs, lr=3e-3, seed=a.seed, progress=not a.no_progress))
     wall = time.perf_counter() - t
     train_s = [h["seconds"] for h in out["history"]]
     res.update(epochs=a.epochs, seconds_per_epoch=sum(train_s) / len(train_s),

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from graphattn import GraphClassifier, images_to_batch
-from graphattn.train import fit, set_seed
+from graphattn.train import TrainConfig, fit, set_seed
 
 MODELS = ("full", "grid", "mlp")
 
@@ -144,8 +144,9 @@ def main(argv=None):
             print(f"--- {name}, seed {seed}: {params} parameters")
             loaders = {"train": Batches(splits["train"], args.batch_size, True),
                        "val": Batches(splits["val"], 256, False), "test": Batches(splits["test"], 256, False)}
-            res = fit(model, loaders, make_forward(name, images, labels, args), kind="multiclass",
-                      epochs=args.epochs, lr=args.lr, seed=seed, progress=args.progress, log=print)
+            res = fit(model, loaders, make_forward(name, images, labels, args), 
+                      TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, seed=seed,
+                                  progress=args.progress), log=print)
             epoch_s = statistics.median(h["seconds"] for h in res["history"])  # robust to warm-up
             runs.append({"model": name, "seed": seed, "parameters": params,
                          "test_accuracy": res["test"]["accuracy"], "val_accuracy": res["val"]["accuracy"],

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
 from graphattn.tasks.social.node import load_node_data, node_forward, node_inputs  # noqa: E402
-from graphattn.train import fit, set_seed  # noqa: E402
+from graphattn.train import TrainConfig, fit, set_seed  # noqa: E402
 
 
 def main(argv=None):
@@ -42,8 +42,9 @@ def main(argv=None):
                   heads=args.heads, num_global_tokens=args.global_tokens, dropout=0.2)
     model = NodeClassifier(**kwargs)
     spec = {"class": "NodeClassifier", "kwargs": kwargs, "input_dropout": 0.2}
-    res = fit(model, {s: [data] for s in ("train", "val", "test")}, node_forward(spec), kind="multiclass",
-              epochs=args.epochs, lr=args.lr, weight_decay=5e-4, seed=args.seed, progress=False)
+    res = fit(model, {s: [data] for s in ("train", "val", "test")}, node_forward(spec), 
+              TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, weight_decay=5e-4, seed=args.seed,
+                          progress=False))
     print(f"best epoch {res['best_epoch']} | train acc {res['train']['accuracy']:.3f} | "
           f"val acc {res['val']['accuracy']:.3f} | test acc {res['test']['accuracy']:.3f}")
     if args.plot:

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from graphattn import NodeClassifier, sequence_graph, sequences_to_batch
-from graphattn.train import fit, set_seed
+from graphattn.train import TrainConfig, fit, set_seed
 
 # name -> (sequence_graph pattern, which of window/stride/num_global it uses, learnable tokens)
 PATTERNS = {
@@ -130,8 +130,9 @@ def run_pattern(name: str, data: dict, args) -> dict:
     loaders = {"train": Batches(args.train, args.batch_size, True),
                "val": Batches(args.val, 256, False), "test": Batches(args.test, 256, False)}
     print(f"--- {name}: {graph.size(1)} edges per sequence" + (f" + {tokens} global token" if tokens else ""))
-    res = fit(model, loaders, forward, kind="multiclass", epochs=args.epochs, lr=args.lr,
-              seed=args.seed, progress=args.progress, log=print)
+    res = fit(model, loaders, forward, 
+              TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, seed=args.seed, progress=args.progress),
+              log=print)
     reach = reach_fraction(graph, L, args.layers, tokens)
     epoch_s = statistics.median(h["seconds"] for h in res["history"])  # robust to warm-up
     edges = graph.size(1) + tokens * (2 * L + tokens)  # token edges as GlobalTokens adds them

@@ -45,7 +45,7 @@ from graphattn.nn.models.registry import build_model  # noqa: E402
 from graphattn.tasks.social import graph as sg  # noqa: E402
 from graphattn.tasks.social import graph_data as gd  # noqa: E402
 from graphattn.tasks.social import node as sn  # noqa: E402
-from graphattn.train import fit, resolve_device, set_seed  # noqa: E402
+from graphattn.train import TrainConfig, fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
 MODELS = ("ours", "gcn", "gat", "transformer")
@@ -72,9 +72,8 @@ def train_node(name, data, mspec, hp, seed, device=None, log=None):
     dev = resolve_device(device)
     model, data = build_model(mspec).to(dev), data.to(dev)
     loaders = {s: [data] for s in ("train", "val", "test")}
-    return fit(model, loaders, sn.node_forward(mspec), kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
-               weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=seed, warmup=hp.get("warmup", 0),
-               progress=False, log=log or (lambda s: None))
+    return fit(model, loaders, sn.node_forward(mspec), TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, progress=False),
+               log=log or (lambda s: None))
 
 
 def node_spec(name, args, seed):

@@ -29,6 +29,7 @@ from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit, resolve_device, set_seed, threads_for, write_metrics
 
 __all__ = ["DATASETS", "dataset_key", "handles", "train", "evaluate", "predict", "explain"]
@@ -248,10 +249,8 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         data = data.to(device)  # one full batch: moved once
         loaders = {s: [data] for s in ("train", "val", "test")}
         forward = sn.node_forward(model_spec)
-    res = fit(model, loaders, forward, kind="multiclass", epochs=hp["epochs"], lr=hp["lr"],
-              weight_decay=hp["weight_decay"], patience=hp.get("patience"), seed=args.seed,
-              schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
-              out_dir=out, resume=args.resume, meta=meta, progress=not args.no_progress)
+    res = fit(model, loaders, forward, TrainConfig.from_recipe(hp, kind="multiclass", seed=args.seed, resume=args.resume,
+                                                        progress=not args.no_progress), out_dir=out, meta=meta)
     acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
     print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
           + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)

@@ -31,15 +31,13 @@ from graphattn.ops import extension
 from graphattn.train import distributed as D
 from graphattn.train.checkpoint import (CheckpointError, check_meta, check_same_run, load_checkpoint, rng_state,
                                         save_checkpoint, set_rng_state, write_metrics)
+from graphattn.train.config import SCHEDULES, TASK_KINDS, TrainConfig
 from graphattn.train.metrics import accuracy, masked_bce_with_logits, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 from graphattn.utils.files import check_out_folder
 
-__all__ = ["TASK_KINDS", "SCHEDULES", "scheduled_lr", "threads_for", "build_kernels", "set_seed", "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit",
-           "save_checkpoint", "load_checkpoint", "CheckpointError"]
-
-TASK_KINDS = ("binary", "multiclass", "regression")
-#: learning-rate schedules of :func:`fit`
-SCHEDULES = ("constant", "cosine")
+__all__ = ["TASK_KINDS", "SCHEDULES", "TrainConfig", "scheduled_lr", "threads_for", "build_kernels", "set_seed",
+           "resolve_device", "model_device", "task_loss", "compute_metrics", "evaluate", "fit", "save_checkpoint",
+           "load_checkpoint", "CheckpointError"]
 #: primary metric per task kind and whether higher is better
 PRIMARY = {"binary": ("roc_auc", True), "multiclass": ("accuracy", True), "regression": ("mae", False)}
 Forward = Callable[[nn.Module, Any, str], Tuple[Tensor, Tensor]]
@@ -257,18 +255,6 @@ def _score(rec: Dict[str, Any], key: str, higher: bool, log: Callable[[str], Non
     return -loss if higher else loss
 
 
-def _check_fit_args(epochs, patience, grad_clip, meta) -> None:
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
-    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 0):
-        raise ValueError(f"patience must be None or an int >= 0, got {patience!r}")
-    if grad_clip is not None and not (isinstance(grad_clip, (int, float)) and math.isfinite(grad_clip)
-                                      and grad_clip > 0):
-        raise ValueError(f"grad_clip must be None (off) or a finite number > 0, got {grad_clip!r}")
-    if meta:
-        check_meta(meta)
-
-
 def scheduled_lr(lr: float, epoch: int, epochs: int, schedule: str = "constant", warmup: int = 0) -> float:
     """The learning rate of epoch ``epoch`` (1-based) of a run of ``epochs``: ``lr`` ramped up
     linearly over the first ``warmup`` epochs (``lr * epoch / (warmup + 1)``), then ``lr``
@@ -343,12 +329,9 @@ def build_kernels(model: nn.Module) -> None:
         extension.fused_available()
 
 
-def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kind: str,
-        epochs: int = 100, lr: float = 1e-3, weight_decay: float = 0.0, patience: Optional[int] = None,
-        pos_weight: Optional[Tensor] = None, grad_clip: Optional[float] = 5.0, seed: int = 0,
-        out_dir=None, resume: bool = False, meta: Optional[Dict[str, Any]] = None,
-        progress: bool = True, log: Optional[Callable[[str], None]] = None, schedule: str = "constant",
-        warmup: int = 0) -> Dict[str, Any]:
+def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config: TrainConfig, *,
+        pos_weight: Optional[Tensor] = None, out_dir=None, meta: Optional[Dict[str, Any]] = None,
+        log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Train with Adam, early-stop on the validation primary metric, return a summary.
 
     Args:
@@ -356,20 +339,15 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
         forward: ``forward(model, batch, split) -> (logits, y)``; in training it may return
             ``(logits, y, aux)`` with a scalar tensor ``aux`` added to the task loss (the loss
             logged and checked for finiteness is the sum).
-        kind: ``"binary"`` (multi-task, NaN = missing), ``"multiclass"`` or ``"regression"``.
-        patience: stop after this many epochs without validation improvement (None = never;
-            0 acts as 1: stop at the first epoch without improvement).
+        config: the run's settings (:class:`~graphattn.train.config.TrainConfig`: kind, epochs,
+            learning rate and schedule, patience, clipping, seed, resume, progress bar). With
+            ``resume`` a new ``lr`` / ``weight_decay`` applies from the resumed epoch on; another
+            ``kind`` or ``meta`` is refused.
         pos_weight: ``(T,)`` positive-class weights of the binary loss (finite, > 0).
-        grad_clip: clip the gradient norm to this value (> 0) before each step; None = off.
         out_dir: where ``last.pt``, ``best.pt`` and ``metrics.json`` go (None = keep in memory).
-        resume: continue from ``out_dir/last.pt`` if it exists (a new ``lr`` / ``weight_decay``
-            applies from the resumed epoch on; another ``kind`` or ``meta`` is refused).
         meta: plain-data metadata (dicts, lists, str, int, float, bool, None, tensors) stored in
             every checkpoint and in ``metrics.json``.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
-        schedule: ``"constant"`` (``lr`` every epoch) or ``"cosine"`` (``lr`` decayed to ~0 over
-            ``epochs``: a run of any length ends annealed, see :func:`scheduled_lr`).
-        warmup: epochs of linear warm-up to ``lr`` before the schedule (0 = none).
 
     The validation metric that drives early stopping and ``best.pt`` is the kind's primary one
     (ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
@@ -383,42 +361,44 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, *, kin
     Returns: ``{"best_epoch", "epochs_run", "val": {...}, "test": {...}, "train": {...},
     "history": [...], "seconds_per_epoch"}`` with the best model's weights loaded into ``model``.
     """
-    _check_kind(kind)
-    _check_fit_args(epochs, patience, grad_clip, meta)
-    scheduled_lr(lr, 1, epochs, schedule, warmup)  # checks schedule and warmup before any work
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a graphattn.train.TrainConfig, got {type(config).__name__}")
+    if meta:
+        check_meta(meta)
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     log = log or tqdm.write  # prints above the progress bar instead of through it
+    kind, epochs, progress = config.kind, config.epochs, config.progress
     key, higher = PRIMARY[kind]
-    set_seed(seed)
+    set_seed(config.seed)
     main = D.is_main()
     if not main:
         log, progress = (lambda _msg: None), False
     net = model  # the module whose weights are saved; `model` may become its DDP wrapper
-    train_loader, sampler = D.shard_loader(loaders["train"], seed=seed)
+    train_loader, sampler = D.shard_loader(loaders["train"], seed=config.seed)
     if D.is_distributed():
         model = nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     out_dir = Path(out_dir) if out_dir is not None else None
     if out_dir is not None and main and out_dir.is_dir():
         for stale in [*out_dir.glob("*.pt.*.tmp"), *out_dir.glob("metrics.json.*.tmp")]:  # killed while saving
             stale.unlink(missing_ok=True)
     start, history, best = 1, [], {"score": None, "epoch": 0, "state": None}
-    resumed = bool(resume and out_dir is not None and (out_dir / "last.pt").exists())
+    resumed = bool(config.resume and out_dir is not None and (out_dir / "last.pt").exists())
     if resumed:
-        start, history, best = _resume(out_dir, net, opt, kind=kind, lr=lr, weight_decay=weight_decay, meta=meta,
-                                       epochs=epochs, log=log)
-    elif resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
+        start, history, best = _resume(out_dir, net, opt, config, meta=meta, log=log)
+    elif config.resume and out_dir is not None:  # a typo in --out, or a folder relative to another directory
         log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
     warned = set()
     build_kernels(net)  # a first-time kernel build is not timed as part of epoch 1
     bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
-        if best["score"] is not None and patience is not None and epoch - best["epoch"] > max(patience, 1):
+        if best["score"] is not None and config.patience is not None \
+                and epoch - best["epoch"] > max(config.patience, 1):
             break
         for group in opt.param_groups:  # a function of the epoch alone: a resumed run continues it
-            group["lr"] = scheduled_lr(lr, epoch, epochs, schedule, warmup)
+            group["lr"] = scheduled_lr(config.lr, epoch, epochs, config.schedule, config.warmup)
         rec = _run_epoch(model, net, train_loader, sampler, loaders, forward, opt, epoch, kind=kind,
-                         pos_weight=pos_weight, grad_clip=grad_clip, resumed=resumed)
+                         pos_weight=pos_weight, grad_clip=config.grad_clip, resumed=resumed)
         history.append(rec)
         improved = _update_best(best, _score(rec, key, higher, log, warned), epoch, higher, net)
         log(_epoch_line(rec, key))
@@ -467,13 +447,13 @@ def _epoch_line(rec: Dict[str, Any], key: str) -> str:
     return msg + f" | {rec['seconds']:.1f}s"
 
 
-def _resume(out_dir: Path, net: nn.Module, opt: torch.optim.Optimizer, *, kind: str, lr: float,
-            weight_decay: float, meta: Optional[Dict[str, Any]], epochs: int,
-            log: Callable[[str], None]) -> Tuple[int, List[Dict[str, Any]], Dict[str, Any]]:
+def _resume(out_dir: Path, net: nn.Module, opt: torch.optim.Optimizer, config: TrainConfig, *,
+            meta: Optional[Dict[str, Any]], log: Callable[[str], None]) -> Tuple[int, List[Dict[str, Any]], Dict[str, Any]]:
     """Load ``out_dir/last.pt`` (or ``best.pt`` when it is one epoch ahead) into ``net`` and ``opt``
     (with this run's ``lr`` and ``weight_decay``) and restore the RNG states: ``(first epoch to
     train, history, best)``. Another run's checkpoint (other meta, kind, model or optimizer) is a
     :class:`CheckpointError`."""
+    kind, epochs = config.kind, config.epochs
     ck = load_checkpoint(out_dir / "last.pt")
     check_same_run(out_dir / "last.pt", ck.get("meta") or {}, meta or {})
     newer = _newer_best(out_dir, ck, log)
@@ -485,7 +465,7 @@ def _resume(out_dir: Path, net: nn.Module, opt: torch.optim.Optimizer, *, kind: 
         net.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         for group in opt.param_groups:  # the hyperparameters of this run, not the old ones
-            group["lr"], group["weight_decay"] = lr, weight_decay
+            group["lr"], group["weight_decay"] = config.lr, config.weight_decay
     except (RuntimeError, ValueError, KeyError) as exc:
         raise CheckpointError(f"--resume: {out_dir / 'last.pt'} was written by a different model or "
                               f"optimizer than this run's ({str(exc).splitlines()[0]}); choose another "

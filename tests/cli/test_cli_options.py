@@ -21,7 +21,7 @@ from graphattn.cli import main as cli
 from graphattn.cli.main import main
 from graphattn.cli.options import GROUPS, check_applicable, given_options
 from graphattn.testing import requires_data, shared_data_dir
-from graphattn.train import distributed, fit
+from graphattn.train import TrainConfig, distributed, fit
 from graphattn.train.checkpoint import write_metrics
 from graphattn.utils.files import check_output_not_input
 
@@ -231,8 +231,7 @@ def test_divergence_is_named_for_tuple_batches_with_missing_labels():
     model = GraphClassifier(4, 16, 2, num_layers=2, heads=2)
     loader = [(x, ei, batch, y)] * 4
     with pytest.raises(FloatingPointError, match="diverged"):
-        fit(model, {"train": loader, "val": loader}, lambda m, b, split: (m(b[0], b[1], b[2]), b[3]),
-            kind="binary", epochs=5, lr=1e9, progress=False, log=lambda m: None)
+        fit(model, {"train": loader, "val": loader}, lambda m, b, split: (m(b[0], b[1], b[2]), b[3]), TrainConfig(kind="binary", epochs=5, lr=1e9, progress=False), log=lambda m: None)
 
 
 def test_output_to_stdout_is_never_taken_for_an_input(run, capsys, tmp_path):
@@ -278,14 +277,11 @@ def test_nan_features_in_a_list_of_graphs_stay_a_data_error_and_dict_labels_are_
         return m(b.x, b.edge_index, b.batch), b.y
 
     with pytest.raises(ValueError, match="x contains NaN"):  # the user's data, not a divergence
-        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [[ok, ok], [ok, bad]], "val": [[ok, ok]]},
-            fwd, kind="binary", epochs=2, lr=1e-3, progress=False, log=lambda m: None)
+        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [[ok, ok], [ok, bad]], "val": [[ok, ok]]}, fwd, TrainConfig(kind="binary", epochs=2, lr=1e-3, progress=False), log=lambda m: None)
     x = torch.randn(5, 4)
     d = {"x": x, "ei": ei, "b": torch.zeros(5, dtype=torch.long), "labels": torch.tensor([[1.0, float("nan")]])}
     with pytest.raises(FloatingPointError, match="diverged"):
-        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [d] * 4, "val": [d]},
-            lambda m, b, split: (m(b["x"], b["ei"], b["b"]), b["labels"]), kind="binary", epochs=5, lr=1e9,
-            progress=False, log=lambda m: None)
+        fit(GraphClassifier(4, 16, 2, num_layers=2, heads=2), {"train": [d] * 4, "val": [d]}, lambda m, b, split: (m(b["x"], b["ei"], b["b"]), b["labels"]), TrainConfig(kind="binary", epochs=5, lr=1e9, progress=False), log=lambda m: None)
 
 
 def test_bench_without_such_script_lists_the_available_ones(capsys):

@@ -17,7 +17,7 @@ from graphattn.data import DataFileError, find_file
 from graphattn.tasks.social import graph_data as sg
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.node import _standardize
-from graphattn.train import CheckpointError, fit, load_checkpoint
+from graphattn.train import CheckpointError, TrainConfig, fit, load_checkpoint
 from graphattn.train.checkpoint import check_same_run, write_metrics
 
 from tiny_inputs import write_file
@@ -191,15 +191,12 @@ def test_resume_refuses_another_run_with_the_same_shapes(tmp_path):
     loaders = {"train": [(x, y)], "val": [(x, y)]}
     forward = lambda model, batch, split: (model(batch[0]), batch[1])  # noqa: E731
     meta = {"pipeline": "node", "data": {"edges": "a.csv"}, "hparams": {"epochs": 2}}
-    fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=2, out_dir=tmp_path, meta=meta, progress=False,
-        log=lambda m: None)
+    fit(nn.Linear(4, 2), loaders, forward, TrainConfig(kind="multiclass", epochs=2, progress=False), out_dir=tmp_path, meta=meta, log=lambda m: None)
     # more epochs of the same run: fine
-    res = fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=3, out_dir=tmp_path, resume=True,
-              meta={**meta, "hparams": {"epochs": 3}}, progress=False, log=lambda m: None)
+    res = fit(nn.Linear(4, 2), loaders, forward, TrainConfig(kind="multiclass", epochs=3, resume=True, progress=False), out_dir=tmp_path, meta={**meta, "hparams": {"epochs": 3}}, log=lambda m: None)
     assert res["epochs_run"] == 3
     with pytest.raises(CheckpointError, match="another run .*data"):
-        fit(nn.Linear(4, 2), loaders, forward, kind="multiclass", epochs=4, out_dir=tmp_path, resume=True,
-            meta={**meta, "data": {"edges": "b.csv"}}, progress=False, log=lambda m: None)
+        fit(nn.Linear(4, 2), loaders, forward, TrainConfig(kind="multiclass", epochs=4, resume=True, progress=False), out_dir=tmp_path, meta={**meta, "data": {"edges": "b.csv"}}, log=lambda m: None)
 
 
 def test_checkpoint_paths_that_are_not_checkpoints(tmp_path):

@@ -14,7 +14,7 @@ from graphattn.loader.partition import PartitionBatches, partition_nodes
 from graphattn.nn import ConvBaseline
 from graphattn.tasks.social.minibatch import node_loaders
 from graphattn.testing import saved_tensor_bytes, sbm_graph
-from graphattn.train import fit, task_loss
+from graphattn.train import TrainConfig, fit, task_loss
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -125,7 +125,7 @@ def test_mini_batch_training_learns():
     loaders, forward = node_loaders(data, spec, seed=0, num_parts=8, parts_per_batch=2)
     torch.manual_seed(0)
     model = NodeClassifier(**spec["kwargs"])
-    res = fit(model, loaders, forward, kind="multiclass", epochs=3, lr=1e-2, progress=False, log=lambda s: None)
+    res = fit(model, loaders, forward, TrainConfig(kind="multiclass", epochs=3, lr=1e-2, progress=False), log=lambda s: None)
     assert all(math.isfinite(h["loss"]) for h in res["history"])
     assert res["test"]["accuracy"] > 0.3  # 10 classes: chance is 0.1
 
@@ -162,8 +162,7 @@ def test_mini_batches_without_training_nodes_add_nothing():
     loaders, fwd = node_loaders(d, spec, seed=2, num_parts=8, parts_per_batch=1)
     empty = sum(int(b.train_mask.sum()) == 0 for b in loaders["train"])
     assert empty >= 1
-    res = fit(NodeClassifier(**spec["kwargs"]), loaders, fwd, kind="multiclass", epochs=2, progress=False,
-              log=lambda s: None)
+    res = fit(NodeClassifier(**spec["kwargs"]), loaders, fwd, TrainConfig(kind="multiclass", epochs=2, progress=False), log=lambda s: None)
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in res["history"])
     z = torch.randn(0, 3, requires_grad=True)
     loss = task_loss("multiclass", z, torch.zeros(0))
@@ -250,6 +249,5 @@ def test_partition_batches_cut_edge_attr_with_their_edges():
     spec = {"class": "NodeClassifier", "input_dropout": 0.0,
             "kwargs": dict(in_channels=16, hidden_channels=8, num_classes=3, num_layers=1, heads=2, edge_dim=3)}
     loaders, fwd = node_loaders(d, spec, num_parts=4, parts_per_batch=2)
-    res = fit(NodeClassifier(**spec["kwargs"]), loaders, fwd, kind="multiclass", epochs=1, progress=False,
-              log=lambda s: None)  # the edge features reach the model
+    res = fit(NodeClassifier(**spec["kwargs"]), loaders, fwd, TrainConfig(kind="multiclass", epochs=1, progress=False), log=lambda s: None)  # the edge features reach the model
     assert res["epochs_run"] == 1

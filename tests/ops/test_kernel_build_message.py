@@ -41,10 +41,10 @@ def test_fit_builds_the_kernel_before_the_first_epoch(monkeypatch):
     def forward(m, batch, split):
         return m["head"](m["attn"](x, ei)), y
 
-    loop.fit(model, {"train": [0], "val": [0], "test": [0]}, forward, kind="multiclass", epochs=1,
-             progress=False, log=lambda s: None)
+    loop.fit(model, {"train": [0], "val": [0], "test": [0]}, forward,
+             loop.TrainConfig(kind="multiclass", epochs=1, progress=False), log=lambda s: None)
     assert order[:2] == ["build", "bar"]
     order.clear()
-    loop.fit(head, {"train": [0], "val": [0], "test": [0]}, lambda m, b, s: (m(x), y), kind="multiclass",
-             epochs=1, progress=False, log=lambda s: None)
+    loop.fit(head, {"train": [0], "val": [0], "test": [0]}, lambda m, b, s: (m(x), y),
+             loop.TrainConfig(kind="multiclass", epochs=1, progress=False), log=lambda s: None)
     assert "build" not in order  # no attention layer: nothing to build

@@ -8,7 +8,7 @@ import torch
 from graphattn.cli.main import main
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
-from graphattn.train import fit, load_checkpoint
+from graphattn.train import TrainConfig, fit, load_checkpoint
 from graphattn.train.metrics import consistency_loss
 
 
@@ -98,8 +98,7 @@ def test_fit_adds_the_auxiliary_loss_and_still_learns(one_thread):
             seen.append(float(out[2].detach()))
         return out
 
-    res = fit(model, {s: [data] for s in ("train", "val", "test")}, forward, kind="multiclass", epochs=40,
-              lr=1e-2, progress=False, log=lambda s: None)
+    res = fit(model, {s: [data] for s in ("train", "val", "test")}, forward, TrainConfig(kind="multiclass", epochs=40, lr=1e-2, progress=False), log=lambda s: None)
     assert len(seen) == 40 and all(v > 0 for v in seen)
     assert res["history"][0]["loss"] > res["history"][-1]["loss"]
     assert res["train"]["accuracy"] > 0.8
@@ -108,7 +107,7 @@ def test_fit_adds_the_auxiliary_loss_and_still_learns(one_thread):
         out = sn.node_forward(mspec)(m, batch, split)
         return (*out[:2], torch.tensor(5.0)) if len(out) == 3 else out
 
-    res = fit(model, {"train": [data]}, constant, kind="multiclass", epochs=1, progress=False, log=lambda s: None)
+    res = fit(model, {"train": [data]}, constant, TrainConfig(kind="multiclass", epochs=1, progress=False), log=lambda s: None)
     assert 5.0 < res["history"][0]["loss"] < 6.0
 
 

@@ -20,7 +20,7 @@ from graphattn.data import load_karate, stratified_masks
 from graphattn.loader.partition import PartitionBatches, partition_nodes
 from graphattn.train import distributed
 from graphattn.train import distributed as D
-from graphattn.train import fit, set_seed
+from graphattn.train import TrainConfig, fit, set_seed
 
 GLOBAL_BATCH, EPOCHS = 8, 3
 
@@ -45,8 +45,7 @@ def run(world, rank, out_dir, store):
     model = GraphClassifier(4, 16, 2, num_layers=2, heads=2, num_global_tokens=1)
     if world > 1:
         train = DataLoader(data, batch_size=GLOBAL_BATCH, shuffle=True)  # fit shards it
-        res = fit(model, {"train": train, "val": DataLoader(data, batch_size=16)}, forward, kind="multiclass",
-                  epochs=EPOCHS, lr=0.01, out_dir=out_dir, progress=False)
+        res = fit(model, {"train": train, "val": DataLoader(data, batch_size=16)}, forward, TrainConfig(kind="multiclass", epochs=EPOCHS, lr=0.01, progress=False), out_dir=out_dir)
     else:  # the same global batches: one replica of the same DistributedSampler
         sampler = DistributedSampler(data, num_replicas=1, rank=0, shuffle=True, seed=0)
         train = DataLoader(data, batch_size=GLOBAL_BATCH, sampler=sampler)
@@ -62,8 +61,7 @@ def _single(model, train, sampler, data, out_dir):
             Reseeding.epoch = getattr(Reseeding, "epoch", 0) + 1
             sampler.set_epoch(Reseeding.epoch)
             return iter(train)
-    return fit(model, {"train": Reseeding(), "val": DataLoader(data, batch_size=16)}, forward, kind="multiclass",
-               epochs=EPOCHS, lr=0.01, out_dir=out_dir, progress=False)
+    return fit(model, {"train": Reseeding(), "val": DataLoader(data, batch_size=16)}, forward, TrainConfig(kind="multiclass", epochs=EPOCHS, lr=0.01, progress=False), out_dir=out_dir)
 
 
 def forward(model, b, split):
@@ -101,8 +99,7 @@ def nan_worker(rank, world, store, out_dir):
 
     data = dataset()
     try:
-        fit(model, {"train": DataLoader(data, batch_size=GLOBAL_BATCH, shuffle=True)}, nan_on_rank0,
-            kind="multiclass", epochs=2, progress=False)
+        fit(model, {"train": DataLoader(data, batch_size=GLOBAL_BATCH, shuffle=True)}, nan_on_rank0, TrainConfig(kind="multiclass", epochs=2, progress=False))
         outcome = "finished"
     except FloatingPointError as exc:
         outcome = str(exc)
@@ -147,8 +144,7 @@ def _sharded_partition_fit(monkeypatch, out, epochs, resume=False):
         return m(b.x, b.edge_index)[mask], b.y[mask]
 
     loaders = {"train": PartitionBatches(data, part, parts_per_batch=2, shuffle=True), "val": [data]}
-    res = fit(model, loaders, forward, kind="multiclass", epochs=epochs, lr=1e-2, seed=0, out_dir=out,
-              resume=resume, progress=False, log=lambda s: None)
+    res = fit(model, loaders, forward, TrainConfig(kind="multiclass", epochs=epochs, lr=1e-2, seed=0, resume=resume, progress=False), out_dir=out, log=lambda s: None)
     return res, int(data.train_mask.sum())
 
 

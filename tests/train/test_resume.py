@@ -15,7 +15,7 @@ from graphattn.train import load_checkpoint
 JOB = r"""
 import sys, torch, networkx as nx
 from graphattn import NodeClassifier
-from graphattn.train import fit
+from graphattn.train import TrainConfig, fit
 torch.set_num_threads(1)
 G = nx.karate_club_graph()
 ei = torch.tensor(list(G.edges)).t(); ei = torch.cat([ei, ei.flip(0)], 1)
@@ -26,8 +26,9 @@ x = torch.eye(34)
 fwd = lambda m, _b, s: (m(x, ei)[masks[s]], y[masks[s]])
 torch.manual_seed(0)
 model = NodeClassifier(34, 32, 2, num_layers=2, heads=4, dropout=0.3)
-fit(model, {s: [None] for s in masks}, fwd, kind="multiclass", epochs=int(sys.argv[2]), lr=0.01,
-    out_dir=sys.argv[1], resume=len(sys.argv) > 3, progress=False, log=lambda s: None)
+fit(model, {s: [None] for s in masks}, fwd, TrainConfig(kind="multiclass", epochs=int(sys.argv[2]), lr=0.01,
+                                                        resume=len(sys.argv) > 3, progress=False),
+    out_dir=sys.argv[1], log=lambda s: None)
 """
 EPOCHS = 150
 

@@ -10,10 +10,10 @@ from torch import nn
 from torch_geometric.data import Data
 
 from graphattn import GraphSelfAttention, NodeClassifier
-from graphattn.train import CheckpointError, fit, load_checkpoint, save_checkpoint, task_loss
+from graphattn.train import CheckpointError, TrainConfig, fit, load_checkpoint, save_checkpoint, task_loss
 from graphattn.train.loop import scheduled_lr
 
-QUIET = dict(progress=False, log=lambda s: None)
+QUIET = dict(log=lambda s: None)  # with TrainConfig(progress=False)
 
 
 def karate():
@@ -39,18 +39,15 @@ def _setup():
 def test_fit_trains_checkpoints_and_resumes_identically(tmp_path):
     fwd, loaders = _setup()
     torch.manual_seed(0)
-    full = fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, kind="multiclass", epochs=12, lr=0.01,
-               out_dir=tmp_path / "a", progress=False, log=lambda s: None, meta={"pipeline": "node"})
+    full = fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, TrainConfig(kind="multiclass", epochs=12, lr=0.01, progress=False), out_dir=tmp_path / "a", log=lambda s: None, meta={"pipeline": "node"})
     assert full["train"]["accuracy"] >= 0.8  # 2 balanced classes: chance is ~0.5
     saved = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert saved["best_epoch"] == full["best_epoch"] and saved["meta"]["pipeline"] == "node"
     # stop after 5 epochs, then resume to 12: same trajectory as one uninterrupted run
     torch.manual_seed(0)
-    fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, kind="multiclass", epochs=5, lr=0.01,
-        out_dir=tmp_path / "b", progress=False, log=lambda s: None)
+    fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, TrainConfig(kind="multiclass", epochs=5, lr=0.01, progress=False), out_dir=tmp_path / "b", log=lambda s: None)
     torch.manual_seed(123)  # a different model init: the checkpoint must override everything
-    res = fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, kind="multiclass", epochs=12, lr=0.01,
-              out_dir=tmp_path / "b", resume=True, progress=False, log=lambda s: None)
+    res = fit(NodeClassifier(34, 16, 2, dropout=0.3), loaders, fwd, TrainConfig(kind="multiclass", epochs=12, lr=0.01, resume=True, progress=False), out_dir=tmp_path / "b", log=lambda s: None)
     assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in full["history"]], abs=1e-6)
     assert load_checkpoint(tmp_path / "b" / "last.pt")["epoch"] == 12
 
@@ -100,13 +97,11 @@ def test_fit_refuses_unpicklable_meta_and_a_file_as_out_dir_before_training(tmp_
     fwd = lambda m, b, split: (m(b.x, b.edge_index), b.y)  # noqa: E731
     loaders = {"train": [data], "val": [data]}
     with pytest.raises(TypeError, match="meta must hold only plain Python values"):
-        fit(NodeClassifier(3, 8, 2), loaders, fwd, kind="multiclass", epochs=1, meta={"f": lambda: 1},
-            progress=False, log=lambda s: None)
+        fit(NodeClassifier(3, 8, 2), loaders, fwd, TrainConfig(kind="multiclass", epochs=1, progress=False), meta={"f": lambda: 1}, log=lambda s: None)
     (tmp_path / "afile").write_text("x")
     calls = []
     with pytest.raises(ValueError, match="afile is a file"):
-        fit(NodeClassifier(3, 8, 2), loaders, lambda *a: calls.append(1) or fwd(*a), kind="multiclass", epochs=1,
-            out_dir=tmp_path / "afile" / "run", progress=False, log=lambda s: None)
+        fit(NodeClassifier(3, 8, 2), loaders, lambda *a: calls.append(1) or fwd(*a), TrainConfig(kind="multiclass", epochs=1, progress=False), out_dir=tmp_path / "afile" / "run", log=lambda s: None)
     assert not calls  # refused before the first epoch
 
 
@@ -143,37 +138,36 @@ def test_non_finite_training_loss_is_a_clear_error():
     loaders, fwd = _binary_data()
     nan_fwd = lambda m, b, split: (m(b[0]) * float("nan"), b[1])  # noqa: E731
     with pytest.raises(FloatingPointError, match="epoch 1, batch 1"):
-        fit(_model(), loaders, nan_fwd, kind="binary", epochs=2, **QUIET)
+        fit(_model(), loaders, nan_fwd, TrainConfig(kind="binary", epochs=2, progress=False), **QUIET)
     del fwd
 
 
 def test_resume_applies_the_new_learning_rate(tmp_path):
     loaders, fwd = _binary_data()
-    fit(_model(), loaders, fwd, kind="binary", epochs=2, lr=1e-3, out_dir=tmp_path, **QUIET)
-    fit(_model(), loaders, fwd, kind="binary", epochs=3, lr=0.05, out_dir=tmp_path, resume=True, **QUIET)
+    fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=2, lr=1e-3, progress=False), out_dir=tmp_path, **QUIET)
+    fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=3, lr=0.05, resume=True, progress=False), out_dir=tmp_path, **QUIET)
     assert load_checkpoint(tmp_path / "last.pt")["optimizer"]["param_groups"][0]["lr"] == 0.05
 
 
 def test_resume_refuses_another_task_kind(tmp_path):
     loaders, fwd = _binary_data()
-    fit(_model(), loaders, fwd, kind="binary", epochs=1, out_dir=tmp_path, **QUIET)
+    fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=1, progress=False), out_dir=tmp_path, **QUIET)
     with pytest.raises(CheckpointError, match="kind='binary'"):
-        fit(_model(), loaders, fwd, kind="regression", epochs=2, out_dir=tmp_path, resume=True, **QUIET)
+        fit(_model(), loaders, fwd, TrainConfig(kind="regression", epochs=2, resume=True, progress=False), out_dir=tmp_path, **QUIET)
 
 
 def test_meta_that_would_make_checkpoints_unloadable_is_refused_before_training(tmp_path):
     loaders, fwd = _binary_data()
     for bad in ({"n": np.int64(3)}, {"p": tmp_path}):
         with pytest.raises(TypeError, match="meta"):
-            fit(_model(), loaders, fwd, kind="binary", epochs=1, out_dir=tmp_path / "x", meta=bad, **QUIET)
+            fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=1, progress=False), out_dir=tmp_path / "x", meta=bad, **QUIET)
     assert not (tmp_path / "x" / "best.pt").exists()
 
 
 def test_undefined_validation_auc_early_stops_on_validation_loss():
     loaders, fwd = _binary_data(val_single_class=True)
     lines = []
-    res = fit(_model(), loaders, fwd, kind="binary", epochs=60, lr=0.05, patience=2, progress=False,
-              log=lines.append)
+    res = fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=60, lr=0.05, patience=2, progress=False), log=lines.append)
     assert any("validation roc_auc is undefined" in s for s in lines)
     val_losses = [h["val"]["loss"] for h in res["history"]]
     assert res["best_epoch"] == int(np.argmin(val_losses)) + 1
@@ -187,20 +181,20 @@ def test_undefined_validation_auc_early_stops_on_validation_loss():
 def test_fit_argument_checks(kwargs, match):
     loaders, fwd = _binary_data()
     with pytest.raises(ValueError, match=match):
-        fit(_model(), loaders, fwd, kind="binary", **{"epochs": 1, **kwargs}, **QUIET)
+        fit(_model(), loaders, fwd, TrainConfig(kind="binary", progress=False, **{"epochs": 1, **kwargs}), **QUIET)
 
 
 def test_zero_epochs_writes_metrics_and_empty_loader_is_an_error(tmp_path):
     loaders, fwd = _binary_data()
-    fit(_model(), loaders, fwd, kind="binary", epochs=0, out_dir=tmp_path / "new", **QUIET)
+    fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=0, progress=False), out_dir=tmp_path / "new", **QUIET)
     assert json.loads((tmp_path / "new" / "metrics.json").read_text())["epochs_run"] == 0
     with pytest.raises(ValueError, match="no batches"):
-        fit(_model(), {**loaders, "train": []}, fwd, kind="binary", epochs=1, **QUIET)
+        fit(_model(), {**loaders, "train": []}, fwd, TrainConfig(kind="binary", epochs=1, progress=False), **QUIET)
 
 
 def test_patience_zero_stops_at_the_first_epoch_without_improvement():
     loaders, fwd = _binary_data()
-    res = fit(_model(), loaders, fwd, kind="binary", epochs=30, lr=0.05, patience=0, **QUIET)
+    res = fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=30, lr=0.05, patience=0, progress=False), **QUIET)
     scores = [h["val"]["roc_auc"] for h in res["history"]]
     assert res["epochs_run"] >= 2  # epoch 1 always improves: the next one is tried
     assert scores[-1] <= max(scores[:-1])  # it stopped right after an epoch without improvement
@@ -210,8 +204,7 @@ def test_patience_zero_stops_at_the_first_epoch_without_improvement():
 def test_empty_validation_loader_falls_back_to_the_training_loss():
     loaders, fwd = _binary_data()
     lines = []
-    res = fit(_model(), {**loaders, "val": []}, fwd, kind="binary", epochs=40, lr=0.05, patience=2,
-              progress=False, log=lines.append)
+    res = fit(_model(), {**loaders, "val": []}, fwd, TrainConfig(kind="binary", epochs=40, lr=0.05, patience=2, progress=False), log=lines.append)
     assert any("validation split is empty" in s and "training loss" in s for s in lines)
     train_losses = [h["loss"] for h in res["history"]]
     assert res["best_epoch"] == int(np.argmin(train_losses)) + 1
@@ -223,12 +216,12 @@ def test_fit_names_shape_mismatches_and_non_scalar_aux_losses():
     loaders = {"train": [(x, y)], "val": [(x, y)]}
     two = lambda model, batch, split: (model(batch[0]), batch[1])  # noqa: E731  (B, 2) logits, (B,) labels
     with pytest.raises(ValueError, match="kind='multiclass'"):
-        fit(nn.Linear(4, 2), loaders, two, kind="binary", epochs=1, progress=False, log=lambda m: None)
+        fit(nn.Linear(4, 2), loaders, two, TrainConfig(kind="binary", epochs=1, progress=False), log=lambda m: None)
     vector_aux = lambda model, batch, split: (model(batch[0]), batch[1], model(batch[0]).view(-1))  # noqa: E731
     with pytest.raises(ValueError, match="not a scalar"):
-        fit(nn.Linear(4, 1), loaders, vector_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
+        fit(nn.Linear(4, 1), loaders, vector_aux, TrainConfig(kind="binary", epochs=1, progress=False), log=lambda m: None)
     number_aux = lambda model, batch, split: (model(batch[0]), batch[1], 0.0)  # noqa: E731
-    fit(nn.Linear(4, 1), loaders, number_aux, kind="binary", epochs=1, progress=False, log=lambda m: None)
+    fit(nn.Linear(4, 1), loaders, number_aux, TrainConfig(kind="binary", epochs=1, progress=False), log=lambda m: None)
 
 
 def test_resume_uses_best_pt_only_when_it_is_this_runs_best_epoch(tmp_path):
@@ -236,34 +229,33 @@ def test_resume_uses_best_pt_only_when_it_is_this_runs_best_epoch(tmp_path):
     # it was missing), reported and kept under the recorded best epoch's name
 
     loaders, fwd = _binary_data()
-    run = dict(kind="binary", lr=1e-2, meta={"data": "a"}, **QUIET)
-    fit(_model(), loaders, fwd, epochs=4, out_dir=tmp_path / "a", **run)
+    cfg, run = dict(kind="binary", lr=1e-2, progress=False), dict(meta={"data": "a"}, **QUIET)
+    fit(_model(), loaders, fwd, TrainConfig(epochs=4, **cfg), out_dir=tmp_path / "a", **run)
     ck = load_checkpoint(tmp_path / "a" / "last.pt")
     assert ck["best_epoch"] >= 1
     (tmp_path / "b").mkdir()
     shutil.copy(tmp_path / "a" / "last.pt", tmp_path / "b")  # last.pt alone
     with pytest.raises(CheckpointError, match="best.pt is missing"):
-        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+        fit(_model(), loaders, fwd, TrainConfig(epochs=6, resume=True, **cfg), out_dir=tmp_path / "b", **run)
     other = load_checkpoint(tmp_path / "a" / "best.pt")
     save_checkpoint(tmp_path / "b" / "best.pt", {**other, "meta": {"data": "another run"}})
     with pytest.raises(CheckpointError, match="belongs to another run"):
-        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+        fit(_model(), loaders, fwd, TrainConfig(epochs=6, resume=True, **cfg), out_dir=tmp_path / "b", **run)
     save_checkpoint(tmp_path / "b" / "best.pt", {**other, "epoch": ck["best_epoch"] + 7})
     with pytest.raises(CheckpointError, match="records the best epoch"):
-        fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+        fit(_model(), loaders, fwd, TrainConfig(epochs=6, resume=True, **cfg), out_dir=tmp_path / "b", **run)
     # killed between writing best.pt and last.pt of epoch 5 (an improving one): best.pt is the newer state
     model = _model()
-    fit(model, loaders, fwd, epochs=5, out_dir=tmp_path / "k", **run)  # the uninterrupted 5 epochs
+    fit(model, loaders, fwd, TrainConfig(epochs=5, **cfg), out_dir=tmp_path / "k", **run)  # the uninterrupted 5 epochs
     five = load_checkpoint(tmp_path / "k" / "last.pt")
     save_checkpoint(tmp_path / "b" / "best.pt", {**five, "best_epoch": 5, "best_score": 1.0})
     seen = []
-    res = fit(_model(), loaders, fwd, epochs=5, out_dir=tmp_path / "b", resume=True, kind="binary", lr=1e-2,
-              meta={"data": "a"}, progress=False, log=seen.append)
+    res = fit(_model(), loaders, fwd, TrainConfig(epochs=5, resume=True, kind="binary", lr=1e-2, progress=False), out_dir=tmp_path / "b", meta={"data": "a"}, log=seen.append)
     assert any("one epoch ahead of last.pt" in m for m in seen) and res["best_epoch"] == 5
     assert any(m.startswith("Resumed from") and m.split()[2].endswith("best.pt") for m in seen)
     for f in ("best.pt", "last.pt"):  # the real pair resumes as before
         shutil.copy(tmp_path / "a" / f, tmp_path / "b" / f)
-    fit(_model(), loaders, fwd, epochs=6, out_dir=tmp_path / "b", resume=True, **run)
+    fit(_model(), loaders, fwd, TrainConfig(epochs=6, resume=True, **cfg), out_dir=tmp_path / "b", **run)
 
 
 def test_checkpoint_write_failure_is_a_checkpoint_error_and_keeps_the_old_file(tmp_path, monkeypatch):
@@ -284,7 +276,7 @@ def test_checkpoint_write_failure_is_a_checkpoint_error_and_keeps_the_old_file(t
 def test_fit_accepts_numpy_scalar_aux_and_lazy_layers_name_dtype_errors():
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,)).float()
     fwd = lambda model, batch, split: (model(batch[0]), batch[1], np.float32(0.1))  # noqa: E731
-    fit(nn.Linear(3, 1), {"train": [(x, y)]}, fwd, kind="binary", epochs=1, progress=False, log=lambda m: None)
+    fit(nn.Linear(3, 1), {"train": [(x, y)]}, fwd, TrainConfig(kind="binary", epochs=1, progress=False), log=lambda m: None)
     layer = GraphSelfAttention((-1, 8), 4)  # lazy source side, known target side
     with pytest.raises(TypeError, match="has dtype torch.float64"):
         layer((torch.randn(3, 5, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)),
@@ -309,7 +301,7 @@ def test_fit_follows_the_schedule_and_a_resumed_run_continues_it(tmp_path, monke
         return step(self, *a, **k)
 
     monkeypatch.setattr(torch.optim.Adam, "step", record)
-    full = fit(_model(), loaders, fwd, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, **QUIET)
+    full = fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, progress=False), **QUIET)
     assert seen == pytest.approx([scheduled_lr(0.1, e, 6, "cosine", 1) for e in range(1, 7)])
     calls = []
 
@@ -320,10 +312,8 @@ def test_fit_follows_the_schedule_and_a_resumed_run_continues_it(tmp_path, monke
         return fwd(m, b, split)
 
     with pytest.raises(KeyboardInterrupt):
-        fit(_model(), loaders, killed, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1,
-            out_dir=tmp_path, **QUIET)
+        fit(_model(), loaders, killed, TrainConfig(kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, progress=False), out_dir=tmp_path, **QUIET)
     seen.clear()
-    res = fit(_model(), loaders, fwd, kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1,
-              out_dir=tmp_path, resume=True, **QUIET)
+    res = fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, resume=True, progress=False), out_dir=tmp_path, **QUIET)
     assert seen == pytest.approx([scheduled_lr(0.1, e, 6, "cosine", 1) for e in range(4, 7)])
     assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in full["history"]], abs=1e-6)

@@ -24,6 +24,7 @@ from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.data import SelectTasks, edge_vocab_sizes
 from graphattn.tasks.molecules.defaults import BASELINES
 from graphattn.tasks.molecules.finetune import apply_init
+from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit, load_checkpoint, model_device, resolve_device, save_checkpoint, set_seed
 from graphattn.train.metrics import compute_pos_weight, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
@@ -167,10 +168,8 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
             warnings.warn(f"--pos-weight: task(s) {none} have no positive label in the training split (weight 1; "
                           "the model cannot learn them)", stacklevel=2)
         pw = pw.to(model_device(model))
-    res = fit(model, loaders, forward, kind="binary", epochs=hp["epochs"], lr=hp["lr"],
-              weight_decay=hp["weight_decay"], patience=hp["patience"], pos_weight=pw, seed=seed,
-              schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
-              out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
+    res = fit(model, loaders, forward, TrainConfig.from_recipe(hp, kind="binary", seed=seed, resume=resume, progress=progress),
+              pos_weight=pw, out_dir=out_dir, meta=meta, log=log)
     out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
            "seconds_per_epoch": res["seconds_per_epoch"],
            "num_parameters": sum(p.numel() for p in model.parameters()),

@@ -41,6 +41,7 @@ from graphattn.nn.models.pretrainer import MoleculePretrainer
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS
 from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.tasks.molecules.pipeline import model_spec
+from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
 __all__ = ["arch_spec", "sample_atom_mask", "pretrain_forward",
@@ -173,9 +174,8 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     model.to(resolve_device(device))
     model.desc_norm.fit(torch.cat([g.mol_desc for g in parts["train"]]))
     loaders = {s: DataLoader(p, batch_size=hp["batch_size"], shuffle=(s == "train")) for s, p in parts.items()}
-    res = fit(model, loaders, pretrain_forward(hp["mask_rate"], hp["atom_weight"]), kind="regression",
-              epochs=hp["epochs"], lr=hp["lr"], weight_decay=hp["weight_decay"], patience=hp["patience"], seed=seed,
-              out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
+    res = fit(model, loaders, pretrain_forward(hp["mask_rate"], hp["atom_weight"]), TrainConfig.from_recipe(hp, kind="regression", seed=seed, resume=resume, progress=progress),
+              out_dir=out_dir, meta=meta, log=log)
     acc = masked_atom_accuracy(model, loaders["val"], hp["mask_rate"])
     return {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
             "seconds_per_epoch": res["seconds_per_epoch"], "counts": {s: len(p) for s, p in parts.items()},

@@ -26,6 +26,7 @@ from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social.graph_data import graph_split, load_graphs
 from graphattn.tasks.social.node import check_matches_checkpoint
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
+from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit, model_device, resolve_device, set_seed
 
 __all__ = ["graph_defaults", "graph_dataset_specific_defaults", "graph_model_spec", "graph_forward", "fit_fold", "gin_protocol", "finished_same_fold",
@@ -125,10 +126,8 @@ def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=No
     (on ``device``: :func:`graphattn.train.resolve_device`, default the GPU when there is one)."""
     set_seed(seed)
     model = build_model(model_spec).to(resolve_device(device))
-    return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), kind="multiclass",
-               epochs=hp["epochs"], lr=hp["lr"], weight_decay=hp["weight_decay"], patience=hp.get("patience"),
-               schedule=hp.get("schedule", "constant"), warmup=hp.get("warmup", 0),
-               seed=seed, out_dir=out_dir, resume=resume, meta=meta, progress=progress, log=log)
+    return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, resume=resume, progress=progress),
+               out_dir=out_dir, meta=meta, log=log)
 
 
 def gin_protocol(histories: List[List[Dict[str, Any]]]) -> Tuple[float, float, int]:

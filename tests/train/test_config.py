@@ -1,0 +1,45 @@
+"""TrainConfig: one checked, frozen record of a fit() run; dicts only at the JSON boundary."""
+import dataclasses
+import inspect
+import json
+
+import pytest
+
+from graphattn.train import TrainConfig, fit
+
+
+def test_defaults_round_trip_through_json():
+    cfg = TrainConfig(kind="regression", epochs=7, lr=3e-4, patience=2, schedule="cosine", warmup=1)
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    assert cfg.replace(epochs=9).epochs == 9 and cfg.epochs == 7
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.epochs = 3
+
+
+@pytest.mark.parametrize("bad, match", [(dict(kind="ranking"), "kind must be one of"),
+                                        (dict(lr=0.0), "lr must be"), (dict(lr=float("nan")), "lr must be"),
+                                        (dict(weight_decay=-1.0), "weight_decay"), (dict(epochs=True), "epochs"),
+                                        (dict(seed=1.5), "seed"), (dict(patience=1.0), "patience"),
+                                        (dict(grad_clip=float("inf")), "grad_clip")])
+def test_bad_values_are_refused_when_made(bad, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**{"kind": "binary", **bad})
+
+
+def test_unknown_keys_are_named_not_ignored():
+    with pytest.raises(ValueError, match=r"unknown TrainConfig key\(s\) \['epoch'\]"):
+        TrainConfig.from_dict({"kind": "binary", "epoch": 3})
+
+
+def test_from_recipe_takes_the_training_fields_of_a_task_recipe():
+    recipe = {"epochs": 40, "lr": 1e-3, "weight_decay": 5e-4, "hidden": 64, "heads": 4, "schedule": "cosine"}
+    cfg = TrainConfig.from_recipe(recipe, kind="multiclass", seed=3)
+    assert (cfg.epochs, cfg.weight_decay, cfg.schedule, cfg.seed, cfg.warmup) == (40, 5e-4, "cosine", 3, 0)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        TrainConfig.from_recipe({**recipe, "schedule": "step"}, kind="multiclass")
+
+
+def test_fit_takes_a_config_and_at_most_eight_parameters():
+    assert len(inspect.signature(fit).parameters) <= 8
+    with pytest.raises(TypeError, match="config must be a graphattn.train.TrainConfig"):
+        fit(None, {}, None, {"kind": "binary"})
