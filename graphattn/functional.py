@@ -25,13 +25,13 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from graphattn.ops import extension, fused_cpp, fused_triton
+from graphattn.ops import extension, fused_triton
 from graphattn.ops.chunked import ChunkedEdgeAttention, check_edge_attention_args, chunk_edges
 from graphattn.ops.csr import EdgeCSR
-from graphattn.ops.dense import dense_plan, sdpa_attention
+from graphattn.ops.dispatch import fast_path, fused_kind
 from graphattn.utils.validation import check_bias_dtype, check_tensor_shape, scans_values
 
-__all__ = ["dense_attention", "edge_attention", "fused_kind", "EDGE_IMPLS"]
+__all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
 
 #: The backends :func:`edge_attention` can be asked for (``impl=``).
 EDGE_IMPLS = ("auto", "dense", "fused", "chunked")
@@ -126,21 +126,6 @@ def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) ->
     check_all_finite([(name, t, allow_neg_inf)])
 
 
-def fused_kind(device_type: str, dtype: torch.dtype, score: str, p_drop: float,
-               return_weights: bool) -> Optional[str]:
-    """Which fused kernel may compute a call (before availability is checked): ``"cpp"`` (CPU
-    float32/float64/float16/bfloat16), ``"triton"`` (CUDA float32/float16/bfloat16, no returned
-    weights) or ``None`` (chunked). Both need ``score="dot"`` and no active dropout; both take
-    half inputs in their dtype and accumulate in float32."""
-    if score != "dot" or p_drop != 0.0:
-        return None
-    if device_type == "cpu" and dtype in fused_cpp.DTYPES:
-        return "cpp"
-    if device_type == "cuda" and dtype in fused_triton.DTYPES and not return_weights:
-        return "triton"
-    return None
-
-
 def _native_half(q: Tensor, score: str, p_drop: float, return_weights: bool, impl: str) -> bool:
     """Whether a float16/bfloat16 call runs in its dtype: on a fused kernel that is available
     (float32 accumulation inside; complete graphs may take SDPA, which does the same); the
@@ -220,6 +205,18 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
     ``(E, H, C)`` temporaries). The SDPA path (``impl="dense"``, or ``"auto"`` on complete
     graphs) raises on double backward on CPU (PyTorch's flash kernel has no second
     derivative): pass ``impl="fused"`` or ``"chunked"`` there.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn import edge_attention
+        >>> q, k, v = torch.randn(3, 3, 2, 4).unbind(0)               # (N, H, C) each, N = 3
+        >>> edge_index = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 2]])   # node 2 attends to 1 and 0
+        >>> out, alpha = edge_attention(q, k, v, edge_index, return_attention_weights=True)
+        >>> out.shape, alpha.shape
+        (torch.Size([3, 2, 4]), torch.Size([4, 2]))
+        >>> bool(torch.allclose(alpha[1] + alpha[3], torch.ones(2)))  # node 2's weights sum to 1
+        True
     """
     csr = _checked_csr(q, k, v, edge_index, csr, batch, bias, edge_key, edge_value, score, att, dropout, impl,
                        check_values=_check)
@@ -231,7 +228,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         up = lambda t: None if t is None else t.float()  # noqa: E731
         q, k, v, bias, edge_key, att = map(up, (q, k, v, bias, edge_key, att))
         edge_value = edge_key if shared_kv else up(edge_value)
-    res = _fast_path(q, k, v, csr, batch, bias, edge_key, edge_value, score, p_drop, return_attention_weights, impl)
+    res = fast_path(q, k, v, csr, batch, bias, edge_key, edge_value, score, p_drop, return_attention_weights, impl)
     if res is None:
         res = _chunked_path(q, k, v, csr, bias, edge_key, edge_value, att, score, negative_slope, p_drop,
                             return_attention_weights)
@@ -258,54 +255,6 @@ def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], 
                           ("edge_value", None if edge_value is edge_key else edge_value, False),
                           ("att", att, False), ("bias", bias, True)])
     return csr
-
-
-def _fast_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, batch: Optional[Tensor], bias: Optional[Tensor],
-               edge_key: Optional[Tensor], edge_value: Optional[Tensor], score: str, p_drop: float,
-               return_weights: bool, impl: str):
-    """SDPA for batches of complete graphs, else the fused C++ / Triton kernel where one applies
-    and runs here: its result (``out``, or ``(out, alpha)`` in the caller's edge order), or None
-    for the chunked path. Raises when ``impl="dense"`` / ``"fused"`` cannot be honoured."""
-    plain = score == "dot" and edge_key is None and edge_value is None and not return_weights
-    kind = fused_kind(q.device.type, q.dtype, score, p_drop, return_weights)
-    if impl in ("auto", "dense") and plain and bias is None:
-        # read once per graph, cached on csr; traced (torch.compile), the completeness test would
-        # branch on the graph's data: "auto" then takes the edge kernels (same result)
-        plan = None if impl == "auto" and torch.compiler.is_compiling() else dense_plan(csr, batch)
-        # Complete graphs go to SDPA unless padding them would waste more than the fused C++
-        # kernel costs (measured rule: dense.prefer_dense, benchmarks/crossover.py, CPU only;
-        # on CUDA complete graphs always take SDPA: that crossover has not been measured).
-        if plan is not None and (impl == "dense" or kind != "cpp" or plan.prefer
-                                 or not extension.fused_available()):
-            return sdpa_attention(q, k, v, plan.sizes, dropout=p_drop, length=plan.length)
-    if impl == "dense":
-        raise ValueError("impl='dense' needs every graph complete (all pairs incl. self-loops, "
-                         "given batch), score='dot', no bias, edge features or returned weights")
-    if impl == "fused" and kind is None:
-        raise ValueError("impl='fused' supports only score='dot' with no (active) dropout, on CPU "
-                         "float32/float64/float16/bfloat16 (C++ kernel) or CUDA float32/float16/bfloat16 "
-                         "without returned weights (Triton kernels)")
-    if impl == "chunked" or kind is None:
-        return None
-    scale = 1.0 / math.sqrt(q.size(-1))
-    if kind == "triton":
-        if fused_triton.triton_available(q.device):
-            return fused_triton.triton_edge_attention(q, k, v, csr, bias=bias, scale=scale, edge_key=edge_key,
-                                                      edge_value=edge_value)
-        if impl == "fused":
-            raise RuntimeError("impl='fused' on CUDA needs the Triton kernels: triton installed "
-                               "(pip install triton), GRAPHATTN_NO_TRITON unset, and a GPU they "
-                               "compile and run on (see the warning of triton_available)")
-        return None
-    if extension.fused_available():
-        # The C++ kernel takes bias / edge_key / edge_value and returns weights in the
-        # caller's edge order (it reads through csr.perm): no permuted per-edge copies.
-        return fused_cpp.fused_edge_attention(q, k, v, csr, bias=bias, scale=scale, edge_key=edge_key,
-                                              edge_value=edge_value, return_attention_weights=return_weights,
-                                              edge_order="input")
-    if impl == "fused":
-        raise RuntimeError("impl='fused' requested but the C++ kernel could not be built")
-    return None
 
 
 def _chunked_path(q: Tensor, k: Tensor, v: Tensor, csr: EdgeCSR, bias: Optional[Tensor],

@@ -186,3 +186,104 @@ def test_checker_reads_relative_and_inner_imports(tmp_path, monkeypatch):
     found = list(package_imports("graphattn.ops.a"))
     assert ("graphattn.ops.b", None, 1, True) in found
     assert ("graphattn.nn.x", "_y", 4, False) in found
+
+
+#: private attributes of other libraries the package reads or sets, each with the reason (no public API)
+FOREIGN_PRIVATE = {
+    "_version": "torch's in-place version counter: cached views are invalidated when a tensor changes in place",
+    "_indices": "torch: the indices of an uncoalesced sparse COO tensor (indices() needs a coalesced one)",
+    "_nnz": "torch: the stored entries of a sparse tensor, uncoalesced ones included",
+    "_C": "torch's C++ module: the ABI flag the C++ extension is built with",
+    "_GLIBCXX_USE_CXX11_ABI": "torch's C++ ABI flag, for the C++ extension build",
+    "_option_string_actions": "argparse: the action behind a given option string",
+    "_descList": "RDKit's table of descriptor functions (its documented way to list them)",
+    "_num_graphs": "PyG Batch: set when a batch is collated from storage as PyG's collate does it",
+    "_slice_dict": "PyG Batch: set when a batch is collated from storage as PyG's collate does it",
+    "_inc_dict": "PyG Batch: set when a batch is collated from storage as PyG's collate does it",
+    "_data": "PyG InMemoryDataset's collated storage, read for batching from storage",
+    "_edge_mask": "PyG explain: the mask PyG's set_masks puts on a conv (a local PyG conv of a block)",
+    "_loop_mask": "PyG explain: the self-loop mask PyG's set_masks puts on a conv",
+    "_apply_sigmoid": "PyG explain: whether a conv applies a sigmoid to its explain mask",
+    "_parameters": "torch Module: where set_masks registered an explain mask as a Parameter",
+}
+#: NamedTuple's public methods, whose names start with an underscore
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def defined_private_names(tree: ast.AST) -> set:
+    """Private names a module defines: functions, classes, module or class attributes, and
+    attributes set on ``self`` / ``cls``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        names.add(n.id)
+                    elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                            and n.value.id in ("self", "cls"):
+                        names.add(n.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def private_attribute_uses(tree: ast.AST):
+    """``(line, name, text)`` of every private attribute read or set on something other than
+    ``self`` / ``cls`` / ``ctx`` / ``super()``, by attribute syntax or by ``getattr``-family calls."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            v = node.value
+            if isinstance(v, ast.Name) and v.id in ("self", "cls", "ctx"):
+                continue
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
+                continue
+            yield node.lineno, node.attr, ast.unparse(node)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("getattr", "setattr", "hasattr", "delattr") and len(node.args) >= 2 \
+                and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) \
+                and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__"):
+            yield node.lineno, node.args[1].value, ast.unparse(node)
+
+
+def private_attributes_across_modules():
+    """Private attributes used outside the module that defines them (ours), and private
+    attributes of other libraries not in :data:`FOREIGN_PRIVATE`."""
+    trees = {mod: ast.parse(path.read_text()) for mod, path in MODULES.items()}
+    defined = {mod: defined_private_names(t) for mod, t in trees.items()}
+    ours = set().union(*defined.values())
+    bad = []
+    for mod in sorted(trees):
+        for line, name, text in private_attribute_uses(trees[mod]):
+            if name in NAMEDTUPLE_API or name in defined[mod]:
+                continue
+            if name in ours:
+                owners = sorted(m for m, names in defined.items() if name in names)
+                bad.append(f"{mod}:{line} {text}: private to {', '.join(owners)}")
+            elif name not in FOREIGN_PRIVATE:
+                bad.append(f"{mod}:{line} {text}: another library's private attribute (add it to "
+                           "FOREIGN_PRIVATE with the reason, or use its public API)")
+    return bad
+
+
+def test_no_private_attributes_across_modules():
+    bad = private_attributes_across_modules()
+    assert not bad, "private attributes set or read from another module (make them public where they " \
+                    "live, or give the module a public method):\n" + "\n".join(bad)
+
+
+def test_private_attribute_checker_sees_reads_writes_and_getattr(tmp_path, monkeypatch):
+    user = ast.parse("def f(a, b):\n    a._x = 2\n    return getattr(b, '_x'), other._y, p._replace(), "
+                     "super()._z, self._w\n")
+    assert [(line, name) for line, name, _ in private_attribute_uses(user)] == [
+        (2, "_x"), (3, "_x"), (3, "_y"), (3, "_replace")]
+    pkg = tmp_path / "graphattn"
+    (pkg / "nn").mkdir(parents=True)
+    (pkg / "nn" / "layer.py").write_text("class A:\n    _flag = False\n    def __init__(self):\n        self._x = 1\n")
+    (pkg / "nn" / "model.py").write_text("def f(layer, t):\n    layer._flag = True\n    return t._version, "
+                                         "getattr(layer, '_x'), t._secret\n")
+    monkeypatch.setitem(globals(), "PKG", pkg)
+    monkeypatch.setitem(globals(), "MODULES", {module_name(p): p for p in pkg.rglob("*.py")})
+    bad = private_attributes_across_modules()
+    assert len(bad) == 3 and "layer._flag: private to graphattn.nn.layer" in bad[0]
+    assert "getattr(layer, '_x')" in bad[1] and "t._secret: another library's" in bad[2]

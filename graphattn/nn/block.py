@@ -9,7 +9,7 @@ from torch_geometric.nn import GINConv, GINEConv
 
 from graphattn.nn.attention import GraphSelfAttention
 from graphattn.nn.dropout import Dropout
-from graphattn.nn.explain_masks import layer_edge_mask
+from graphattn.nn.attention.explain import layer_edge_mask
 from graphattn.nn.variants import make_global_attention
 from graphattn.ops.csr import plain_tensor
 
@@ -130,13 +130,13 @@ class GraphTransformerBlock(nn.Module):
             edge_index = plain_tensor(edge_index).long()
         conv = self.local
         mask = getattr(conv, "_edge_mask", None) if getattr(conv, "explain", False) else None
-        if mask is not None and (mask.numel() != E or getattr(self.attn, "_explain_loops_replaced", False)):
+        if mask is not None and (mask.numel() != E or self.attn.explain_loops_replaced):
             # a PyG Explainer's mask set for the input edges, while this branch sees them with the
             # loops NodeClassifier(self_loops=True) replaced (reordered even when the count is the
             # same): PyG's own loop rule expects one loop per target and counts the global tokens
             # (AssertionError), or applies the mask by position; map it as the attention does
             mapped = layer_edge_mask(mask, getattr(conv, "_loop_mask", None), conv._apply_sigmoid, edge_index,
-                                     x.size(0), getattr(self.attn, "_explain_loops_replaced", False))
+                                     x.size(0), self.attn.explain_loops_replaced)
             # set_masks registered the mask as a Parameter: swap the entry itself for this call
             store = conv._parameters if "_edge_mask" in conv._parameters else conv.__dict__
             saved = store["_edge_mask"], conv._apply_sigmoid

@@ -8,7 +8,7 @@ self-loops missing, blocks over interleaved nodes) stays on the edge kernels.
 import pytest
 import torch
 
-import graphattn.functional
+import graphattn.ops.dispatch
 from graphattn import GraphSelfAttention, edge_attention, to_csr
 from graphattn.ops.dense import complete_blocks
 
@@ -29,13 +29,13 @@ def blocks_edge_index(sizes, loops=True, seed=0):
 def sdpa_calls(monkeypatch):
     """Counts the calls of the SDPA path (the dispatcher's ``sdpa_attention``)."""
     calls = []
-    real = graphattn.functional.sdpa_attention
+    real = graphattn.ops.dispatch.sdpa_attention
 
     def counted(*args, **kwargs):
         calls.append(args[3].tolist())  # the block sizes
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(graphattn.functional, "sdpa_attention", counted)
+    monkeypatch.setattr(graphattn.ops.dispatch, "sdpa_attention", counted)
     return calls
 
 

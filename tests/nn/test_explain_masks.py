@@ -257,7 +257,7 @@ def test_attention_explainer_scores_input_edges_when_loops_are_replaced(tokens):
     reached = mask > 0  # edges into node 2's one-hop receptive field
     assert reached.tolist() == [True, False, True, False, True, False]
     torch.testing.assert_close(mask[reached], expected[reached])
-    assert all(m._hook_input_edges is None for m in model.modules() if isinstance(m, GraphSelfAttention))
+    assert all(m.hook_input_edges is None for m in model.modules() if isinstance(m, GraphSelfAttention))
 
 
 def test_users_own_message_hooks_keep_the_layers_edge_order():

@@ -23,7 +23,7 @@ from torch_geometric.explain import AttentionExplainer, Explainer, GNNExplainer
 from torch_geometric.utils import to_edge_index, to_torch_coo_tensor, to_torch_csc_tensor
 
 import graphattn.nn as ga_nn
-import graphattn.nn.attention_weights as attention_weights
+import graphattn.nn.attention.weights as attention_weights
 from graphattn.nn import GATConv, GATv2Conv, GraphSelfAttention, TransformerConv
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -55,6 +55,16 @@ class GATConv(GraphSelfAttention):
           ``return_attention_weights`` also ``(edge_index, alpha)``: the looped ``(2, E')``
           edge_index (or the ``adj_t`` with ``alpha`` as values, ``(N_t, N_s, H)``) and alpha
           ``(E', H)``, after dropout, with a gradient.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn.nn import GATConv
+        >>> x, edge_index = torch.randn(4, 16), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+        >>> conv = GATConv(16, 8, heads=2)                         # adds a self-loop per node, as PyG
+        >>> out, (ei, alpha) = conv(x, edge_index, return_attention_weights=True)
+        >>> out.shape, ei.shape, alpha.shape                        # 4 edges + 4 loops
+        (torch.Size([4, 16]), torch.Size([2, 8]), torch.Size([8, 2]))
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,

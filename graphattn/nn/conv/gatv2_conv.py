@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.inits import glorot, zeros
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.nn.attention_parts import channel_pair, empty_modules, glorot_linear
+from graphattn.nn.attention.projections import channel_pair, empty_modules, glorot_linear
 from graphattn.nn.conv.pyg_api import conv_options, sparse_weights
 
 __all__ = ["GATv2Conv"]
@@ -55,6 +55,15 @@ class GATv2Conv(GraphSelfAttention):
         - output: ``(N_t, H*C)`` (``(N_t, C)`` with ``concat=False``); with a truthy
           ``return_attention_weights`` also ``(edge_index, alpha)`` as in
           :class:`~graphattn.nn.conv.GATConv`.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn.nn import GATv2Conv
+        >>> x, edge_index = torch.randn(4, 16), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+        >>> conv = GATv2Conv(16, 8, heads=2, share_weights=True)
+        >>> conv(x, edge_index).shape
+        torch.Size([4, 16])
     """
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
@@ -69,7 +78,7 @@ class GATv2Conv(GraphSelfAttention):
                          fill_value=fill_value, share_weights=share_weights, residual=residual, out_bias=bias,
                          weights_grad=True)
 
-    def _build_modules(self, f_src: int, f_dst: int, bias: bool) -> None:
+    def setup(self, f_src: int, f_dst: int, bias: bool) -> None:
         """PyG's GATv2Conv parameters, built in its order: ``lin_l``, ``lin_r`` (glorot),
         ``att`` ``(1, H, C)``, ``lin_edge``, ``res``, ``bias``."""
         H, C = self.heads, self.out_channels

@@ -7,7 +7,7 @@ from torch import Tensor
 from torch_geometric.nn import Linear
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.nn.attention_parts import channel_pair, empty_modules
+from graphattn.nn.attention.projections import channel_pair, empty_modules
 from graphattn.nn.conv.pyg_api import conv_options
 
 __all__ = ["TransformerConv"]
@@ -51,10 +51,19 @@ class TransformerConv(GraphSelfAttention):
         - output: ``(N_t, H*C)`` (``(N_t, C)`` with ``concat=False``); when
           ``return_attention_weights`` is a bool (True or False, as in PyG) also
           ``(edge_index, alpha)``: the given edge_index or ``adj_t`` and alpha ``(E, H)`` with a gradient.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn.nn import TransformerConv
+        >>> x, edge_index = torch.randn(4, 16), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+        >>> conv = TransformerConv(16, 8, heads=2, edge_dim=3, beta=True)
+        >>> conv(x, edge_index, torch.randn(4, 3)).shape
+        torch.Size([4, 16])
     """
 
     #: PyG's TransformerConv returns alpha before dropout
-    _returns_dropped_weights = False
+    returns_dropped_weights = False
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, beta: bool = False, dropout: float = 0., edge_dim: Optional[int] = None,
@@ -64,7 +73,7 @@ class TransformerConv(GraphSelfAttention):
                          edge_dim=edge_dim, bias=bias, score="dot", root_weight=root_weight, impl=impl,
                          beta=beta and root_weight, weights_grad=True)
 
-    def _build_modules(self, f_src: int, f_dst: int, bias: bool) -> None:
+    def setup(self, f_src: int, f_dst: int, bias: bool) -> None:
         """PyG's TransformerConv parameters, built in its order: ``lin_key``, ``lin_query``,
         ``lin_value``, ``lin_edge``, ``lin_skip`` (also with ``root_weight=False``), ``lin_beta``."""
         HC = self.heads * self.out_channels

@@ -189,6 +189,17 @@ class GraphClassifier(nn.Module):
 
     Shapes: x ``(N, F)``, edge_index ``(2, E)``, batch ``(N,)``, graph_features ``(B, D)`` ->
     logits ``(B, num_tasks)``.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn import GraphClassifier
+        >>> x = torch.randn(7, 9)                                   # two graphs: 3 + 4 nodes
+        >>> edge_index = torch.tensor([[0, 1, 1, 2, 3, 4, 5], [1, 0, 2, 1, 4, 5, 6]])
+        >>> batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+        >>> model = GraphClassifier(9, 32, num_tasks=12, num_layers=2).eval()
+        >>> model(x, edge_index, batch).shape                       # one logit per graph and task
+        torch.Size([2, 12])
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, num_tasks: int, num_layers: int = 4,

@@ -7,7 +7,6 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.nn.explain_masks import layer_edge_mask
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.nn.models.graph_transformer import GraphTransformer
 from graphattn.ops.csr import as_edge_index
@@ -59,6 +58,15 @@ class NodeClassifier(nn.Module):
             ``norm``, ``global_attn``, ``pe_kind``, ...).
 
     Shapes: x ``(N, F)``, edge_index ``(2, E)`` -> logits ``(N, num_classes)``.
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn import NodeClassifier
+        >>> x, edge_index = torch.randn(5, 8), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+        >>> model = NodeClassifier(8, 16, num_classes=3, num_layers=2, heads=2).eval()
+        >>> model(x, edge_index).shape
+        torch.Size([5, 3])
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, num_classes: int, num_layers: int = 2,
@@ -97,7 +105,7 @@ class NodeClassifier(nn.Module):
         if self.self_loops:  # the attention layers see the input's loops replaced by ours: explainer masks map so
             for m in self.backbone.modules():
                 if isinstance(m, GraphSelfAttention):
-                    m._explain_loops_replaced = True
+                    m.explain_loops_replaced = True
         self.propagation_learned = bool(propagation_learned)
         self.hop_weights = nn.Parameter(torch.empty(propagation + 1)) if propagation_learned else None  # (K + 1,)
         self.reset_hop_weights()
@@ -170,8 +178,8 @@ class NodeClassifier(nn.Module):
         """The edge mask a PyG ``Explainer`` set on the attention layers, mapped onto ``ei``
         (None when no explanation runs)."""
         for m in self.backbone.modules():
-            if isinstance(m, GraphSelfAttention) and m.explain and m._edge_mask is not None:
-                return layer_edge_mask(m._edge_mask, m._loop_mask, m._apply_sigmoid, ei, N, loops_replaced=True)
+            if isinstance(m, GraphSelfAttention) and m.explain and m.has_explainer_mask():
+                return m.explainer_mask(ei, N, loops_replaced=True)
         return None
 
     def propagate(self, z: Tensor, edge_index: Tensor, graph: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
@@ -206,14 +214,14 @@ class NodeClassifier(nn.Module):
         # PyG's message hooks (AttentionExplainer) read alpha per input edge: with the input's
         # loops replaced, the layers map theirs back onto edge_index while hooks are registered
         hooked = [m for m in self.backbone.modules() if isinstance(m, GraphSelfAttention)
-                  and m._message_forward_hooks] if self.self_loops else []
+                  and m.has_message_hooks()] if self.self_loops else []
         for m in hooked:
-            m._hook_input_edges = edge_index
+            m.hook_input_edges = edge_index
         try:
             h, _ = self.backbone(x, attn_edges, edge_attr, batch, pe, **pe_kwargs)
         finally:
             for m in hooked:
-                m._hook_input_edges = None
+                m.hook_input_edges = None
         if self.gcn is not None:  # GCN branch: ReLU(Â x W_g), (N, C), then gcn_layers - 1 more
             g = torch.relu(self._smooth(self.gcn(x), edge_index, graph=graph))
             for lin in self.gcn_stack:

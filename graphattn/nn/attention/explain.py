@@ -9,7 +9,6 @@ small graphs): the same softmax over incoming edges, then the masked messages su
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -78,28 +77,15 @@ def _is_loop_replaced(edge_index: Tensor, n: int, N: int, partial: bool = False)
     return K > 0 and (head.numel() == 0 or int(head.max()) < K)
 
 
-def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Tensor, edge_mask: Tensor,
-                          *, edge_key: Optional[Tensor] = None, edge_value: Optional[Tensor] = None,
-                          bias: Optional[Tensor] = None,
-                          score: str = "dot", att: Optional[Tensor] = None, negative_slope: float = 0.2,
+def masked_edge_attention(scores: Tensor, value: Tensor, dst: Tensor, num_targets: int, edge_mask: Tensor, *,
                           dropout: float = 0.0, training: bool = False) -> Tuple[Tensor, Tensor]:
     """Softmax attention over incoming edges with every message scaled by ``edge_mask``.
 
-    ``q`` ``(N, H, C)`` (targets), ``k`` / ``v`` ``(N_k, H, C)`` / ``(N_k, H, C')`` (sources),
-    ``src`` / ``dst`` ``(E,)`` node ids, ``edge_mask`` ``(E,)``, ``edge_key`` / ``edge_value``
-    ``(E, H, C)`` / ``(E, H, C')`` added to the key / value of their edge, ``bias`` ``(E, H)``
-    (``-inf`` hides an edge); the math of :func:`graphattn.functional.edge_attention`. Returns
-    ``out`` ``(N, H, C')`` = Σ_e α_e·mask_e·(v_src + ev_e) and ``alpha`` ``(E, H)`` (before the
+    ``scores`` ``(E, H)`` (any score, a bias included; ``-inf`` hides an edge), ``value``
+    ``(E, H, C')`` the message of each edge, ``dst`` ``(E,)`` its target, ``edge_mask`` ``(E,)``.
+    Returns ``out`` ``(N, H, C')`` = Σ_e α_e·mask_e·value_e and ``alpha`` ``(E, H)`` (before the
     mask and dropout)."""
-    N, H, C = q.shape
-    key = k[src] if edge_key is None else k[src] + edge_key  # (E, H, C)
-    value = v[src] if edge_value is None else v[src] + edge_value  # (E, H, C')
-    if score == "dot":
-        s = (q[dst] * key).sum(-1) / math.sqrt(C)  # (E, H)
-    else:
-        s = (att * F.leaky_relu(q[dst] + key, negative_slope)).sum(-1)  # (E, H)
-    if bias is not None:
-        s = s + bias
+    s, N, H = scores, num_targets, scores.size(1)
     # softmax per target written out: torch_geometric.utils.softmax gives NaN for a target whose
     # edges are all hidden (-inf bias); here such a target gets zeros, as on the fused path
     idx = dst[:, None].expand(-1, H)
@@ -110,5 +96,5 @@ def masked_edge_attention(q: Tensor, k: Tensor, v: Tensor, src: Tensor, dst: Ten
     alpha = e / den[dst].clamp_min(torch.finfo(e.dtype).tiny)
     a = F.dropout(alpha, dropout, training) if dropout > 0 else alpha
     msg = (a * edge_mask[:, None].to(a.dtype))[..., None] * value  # (E, H, C')
-    out = q.new_zeros(N, H, value.size(-1)).index_add(0, dst, msg)  # (N, H, C')
+    out = value.new_zeros(N, H, value.size(-1)).index_add(0, dst, msg)  # (N, H, C')
     return out, alpha.detach()

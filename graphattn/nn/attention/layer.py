@@ -8,22 +8,20 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from torch import nn
+from torch_geometric.nn.inits import zeros
+
 from graphattn.functional import EDGE_IMPLS, check_all_finite
-from graphattn.nn.attention_parts import (build_modules, channel_pair, convert_state_dict, edge_features, project,
-                                          reset_modules, split_input)
-from graphattn.nn.attention_paths import attend, attend_gat, explained
-from graphattn.nn.explain_masks import input_edge_alpha
+from graphattn.nn.attention.explain import input_edge_alpha, layer_edge_mask
+from graphattn.nn.attention.projections import channel_pair, empty_modules, glorot_linear, make_linear, split_input
+from graphattn.nn.attention.score import SCORES, EdgeScore
 from graphattn.nn.self_loops import add_loops, check_fill_value, loop_count
-from graphattn.ops.chunked import SCORES
-from graphattn.ops.csr import as_edge_index, to_csr
+from graphattn.ops.csr import as_edge_index, plain_tensor, to_csr
 from graphattn.ops.normalization import NORMALIZATIONS
 from graphattn.utils.validation import (check_bias_dtype, check_dtype, check_edge_index, check_features,
-                                        check_tensor_shape, refuse_tracing)
+                                        check_row_index, check_tensor_shape, refuse_tracing)
 
-__all__ = ["GraphSelfAttention", "LAYER_SCORES"]
-
-#: The layer's scores: the kernels' ``"dot"`` and ``"additive"``, and ``"gat"`` (GATConv's per-node scalars).
-LAYER_SCORES = SCORES + ("gat",)
+__all__ = ["GraphSelfAttention"]
 
 
 class GraphSelfAttention(MessagePassing):
@@ -48,7 +46,7 @@ class GraphSelfAttention(MessagePassing):
         in_channels (int or tuple): input feature size F, or ``(F_src, F_dst)`` for a
             bipartite graph whose two node sets have different widths (as PyG's convs); ``-1``
             (either side) infers the width on the first call (PyG's lazy ``Linear``). Module
-            layout per score: see :mod:`graphattn.nn.attention_parts`.
+            layout per score: see :mod:`graphattn.nn.attention` (one class per score).
         out_channels (int): channels per head C.
         heads (int, default 1): number of heads H.
         concat (bool, default True): concatenate heads (``H*C`` outputs) or average them (``C``).
@@ -56,7 +54,9 @@ class GraphSelfAttention(MessagePassing):
         edge_dim (int, optional): edge feature size D; projected into keys and values (dot) or
             into the score (additive, gat: an ``(E, H)`` term, never ``(E, H, C)``).
         bias (bool, default True): bias terms in the projections (``gat`` has none, as GATConv).
-        score (str, default "dot"): ``"dot"``, ``"additive"`` or ``"gat"``.
+        score (str or EdgeScore, default "dot"): a registered score name (``"dot"``, ``"additive"``,
+            ``"gat"``, ``"bilinear"``; :data:`graphattn.nn.attention.SCORES`) or a score object
+            (:class:`~graphattn.nn.attention.score.EdgeScore`).
         root_weight (bool, default True): add a linear skip term of the node itself (``lin_skip``).
         negative_slope (float, default 0.2): LeakyReLU slope of the additive and gat scores.
         impl (str, default "auto"): edge attention backend, see
@@ -107,22 +107,35 @@ class GraphSelfAttention(MessagePassing):
     attention kernels replace message and aggregate), so ``to_hetero`` makes one copy per edge
     type and ``HeteroConv`` takes it. PyG's ``Explainer`` (GNNExplainer, ...) works: while its
     edge mask is set, each message ``α_ij·v_j`` is scaled by the mask as PyG's convs do it,
-    computed by a plain per-edge PyTorch path (:mod:`graphattn.nn.explain_masks`; ``(E, H, C)``
+    computed by a plain per-edge PyTorch path (:mod:`graphattn.nn.attention.explain`; ``(E, H, C)``
     temporaries, fine for the small graphs explanations run on).
+
+    Example::
+
+        >>> import torch
+        >>> from graphattn import GraphSelfAttention
+        >>> x = torch.randn(4, 16)                                  # 4 nodes, 16 features
+        >>> edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])  # a directed 4-cycle
+        >>> attn = GraphSelfAttention(16, 8, heads=2)
+        >>> out, (ei, alpha) = attn(x, edge_index, return_attention_weights=True)
+        >>> out.shape, alpha.shape                                  # (N, H*C), (E, H)
+        (torch.Size([4, 16]), torch.Size([4, 2]))
+        >>> bool(torch.allclose(alpha, torch.ones(4, 2)))           # one incoming edge each: weight 1
+        True
     """
 
     #: set by a model that replaces its input's self-loops (``NodeClassifier(self_loops=True)``):
     #: explainer masks then map onto a loop run that skips global-token nodes
-    _explain_loops_replaced: bool = False
+    explain_loops_replaced: bool = False
     #: the model's input edge_index while it runs with message hooks and its loops replaced
     #: (NodeClassifier(self_loops=True)): the hooks then get alpha per input edge
-    _hook_input_edges: Optional[Tensor] = None
+    hook_input_edges: Optional[Tensor] = None
     #: with ``weights_grad`` and dropout, return alpha after dropout (GATConv) or before (TransformerConv)
-    _returns_dropped_weights: bool = True
+    returns_dropped_weights: bool = True
 
     def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, heads: int = 1,
                  concat: bool = True, dropout: float = 0.0, edge_dim: Optional[int] = None,
-                 bias: bool = True, score: str = "dot", root_weight: bool = True,
+                 bias: bool = True, score: Union[str, EdgeScore] = "dot", root_weight: bool = True,
                  negative_slope: float = 0.2, impl: str = "auto", normalization: str = "softmax", *,
                  add_self_loops: bool = False, fill_value: Union[float, Tensor, str] = "mean",
                  share_weights: bool = False, beta: bool = False, residual: bool = False,
@@ -131,7 +144,10 @@ class GraphSelfAttention(MessagePassing):
         # one copy per edge type, HeteroConv and summary() see a conv. It never calls
         # propagate(): the attention kernels replace message/aggregate.
         super().__init__(aggr=None, node_dim=0)
-        self._check_options(score, impl, normalization, share_weights, beta, root_weight, residual, weights_grad)
+        #: the score object (:class:`~graphattn.nn.attention.score.EdgeScore`): projections and score math
+        self.score_fn = SCORES.make(score)
+        self._check_options(self.score_fn, impl, normalization, share_weights, beta, root_weight, residual,
+                            weights_grad)
         f_src, f_dst = channel_pair(in_channels)
         if share_weights and f_src != f_dst:
             raise ValueError(f"share_weights=True applies one projection to sources and targets: it needs one "
@@ -149,20 +165,18 @@ class GraphSelfAttention(MessagePassing):
         check_fill_value(fill_value)
         self.in_channels = tuple(in_channels) if isinstance(in_channels, (tuple, list)) else in_channels
         self.out_channels, self.heads = out_channels, heads
-        self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, score
+        self.concat, self.dropout, self.edge_dim, self.score = concat, dropout, edge_dim, self.score_fn.name
         self.root_weight, self.negative_slope, self.impl = root_weight, negative_slope, impl
         self.normalization = normalization
         self.add_self_loops, self.fill_value, self.share_weights = add_self_loops, fill_value, share_weights
         self.beta, self.residual, self.out_bias, self.weights_grad = beta, residual, out_bias, weights_grad
-        self._build_modules(f_src, f_dst, bias)
+        self.setup(f_src, f_dst, bias)
         self.reset_parameters()
 
     @staticmethod
-    def _check_options(score, impl, normalization, share_weights, beta, root_weight, residual,
+    def _check_options(score_fn: EdgeScore, impl, normalization, share_weights, beta, root_weight, residual,
                        weights_grad) -> None:
         """``ValueError`` for an unknown or contradictory choice, naming the valid ones."""
-        if score not in LAYER_SCORES:
-            raise ValueError(f"score must be one of {LAYER_SCORES}, got {score!r}")
         if impl not in EDGE_IMPLS:
             raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
         if normalization not in NORMALIZATIONS:
@@ -170,30 +184,35 @@ class GraphSelfAttention(MessagePassing):
         if normalization != "softmax" and impl not in ("auto", "chunked"):
             raise ValueError(f"impl={impl!r} is softmax-only; normalization={normalization!r} "
                              "needs impl='auto' or 'chunked'")
-        if normalization != "softmax" and (score == "gat" or weights_grad):
+        if normalization != "softmax" and weights_grad:
             raise ValueError(f"normalization={normalization!r} needs score='dot' or 'additive' and "
                              "weights_grad=False (both are softmax attention)")
-        if impl == "fused" and score == "additive":  # found here rather than at the first forward
-            raise ValueError("impl='fused' supports only score='dot' or 'gat', got score='additive': use "
-                             "impl='auto' or 'chunked' (attention dropout is inactive in eval; in training it "
-                             "needs those too)")
-        if impl == "dense" and score == "gat":
-            raise ValueError("impl='dense' cannot take score='gat' (its scores are a per-edge bias): use "
-                             "impl='auto', 'fused' or 'chunked'")
-        if share_weights and score != "additive":
-            raise ValueError(f"share_weights=True applies to score='additive' (GATv2), got score={score!r}")
+        score_fn.check(impl, normalization, share_weights)
         if beta and not root_weight:
             raise ValueError("beta=True gates the root term: it needs root_weight=True")
         if residual and root_weight:
             raise ValueError("residual=True and root_weight=True are two root terms: choose one")
 
-    def _build_modules(self, f_src: int, f_dst: int, bias: bool) -> None:
-        """Create the parameters (:func:`graphattn.nn.attention_parts.build_modules`)."""
-        build_modules(self, f_src, f_dst, bias)
+    def setup(self, f_src: int, f_dst: int, bias: bool) -> None:
+        """Create the parameters: the score's projections (:meth:`EdgeScore.setup
+        <graphattn.nn.attention.score.EdgeScore.setup>`), then the root term (``lin_skip`` with
+        ``root_weight``, ``res`` with ``residual``), ``lin_beta`` and the output ``bias``. The PyG
+        faces of :mod:`graphattn.nn.conv` override it to build PyG's modules in PyG's order."""
+        width = self.heads * self.out_channels if self.concat else self.out_channels
+        empty_modules(self)
+        self.score_fn.setup(self, f_src, f_dst, bias)
+        if self.root_weight:
+            self.lin_skip = make_linear(f_dst, width, bias)
+        if self.residual:
+            self.res = glorot_linear(f_dst, width, False)
+        if self.beta:
+            self.lin_beta = nn.Linear(3 * width, 1, bias=False)
+        if self.out_bias:
+            self.bias = nn.Parameter(torch.empty(width))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # either projection layout of a state dict (fused lin_qkv or PyG's per-role modules) loads
-        convert_state_dict(self, state_dict, prefix)
+        self.score_fn.convert_state_dict(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _weight_dtype(self) -> Optional[torch.dtype]:
@@ -204,7 +223,10 @@ class GraphSelfAttention(MessagePassing):
         return None
 
     def reset_parameters(self) -> None:
-        reset_modules(self)
+        """Initial values, in the score's order (:meth:`EdgeScore.reset_parameters
+        <graphattn.nn.attention.score.EdgeScore.reset_parameters>`), and a zero output ``bias``."""
+        self.score_fn.reset_parameters(self)
+        zeros(self.bias)
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                 edge_attr: Optional[Tensor] = None, return_attention_weights: bool = False, *,
@@ -241,7 +263,7 @@ class GraphSelfAttention(MessagePassing):
             raise NotImplementedError(f"PyG Explainer edge masks need normalization='softmax', the layer has "
                                       f"{self.normalization!r} (the masks stay set after a failed "
                                       "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
-        x_src, x_dst, bipartite = split_input(x, allow_missing_dst=self.score == "gat")
+        x_src, x_dst, bipartite = split_input(x, allow_missing_dst=not self.score_fn.needs_targets)
         N_src, N = self._node_counts(x_src, x_dst, edge_index, size)
         wdtype = self._check_nodes(x_src, x_dst, bipartite, batch)
         edge_index, edge_attr, adj = self._graph(edge_index, edge_attr, attn_bias, edge_attr_index, N_src, N, size)
@@ -253,21 +275,62 @@ class GraphSelfAttention(MessagePassing):
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
             check_bias_dtype(attn_bias)
-        edge_feat = edge_features(self, edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
-        parts = project(self, x_src, x_dst)
+        edge_feat = self._edge_features(edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
+        parts = self.score_fn.project(self, x_src, x_dst)
         self._check_values(x_src, x_dst, bipartite, parts, edge_attr, attn_bias)
         # PyG's message hooks (AttentionExplainer reads msg_kwargs["alpha"]) get the weights
         want_alpha = bool(return_attention_weights) or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
-            out, alpha = explained(self, parts, edge_index, edge_feat, attn_bias, N)
-        elif self.score == "gat":
-            out, alpha = attend_gat(self, parts, csr, edge_index, edge_feat, attn_bias, want_alpha,
-                                    N_src if bipartite else None)
+            ei = plain_tensor(edge_index).long()
+            out, alpha = self.score_fn.explain(self, parts, ei, edge_feat, attn_bias, N, self.explainer_mask(ei, N))
         else:
-            out, alpha = attend(self, parts, csr, edge_index, edge_feat, attn_bias, batch, want_alpha,
-                                N_src if bipartite else None)
+            out, alpha = self.score_fn.attend(self, parts, csr, edge_index, edge_feat, attn_bias, batch, want_alpha,
+                                              N_src if bipartite else None)
         return self._finish(out, alpha, parts.root, edge_index if adj is None else adj,
                             bool(return_attention_weights))
+
+    def has_explainer_mask(self) -> bool:
+        """Whether a PyG ``Explainer`` has set an edge mask on this layer (PyG's ``set_masks``)."""
+        return self._edge_mask is not None
+
+    def has_message_hooks(self) -> bool:
+        """Whether PyG message forward hooks are registered (PyG's ``AttentionExplainer`` registers one)."""
+        return bool(self._message_forward_hooks)
+
+    def explainer_mask(self, edge_index: Tensor, num_targets: int, loops_replaced: Optional[bool] = None) -> Tensor:
+        """The edge mask of a PyG ``Explainer`` (set on this layer by PyG's ``set_masks``) as one
+        weight per edge of ``edge_index`` ``(2, E)``, the graph this layer attends over
+        (:func:`~graphattn.nn.attention.explain.layer_edge_mask`; ``loops_replaced`` default
+        :attr:`explain_loops_replaced`)."""
+        replaced = self.explain_loops_replaced if loops_replaced is None else loops_replaced
+        return layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, edge_index, num_targets,
+                               loops_replaced=replaced)
+
+    def _edge_features(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor], E: int,
+                       wdtype: Optional[torch.dtype]) -> Optional[Tensor]:
+        """The score's projected edge features per edge (``(E, H, C)``, or ``(E, H)`` for a score
+        term); None without ``edge_dim``; with ``edge_attr_index`` the projection runs on the
+        ``(U, D)`` table."""
+        if self.lin_edge is None:
+            if edge_attr is not None:
+                raise ValueError("edge_attr was given but the layer has no edge_dim; "
+                                 "build it with edge_dim=D to use edge features")
+            if edge_attr_index is not None:
+                raise ValueError("edge_attr_index was given but the layer has no edge_dim")
+            return None
+        if edge_attr is None:
+            raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
+        if wdtype is not None:
+            check_dtype(edge_attr, wdtype, "edge_attr")
+        if edge_attr.dim() == 1 and self.edge_dim == 1:
+            edge_attr = edge_attr[:, None]
+        rows = E if edge_attr_index is None else edge_attr.size(0)
+        check_tensor_shape(edge_attr, (rows, self.edge_dim), "edge_attr")
+        feat = self.score_fn.edge_features(self, edge_attr)  # (rows, H, C) | (rows, H)
+        if edge_attr_index is None:
+            return feat
+        check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+        return feat.index_select(0, edge_attr_index)
 
     def _node_counts(self, x_src: Tensor, x_dst: Optional[Tensor], edge_index, size) -> Tuple[int, int]:
         """``(N_src, N_dst)``; ``size`` ``(N_src, N_dst)`` must agree with the node features."""
@@ -357,8 +420,8 @@ class GraphSelfAttention(MessagePassing):
         them; other hooks get the layer's own edge order)."""
         if self._message_forward_hooks:
             hook_alpha = alpha
-            if alpha is not None and self._hook_input_edges is not None:
-                hook_alpha = input_edge_alpha(alpha, self._hook_input_edges)
+            if alpha is not None and self.hook_input_edges is not None:
+                hook_alpha = input_edge_alpha(alpha, self.hook_input_edges)
             for hook in self._message_forward_hooks.values():  # only PyG's explainers read input-edge order
                 pyg = getattr(hook, "__module__", "").startswith("torch_geometric.explain")
                 hook(self, ({"alpha": hook_alpha if pyg else alpha},), None)
