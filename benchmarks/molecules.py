@@ -37,7 +37,8 @@ import _harness as H  # noqa: E402
 from _molecules_chemprop import find_chemprop, run_chemprop  # noqa: E402
 from _molecules_report import render, suite_rows, table_rows  # noqa: E402
 
-from graphattn.data.download import find_file, sha256sum  # noqa: E402
+from graphattn.data.download import sha256sum  # noqa: E402
+from graphattn.data.moleculenet import moleculenet_names  # noqa: E402
 from graphattn.data.molecules import FEATURIZER_VERSION  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import defaults as molecule_defaults
@@ -48,14 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CSV = ROOT / "tests" / "fixtures" / "molecules_tasks_train.csv"
 MODELS = ("ours", "gine", "gat", "chemprop", "chemprop+desc")  # chemprop+desc: with its RDKit 2-D descriptors
 CHEMPROP = ("chemprop", "chemprop+desc")
-#: The MoleculeNet classification sets: a named loader (``graphattn.data.ToxicityDataset``) or a
-#: CSV under the data root with the SMILES column and the task columns MoleculeNet scores.
-SUITE = {
-    "tox21": {}, "toxcast": {}, "clintox": {},
-    "bbbp": dict(csv=["bbbp/bbbp.csv", "bbbp/BBBP.csv"], smiles_col="smiles", tasks=["p_np"]),
-    "bace": dict(csv=["bace/bace.csv"], smiles_col="mol", tasks=["Class"]),
-    "hiv": dict(csv=["hiv/hiv.csv.gz", "hiv/hiv.csv", "hiv/HIV.csv"], smiles_col="smiles", tasks=["HIV_active"]),
-}
+#: The MoleculeNet classification sets of the package's one table (graphattn.data.MOLECULENET)
+SUITE = moleculenet_names("classification")
 DEFAULT_SUITE = ["tox21", "toxcast", "clintox", "bbbp", "bace"]
 
 
@@ -129,13 +124,7 @@ def sources(args) -> List[Dict[str, object]]:
     """Each data set to run: its table name, ``load_dataset`` arguments and identity (hashed)."""
     out = []
     for name in args.datasets:
-        spec = SUITE[name]
-        if not spec:
-            out.append({"name": name, "load": {"name": name}, "identity": {"dataset": name}})
-            continue
-        path = find_file(spec["csv"], download=False)  # under the data root; DataFileError names it
-        out.append({"name": name, "load": {"csv_path": str(path), "smiles_col": spec["smiles_col"],
-                                           "tasks": spec["tasks"]}, "identity": {"dataset": name}})
+        out.append({"name": name, "load": {"name": name}, "identity": {"dataset": name}})
     if args.csv:
         path = Path(args.csv).expanduser().resolve()
         if not path.is_file():

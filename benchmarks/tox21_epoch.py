@@ -121,7 +121,7 @@ def build_models(num_tasks: int, seed: int, which: str, hp: dict, graph_feature_
 
 def load_train_set(spec):
     """(training split, number of tasks, number of descriptors) of the recipe's featurized Tox21."""
-    from graphattn.data import ToxicityDataset
+    from graphattn.data import MoleculeNetDataset
     from graphattn.tasks.molecules.data import descriptor_set, load_dataset, split_indices
 
     if spec["recipe"] == "defaults":  # featurized as graphattn train does it (PE, descriptors)
@@ -133,7 +133,7 @@ def load_train_set(spec):
         ds = load_dataset("tox21", pe_dim=hp["pe_dim"], descriptors=descriptor_set(hp["descriptors"]), log=False,
                           limit=spec["limit"])
     else:
-        ds = ToxicityDataset(root=spec["data_root"], name="tox21", cache_dir=spec["cache_dir"],
+        ds = MoleculeNetDataset(root=spec["data_root"], name="tox21", cache_dir=spec["cache_dir"],
                              download=False, log=False)
         if spec["limit"]:
             ds = ds[: spec["limit"]]

@@ -13,7 +13,7 @@ __all__ = ["build_parser", "add_common_train_arguments", "add_molecule_train_arg
            "add_pretrain_parser"]
 def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", nargs="?", default=None,
-                   help="named dataset (e.g. karate, cora, facebook, twitch-de, imdb-binary, tox21); "
+                   help="named dataset (e.g. karate, cora, facebook, twitch-de, imdb-binary, tox21, bbbp); "
                         "omit when giving --csv / --edges / --tu-text")
     g = p.add_argument_group("training")
     g.add_argument("--epochs", type=int, default=None, help="training epochs (default: per dataset)")
@@ -208,7 +208,7 @@ def add_pretrain_parser(sub) -> argparse.ArgumentParser:
                    help="SMILES column name(s), comma-separated: the first one present in each file's header "
                         "is used, case-insensitively (default: smiles; e.g. smiles,mol for BACE)")
     p.add_argument("--exclude", nargs="+", default=[], metavar="SET",
-                   help="leave out every molecule of these toxicity sets (tox21, toxcast, clintox, sider) or "
+                   help="leave out every molecule of these named MoleculeNet sets (e.g. tox21, bbbp) or "
                         "CSV files (matched on the largest fragment, neutralised, stereochemistry ignored, so "
                         "salt forms and stereoisomers go too), e.g. the set you fine-tune and test on")
     p.add_argument("--out", default="runs/pretrain", help="output folder (best.pt, last.pt, metrics.json)")

@@ -17,7 +17,7 @@ from graphattn.cli import pretrain as pretrain_commands
 from graphattn.cli import social_train as social_tasks
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
-from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.moleculenet import moleculenet_names
 from graphattn.train import distributed
 from graphattn.train.distributed import DistributedSetupError
 from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device
@@ -91,7 +91,7 @@ def run_train(args) -> int:
     # --resume into another model's folder; divergence; ranks that cannot share the batches
     except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
         return usage_error("train", str(exc))
-    known = sorted(TOXICITY_DATASETS) + sorted(social_tasks.DATASETS)
+    known = moleculenet_names() + sorted(social_tasks.DATASETS)
     what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
     return usage_error("train", f"{what}; choose one of {', '.join(known)} "
                                 "or give --csv FILE, --edges E --target T, or --tu-text FILE")

@@ -1,7 +1,8 @@
-"""Molecule tasks behind the CLI: train on MoleculeNet toxicity sets or any SMILES CSV, then
+"""Molecule tasks behind the CLI: train on a named MoleculeNet set or any SMILES CSV, then
 evaluate, predict and explain with the checkpoint.
 
-``graphattn train tox21`` (also ``toxcast``, ``clintox``, ``sider``, or ``--csv FILE``)
+``graphattn train tox21`` (or any name of :data:`graphattn.data.moleculenet.MOLECULENET`: ``toxcast``,
+``clintox``, ``sider``, ``bbbp``, ``bace``, ``hiv``; or ``--csv FILE``)
 featurizes the molecules (:mod:`graphattn.data.molecules`, cached), adds Laplacian PE,
 splits them (scaffold by default), trains a :class:`~graphattn.GraphClassifier` with one
 global token — or, with ``--baseline gine|gat``, a PyG model of the same width and depth
@@ -19,7 +20,7 @@ from typing import Any, Dict, Optional
 from graphattn.cli.molecules_predict import evaluate, explain, predict
 from graphattn.cli.options import GROUPS, check_applicable, check_rerun, usage_error
 from graphattn.data.download import DataFileError, sha256sum
-from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_dataset, split_indices, unlabelled_tasks,
                                             warn_one_class_tasks)
@@ -32,9 +33,9 @@ __all__ = ["handles", "train", "evaluate", "predict", "explain"]
 
 
 def handles(args) -> bool:
-    """True when ``train`` is ours: a MoleculeNet toxicity set name or ``--csv``."""
+    """True when ``train`` is ours: a MoleculeNet set name or ``--csv``."""
     name = getattr(args, "dataset", None)
-    return (name is not None and name.lower() in TOXICITY_DATASETS) or getattr(args, "csv", None) is not None
+    return (name is not None and name.lower() in MOLECULENET) or getattr(args, "csv", None) is not None
 
 
 def _hparams(args) -> Dict[str, Any]:
@@ -69,8 +70,8 @@ def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
         raise ValueError(f"--smiles-col {args.smiles_col} names a column of --csv; {args.dataset} has its own")
     if args.tasks is not None and not args.tasks.strip():
         raise ValueError("--tasks is empty; leave it out to train on every task column")
-    if args.csv is None and args.dataset.lower() not in TOXICITY_DATASETS:
-        raise ValueError(f"unknown molecule dataset {args.dataset!r}; choose one of {sorted(TOXICITY_DATASETS)}")
+    if args.csv is None and args.dataset.lower() not in MOLECULENET:
+        raise ValueError(f"unknown molecule dataset {args.dataset!r}; choose one of {moleculenet_names()}")
     social = [f"--{k.replace('_', '-')}" for k in _SOCIAL_ONLY if getattr(args, k, None) not in (None, False)]
     if social:  # parsed for the social tasks: refuse rather than silently ignore them
         raise ValueError(f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from graphattn.cli.options import check_rerun, check_train_numbers
 from graphattn.data.download import DataFileError
-from graphattn.data.molecules import TOXICITY_DATASETS
+from graphattn.data.moleculenet import MOLECULENET
 from graphattn.tasks.molecules.data import spooled
 from graphattn.tasks.molecules.pretrain import run_pretraining
 from graphattn.tasks.molecules.pretrain_data import molecule_pool
@@ -42,7 +42,7 @@ def pretrain(args) -> int:
     cols = [c for c in args.smiles_col.split(",") if c.strip()] or ["smiles"]
     try:
         # pipes (<(...), /dev/stdin) are read more than once: spooled into temporary files
-        exclude = [src if str(src).lower() in TOXICITY_DATASETS else spooled(src) for src in args.exclude]
+        exclude = [src if str(src).lower() in MOLECULENET else spooled(src) for src in args.exclude]
         graphs, report = molecule_pool([spooled(p) for p in args.csv], cols, pe_dim=args.pe_dim, exclude=exclude,
                                        limit=args.limit, log=not args.no_progress)
     except (DataFileError, ValueError) as exc:

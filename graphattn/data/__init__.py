@@ -1,4 +1,4 @@
-"""Datasets: molecules (MoleculeNet toxicity sets, any SMILES CSV) and social networks.
+"""Datasets: molecules (the named MoleculeNet sets, any SMILES CSV) and social networks.
 
 Raw files are read from the data root (``root=`` > ``$GRAPHATTN_DATA`` > checkout
 ``datasets/`` > ``~/.cache/graphattn``) or downloaded; processed caches go to
@@ -8,10 +8,12 @@ when molecules are featurized.
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
 from graphattn.data.download import DataFileError, cache_root, data_root, find_file
 from graphattn.data.hops import AddHopEdges, hop_edges
+from graphattn.data.moleculenet import (MOLECULENET, SIDER_TASKS, TOX21_TASKS, TOXICITY_DATASETS, MoleculeNetDataset,
+                                        MoleculeNetSet, ToxicityDataset, moleculenet_names)
 from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
-                                      FEATURIZER_VERSION, SIDER_TASKS, TOXICITY_DATASETS, DuplicateSmilesWarning,
-                                      InvalidSmilesError, InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning,
-                                      ToxicityDataset, mol_to_data, parse_smiles, smiles_to_data)
+                                      FEATURIZER_VERSION, DuplicateSmilesWarning, InvalidSmilesError,
+                                      InvalidSmilesWarning, MoleculeCSVDataset, TaskColumnWarning, mol_to_data,
+                                      parse_smiles, smiles_to_data)
 from graphattn.data.rawio import canonical_label
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_cora, load_karate, load_musae, load_planetoid,
@@ -25,7 +27,8 @@ __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",
     "AddMolDescriptors", "descriptor_names", "mol_descriptors",
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
-    "FEATURIZER_VERSION", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
+    "FEATURIZER_VERSION", "MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names",
+    "TOX21_TASKS", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
     "InvalidSmilesWarning", "MoleculeCSVDataset", "TaskColumnWarning", "ToxicityDataset", "find_column",
     "DuplicateSmilesWarning",
     "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",

@@ -1,4 +1,5 @@
-"""MoleculeNet toxicity sets and any SMILES CSV as PyG datasets (featurized once, cached).
+"""Any SMILES CSV as a PyG dataset (featurized once, cached); the named MoleculeNet sets build on it
+in :mod:`graphattn.data.moleculenet`.
 
 Featurization is in :mod:`graphattn.data.featurize`, reading the tables in :mod:`graphattn.data.smiles_table`,
 splits in :mod:`graphattn.data.splits`.
@@ -35,8 +36,8 @@ from graphattn.data.smiles_table import find_column, read_csv_table
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
-    "mol_to_data", "smiles_to_data", "ToxicityDataset", "MoleculeCSVDataset",
-    "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS", "TaskColumnWarning", "DuplicateSmilesWarning",
+    "mol_to_data", "smiles_to_data", "SmilesCSVDataset", "MoleculeCSVDataset", "is_id_column",
+    "TaskColumnWarning", "DuplicateSmilesWarning",
 ]
 
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
@@ -64,7 +65,7 @@ _ID_LOWER = re.compile(r"(^|[^a-z])[csa]?id$|chembl_?id$")
 _ID_CAMEL = re.compile(r"[a-z0-9](ID|Id|CID)$")
 
 
-def _is_id_column(name: str) -> bool:
+def is_id_column(name: str) -> bool:
     """True for a column of molecule identifiers/names (never a task column)."""
     return (name.lower() in _ID_COLUMNS or name.startswith("Unnamed:") or bool(_ID_LOWER.search(name.lower()))
             or bool(_ID_CAMEL.search(name)))
@@ -115,7 +116,7 @@ def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[in
     for j, name in enumerate(header):
         if j == smiles_idx:
             continue
-        if _is_id_column(name):
+        if is_id_column(name):
             skipped.append((name, "id/name column"))
             continue
         if folded.count(name.lower()) > 1:
@@ -184,7 +185,7 @@ def writable_dir(base: Path, rel: str) -> Path:
     return fallback
 
 
-class _SmilesCSVDataset(InMemoryDataset):
+class SmilesCSVDataset(InMemoryDataset):
     """A SMILES CSV featurized once into ``<cache>/<rel>/processed/<key>/``.
 
     ``key`` hashes :data:`FEATURIZER_VERSION`, the processing version, the raw file's
@@ -354,129 +355,7 @@ def _dump_json(obj, path) -> None:
         json.dump(obj, f)
 
 
-_DEEPCHEM = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/"
-TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
-               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
-SIDER_TASKS = [
-    "Hepatobiliary disorders", "Metabolism and nutrition disorders", "Product issues",
-    "Eye disorders", "Investigations", "Musculoskeletal and connective tissue disorders",
-    "Gastrointestinal disorders", "Social circumstances", "Immune system disorders",
-    "Reproductive system and breast disorders",
-    "Neoplasms benign, malignant and unspecified (incl cysts and polyps)",
-    "General disorders and administration site conditions", "Endocrine disorders",
-    "Surgical and medical procedures", "Vascular disorders",
-    "Blood and lymphatic system disorders", "Skin and subcutaneous tissue disorders",
-    "Congenital, familial and genetic disorders", "Infections and infestations",
-    "Respiratory, thoracic and mediastinal disorders", "Psychiatric disorders",
-    "Renal and urinary disorders", "Pregnancy, puerperium and perinatal conditions",
-    "Ear and labyrinth disorders", "Cardiac disorders", "Nervous system disorders",
-    "Injury, poisoning and procedural complications"]
-
-#: name → accepted file names under ``<data root>/<name>/`` (the first is the download
-#: target), canonical URL, task columns (a list, or the number of assay columns for
-#: ToxCast, whose 617 names are read from the file) and the accepted molecule-row range.
-TOXICITY_DATASETS = {
-    "tox21": dict(files=["tox21.csv.gz", "tox21.csv"], url=_DEEPCHEM + "tox21.csv.gz",
-                  tasks=TOX21_TASKS, rows=(7821, 7841)),
-    "toxcast": dict(files=["toxcast_data.csv.gz", "toxcast_data.csv", "toxcast.csv.gz",
-                           "toxcast.csv"], url=_DEEPCHEM + "toxcast_data.csv.gz",
-                    tasks=617, rows=(8565, 8586)),
-    "clintox": dict(files=["clintox.csv.gz", "clintox.csv"], url=_DEEPCHEM + "clintox.csv.gz",
-                    tasks=["FDA_APPROVED", "CT_TOX"], rows=(1468, 1494)),
-    "sider": dict(files=["sider.csv.gz", "sider.csv"], url=_DEEPCHEM + "sider.csv.gz",
-                  tasks=SIDER_TASKS, rows=(1417, 1437)),
-}
-
-
-def toxicity_tasks(name: str, header: List[str], path: Path) -> List[str]:
-    """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
-    spec = TOXICITY_DATASETS[name]["tasks"]
-    hint = "delete it to re-download, or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy"
-    n_smiles = [h.lower() for h in header].count("smiles")  # 'smiles', or 'SMILES' in a re-saved copy
-    if n_smiles != 1:
-        raise DataFileError(f"{path}: " + ("several smiles columns" if n_smiles else "no 'smiles' column")
-                            + f" (columns {header[:5]}...); not a MoleculeNet {name} file; {hint}")
-    if isinstance(spec, int):
-        tasks = [h for h in header if h.lower() != "smiles" and not _is_id_column(h)]
-        if len(tasks) != spec:
-            raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec} for "
-                                f"{name}; {hint}")
-        return tasks
-    missing = [t for t in spec if t not in header]
-    if missing:
-        raise DataFileError(f"{path}: missing task columns {missing} for {name}; {hint}")
-    return list(spec)
-
-
-def _check_toxicity_file(name: str) -> Callable[[Path], None]:
-    def check(path: Path) -> None:
-        header, rows = read_csv_table(Path(path))
-        toxicity_tasks(name, header, path)
-        lo, hi = TOXICITY_DATASETS[name]["rows"]
-        if not lo <= len(rows) <= hi:
-            raise DataFileError(
-                f"{path}: found {len(rows)} molecule rows, expected {lo}-{hi} for {name}; the "
-                "file is truncated or not the MoleculeNet file. Delete it to re-download, or "
-                "point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy")
-    return check
-
-
-class ToxicityDataset(_SmilesCSVDataset):
-    r"""MoleculeNet toxicity sets ``tox21``, ``toxcast``, ``clintox``, ``sider`` as PyG graphs.
-
-    The raw CSV is looked up under ``<data root>/<name>/``, ``<data root>/<name>/raw/`` and the
-    data root itself (data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` >
-    ``~/.cache/graphattn``; ``root`` may also be the CSV file itself) under both the
-    DeepChem names (``tox21.csv.gz``, ``toxcast_data.csv.gz``, ``clintox.csv.gz``,
-    ``sider.csv.gz``; with DeepChem's extra ``mol_id`` column) and the chemprop copies
-    (``toxcast.csv.gz``, ``clintox.csv``, no ``mol_id``); if absent it is downloaded
-    from DeepChem's MoleculeNet bucket. Every file is checked (task columns, row count)
-    and a truncated or wrong file raises :class:`DataFileError` naming it.
-
-    Each graph has ``x`` (N, 9), ``edge_index``, ``edge_attr`` (E, 4), ``smiles`` and
-    ``y`` (1, T) float with NaN for a missing label; ``task_names`` lists the T tasks
-    (canonical order). Rows whose SMILES RDKit rejects (e.g. the 8 hypervalent
-    ``[AlH3]`` rows of Tox21) are skipped with an :class:`InvalidSmilesWarning` and listed
-    in ``skipped`` as ``(file row, smiles, reason)`` (row 1 = header).
-
-    Args:
-        root: data root for the raw file (default: see above).
-        name: one of ``tox21``, ``toxcast``, ``clintox``, ``sider``.
-        transform, pre_transform: as in PyG (``pre_transform`` is part of the cache key).
-        force_reload: re-process even if a cache exists.
-        cache_dir: where ``<name>/processed/`` goes (default: :func:`cache_root`,
-            i.e. ``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``, never the data root; falls back
-            to ``~/.cache/graphattn`` when that is not writable).
-        download: allow downloading when no local copy exists.
-        log: show the tqdm bar while featurizing.
-        limit: featurize only the first ``limit`` valid molecules (rows after the last one
-            are not read; ``skipped`` and ``num_rows`` cover the rows read). Cached apart
-            from the whole file.
-    """
-
-    def __init__(self, root=None, name: str = "tox21", transform=None, pre_transform=None,
-                 force_reload: bool = False, cache_dir=None, download: bool = True,
-                 log: bool = True, limit: Optional[int] = None):
-        name = name.lower()
-        if name not in TOXICITY_DATASETS:
-            raise ValueError(f"name must be one of {sorted(TOXICITY_DATASETS)}, got {name!r}")
-        spec = TOXICITY_DATASETS[name]
-        if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
-            raw = Path(root).expanduser()
-            _check_toxicity_file(name)(raw)
-        else:  # <root>/<name>/, PyG's <root>/<name>/raw/, or the root itself (the download goes to the 1st)
-            rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec["files"]]
-            raw = find_file(rels, url=spec["url"], root=root, check=_check_toxicity_file(name),
-                            download=download)
-        super().__init__(raw, name, "smiles", None, cache_root(cache_dir),
-                         transform, pre_transform, force_reload, log, limit=limit, binary=True)
-
-    def _select_tasks(self, header, rows):
-        tasks = toxicity_tasks(self.name, header, self.raw_path)
-        return find_column(header, "smiles", self.raw_path), [header.index(t) for t in tasks], []
-
-
-class MoleculeCSVDataset(_SmilesCSVDataset):
+class MoleculeCSVDataset(SmilesCSVDataset):
     r"""Any CSV (or .csv.gz) with a SMILES column and numeric task columns, as PyG graphs.
 
     Args:
@@ -497,7 +376,7 @@ class MoleculeCSVDataset(_SmilesCSVDataset):
             then has shape ``(1, 0)``.
         root: data root; the cache goes to ``<cache_root(cache_dir)>/csv/<file stem>/``.
         transform, pre_transform, force_reload, cache_dir, log, limit: as in
-            :class:`ToxicityDataset`.
+            :class:`~graphattn.data.moleculenet.MoleculeNetDataset`.
         binary: labels must be 0/1 (true/false), for binary classification (BCE); the
             ``graphattn train --csv`` pipeline passes ``True``. Default ``False``: any finite
             number (regression targets, e.g. ESOL, FreeSolv, Lipophilicity). Part of the

@@ -280,7 +280,7 @@ def test_task_columns_duplicate_spellings_other_task_rules_and_a_header_only_csv
     # a checkpoint whose tasks were inferred under other rules still evaluates (its own task names)
     ids = write_csv(tmp_path / "ids.csv", ["smiles", "SID", "toxic"],
                     [(s, i % 2, molecule_labels(s)[0]) for i, s in enumerate(SMILES)])
-    monkeypatch.setattr(molecules, "_is_id_column", lambda name: False)  # rules that take SID for a task
+    monkeypatch.setattr(molecules, "is_id_column", lambda name: False)  # rules that take SID for a task
     assert cli.main(["train", "--csv", str(ids), "--split", "random", "--out", str(tmp_path / "old"), *TINY]) == 0
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "old" / "best.pt")["meta"]["task_names"] == ["SID", "toxic"]

@@ -1,5 +1,6 @@
-"""MoleculeNet toxicity sets and SMILES CSVs as datasets (graphattn.data.molecules): CSV layouts,
+"""Named MoleculeNet sets and SMILES CSVs as datasets (graphattn.data.moleculenet, graphattn.data.molecules): CSV layouts,
 task columns, labels, the featurized cache, downloads and the shared Tox21 copy."""
+import dataclasses
 import csv
 import gzip
 import shutil
@@ -15,9 +16,10 @@ from torch_geometric.loader import DataLoader  # noqa: E402
 
 import graphattn.data.download as download  # noqa: E402
 from graphattn.data import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION, SIDER_TASKS,  # noqa: E402
-                            TOXICITY_DATASETS, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset,
-                            TaskColumnWarning, ToxicityDataset, molecules, read_csv_table)
-from graphattn.data.molecules import TOX21_TASKS, canonical_key, toxicity_tasks, writable_dir  # noqa: E402
+                            MOLECULENET, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset,
+                            TaskColumnWarning, MoleculeNetDataset, molecules, read_csv_table)
+from graphattn.data.moleculenet import TOX21_TASKS, moleculenet_tasks  # noqa: E402
+from graphattn.data.molecules import canonical_key, writable_dir  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
 
@@ -115,7 +117,7 @@ def test_cache_is_reused_and_reprocessed_on_version_change(tmp_path, monkeypatch
 
     calls = []
     monkeypatch.setattr(MoleculeCSVDataset, "process",
-                        lambda self: calls.append(1) or molecules._SmilesCSVDataset.process(self))
+                        lambda self: calls.append(1) or molecules.SmilesCSVDataset.process(self))
     again = load_csv_path(src, kw)
     assert calls == [] and again.processed_paths == first.processed_paths
     assert data_pt.stat().st_mtime_ns == stamp
@@ -167,8 +169,8 @@ def test_all_invalid_and_missing_files_fail_clearly(tmp_path):
 
 def write_fake(path: Path, name: str, n: int, deepchem: bool = False) -> Path:
     """A synthetic file in the layout of MoleculeNet dataset ``name`` with ``n`` rows."""
-    tasks = TOXICITY_DATASETS[name]["tasks"]
-    tasks = [f"assay_{i}" for i in range(tasks)] if isinstance(tasks, int) else tasks
+    tasks = MOLECULENET[name].tasks
+    tasks = [f"assay_{i}" for i in range(tasks)] if isinstance(tasks, int) else list(tasks)
     header = tasks + ["mol_id", "smiles"] if deepchem else ["smiles"] + tasks
     path.parent.mkdir(parents=True, exist_ok=True)
     opener = gzip.open if path.suffix == ".gz" else open
@@ -184,34 +186,34 @@ def write_fake(path: Path, name: str, n: int, deepchem: bool = False) -> Path:
 
 def test_toxicity_name_is_checked():
     with pytest.raises(ValueError, match="tox21"):
-        ToxicityDataset(name="tox22")
+        MoleculeNetDataset(name="tox22")
 
 
 def test_truncated_or_wrong_file_fails_with_clear_message(tmp_path):
     write_fake(tmp_path / "tox21" / "tox21.csv", "tox21", 100)
     with pytest.raises(DataFileError, match=r"tox21\.csv: found 100 molecule rows, expected"):
-        ToxicityDataset(root=tmp_path, name="tox21", cache_dir=tmp_path, download=False)
+        MoleculeNetDataset(root=tmp_path, name="tox21", cache_dir=tmp_path, download=False)
 
     path = write_fake(tmp_path / "t2" / "tox21" / "tox21.csv", "tox21", 7831)
     path.write_text(path.read_text()[:-20])  # cut inside the last row
     with pytest.raises(DataFileError, match=r"row 7832 has \d+ fields"):
-        ToxicityDataset(root=tmp_path / "t2", name="tox21", download=False)
+        MoleculeNetDataset(root=tmp_path / "t2", name="tox21", download=False)
 
     gz = write_fake(tmp_path / "t3" / "tox21" / "tox21.csv.gz", "tox21", 7831)
     gz.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
     with pytest.raises(DataFileError, match=r"tox21\.csv\.gz.*truncated or corrupt"):
-        ToxicityDataset(root=tmp_path / "t3", name="tox21", download=False)
+        MoleculeNetDataset(root=tmp_path / "t3", name="tox21", download=False)
 
     wrong = tmp_path / "t4" / "clintox" / "clintox.csv"
     wrong.parent.mkdir(parents=True)
     wrong.write_text("smiles,p_np\nCCO,1\n")
     with pytest.raises(DataFileError, match=r"missing task columns \['FDA_APPROVED', 'CT_TOX'\]"):
-        ToxicityDataset(root=tmp_path / "t4", name="clintox", download=False)
+        MoleculeNetDataset(root=tmp_path / "t4", name="clintox", download=False)
 
 
 def test_missing_file_without_download_names_the_root(tmp_path):
     with pytest.raises(DataFileError, match="sider/sider.csv.gz"):
-        ToxicityDataset(root=tmp_path, name="sider", download=False)
+        MoleculeNetDataset(root=tmp_path, name="sider", download=False)
 
 
 def test_download_goes_to_canonical_url_and_is_checked(tmp_path, monkeypatch):
@@ -224,7 +226,7 @@ def test_download_goes_to_canonical_url_and_is_checked(tmp_path, monkeypatch):
         return Path(dest)
 
     monkeypatch.setattr(download, "download_url", fake_download)
-    ds = ToxicityDataset(root=tmp_path, name="sider", cache_dir=tmp_path / "cache")
+    ds = MoleculeNetDataset(root=tmp_path, name="sider", cache_dir=tmp_path / "cache")
     assert seen == [("https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/sider.csv.gz",
                      tmp_path / "sider" / "sider.csv.gz")]
     assert len(ds) == 1427 and ds.num_tasks == 27 and ds.skipped == []
@@ -235,11 +237,11 @@ def test_download_goes_to_canonical_url_and_is_checked(tmp_path, monkeypatch):
     ("toxcast", "toxcast_data.csv.gz", 617), ("toxcast", "toxcast.csv.gz", 617),
     ("clintox", "clintox.csv.gz", 2), ("clintox", "clintox.csv", 2)])
 def test_each_accepted_name_and_layout(tmp_path, monkeypatch, name, fname, num_tasks):
-    monkeypatch.setitem(TOXICITY_DATASETS[name], "rows", (9, 9))  # keep the test fast
+    monkeypatch.setitem(MOLECULENET, name, dataclasses.replace(MOLECULENET[name], rows=(9, 9)))  # keep the test fast
     for deepchem in (False, True):
         root = tmp_path / str(deepchem)
         write_fake(root / name / fname, name, 9, deepchem=deepchem)
-        ds = ToxicityDataset(root=root, name=name, download=False, log=False)
+        ds = MoleculeNetDataset(root=root, name=name, download=False, log=False)
         assert len(ds) == 9 and ds.num_tasks == num_tasks and "mol_id" not in ds.task_names
         assert ds.raw_path.name == fname
 
@@ -249,7 +251,7 @@ def test_each_accepted_name_and_layout(tmp_path, monkeypatch, name, fname, num_t
 @pytest.fixture(scope="module")
 def tox21(tmp_path_factory):
     with pytest.warns(InvalidSmilesWarning, match="skipped 8 of 7831"):
-        return ToxicityDataset(root=shared_data_dir(), name="tox21",
+        return MoleculeNetDataset(root=shared_data_dir(), name="tox21",
                                cache_dir=tmp_path_factory.mktemp("cache"), download=False)
 
 
@@ -293,7 +295,7 @@ def test_real_tox21_deepchem_layout_matches(tox21, tmp_path):
             w.writerow(rows[line][1:] + [f"TOX{line}", rows[line][0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InvalidSmilesWarning)
-        dc = ToxicityDataset(root=tmp_path, name="tox21", download=False, log=False)
+        dc = MoleculeNetDataset(root=tmp_path, name="tox21", download=False, log=False)
     assert dc.task_names == tox21.task_names and dc.rows == tox21.rows
     for key in ["x", "edge_index", "edge_attr"]:
         assert torch.equal(dc._data[key], tox21._data[key])
@@ -331,7 +333,7 @@ def test_shared_toxicity_sets_keep_their_task_counts():
     root = shared_data_dir()
     if root is None or not (root / "clintox").is_dir():
         pytest.skip("shared clintox not available")
-    ds = ToxicityDataset(root=root, name="clintox", download=False, log=False, limit=25)
+    ds = MoleculeNetDataset(root=root, name="clintox", download=False, log=False, limit=25)
     assert ds.task_names == ["FDA_APPROVED", "CT_TOX"] and len(ds) == 25
 
 
@@ -357,13 +359,13 @@ def test_limit_featurizes_only_the_first_molecules_and_keeps_caches_apart(tmp_pa
 
 
 def test_limit_on_a_named_dataset(tmp_path, monkeypatch):
-    monkeypatch.setitem(TOXICITY_DATASETS["clintox"], "rows", (40, 40))
+    monkeypatch.setitem(MOLECULENET, "clintox", dataclasses.replace(MOLECULENET["clintox"], rows=(40, 40)))
     write_csv(tmp_path / "clintox" / "clintox.csv", ["smiles", "FDA_APPROVED", "CT_TOX"],
               [(s, *molecule_labels(s)) for s in SMILES])
     calls = []
     real = molecules.smiles_to_data
     monkeypatch.setattr(molecules, "smiles_to_data", lambda *a: calls.append(a[0]) or real(*a))
-    ds = ToxicityDataset(root=tmp_path, name="clintox", cache_dir=tmp_path / "c", log=False, limit=6)
+    ds = MoleculeNetDataset(root=tmp_path, name="clintox", cache_dir=tmp_path / "c", log=False, limit=6)
     assert len(ds) == 6 and len(calls) == 6
 
 
@@ -396,9 +398,9 @@ def test_toxicity_files_in_flat_raw_or_given_directly(tmp_path):
         dest.parent.mkdir(parents=True)
         shutil.copyfile(src, dest)
         root = tmp_path / rel.split("/")[0]
-        ds = ToxicityDataset(root, "tox21", download=False, log=False, limit=5, cache_dir=tmp_path / "c")
+        ds = MoleculeNetDataset(root, "tox21", download=False, log=False, limit=5, cache_dir=tmp_path / "c")
         assert Path(ds.raw_path) == dest and len(ds) == 5
-    ds = ToxicityDataset(tmp_path / "flat" / "tox21.csv.gz", "tox21", download=False, log=False, limit=5,
+    ds = MoleculeNetDataset(tmp_path / "flat" / "tox21.csv.gz", "tox21", download=False, log=False, limit=5,
                          cache_dir=tmp_path / "c")
     assert len(ds) == 5
 
@@ -412,7 +414,7 @@ def test_toxcast_resaved_with_an_index_column(tmp_path):
         table = list(csv.reader(f))
     write_csv(tmp_path / "toxcast" / "toxcast.csv", ["Unnamed: 0", *table[0]],
               [[i, *r] for i, r in enumerate(table[1:])])  # pandas' to_csv() with its index
-    ds = ToxicityDataset(tmp_path, "toxcast", download=False, log=False, limit=3, cache_dir=tmp_path / "c")
+    ds = MoleculeNetDataset(tmp_path, "toxcast", download=False, log=False, limit=3, cache_dir=tmp_path / "c")
     assert ds.num_tasks == 617 and "Unnamed: 0" not in ds.task_names
 
 
@@ -454,6 +456,6 @@ def test_molecule_csv_not_utf8(tmp_path):
 
 
 def test_moleculenet_file_with_upper_case_smiles_header(tmp_path):
-    assert toxicity_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
+    assert moleculenet_tasks("sider", ["SMILES", *SIDER_TASKS], tmp_path / "sider.csv") == list(SIDER_TASKS)
     with pytest.raises(DataFileError, match="no 'smiles' column"):
-        toxicity_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")
+        moleculenet_tasks("sider", ["mol", *SIDER_TASKS], tmp_path / "sider.csv")

@@ -1,5 +1,6 @@
 """The molecule task (graphattn.tasks.molecules): datasets by name or CSV, task names, splits,
 the featurized cache's location, training and reloading a model from its checkpoint."""
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ pytest.importorskip("rdkit")
 
 from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
 
-from graphattn.data import SIDER_TASKS, TOXICITY_DATASETS  # noqa: E402
+from graphattn.data import SIDER_TASKS, MOLECULENET  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
@@ -81,7 +82,7 @@ def test_resolve_tasks_with_commas_case_and_duplicates():
 
 def test_named_dataset_and_csv_tasks_with_commas(tmp_path, monkeypatch):
     neo = "Neoplasms benign, malignant and unspecified (incl cysts and polyps)"
-    monkeypatch.setitem(TOXICITY_DATASETS["sider"], "rows", (12, 12))
+    monkeypatch.setitem(MOLECULENET, "sider", dataclasses.replace(MOLECULENET["sider"], rows=(12, 12)))
     write_csv(tmp_path / "data" / "sider" / "sider.csv", ["smiles", *SIDER_TASKS],
               [(s, *[(i + j) % 2 for j in range(len(SIDER_TASKS))]) for i, s in enumerate(SMILES[:12])])
     monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))

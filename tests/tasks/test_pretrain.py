@@ -15,7 +15,7 @@ from torch_geometric.data import Batch
 from graphattn import GraphTransformer, MoleculePretrainer
 from graphattn.cli import main as cli
 from graphattn.cli.molecules_train import _resumed_ensemble_size
-from graphattn.data import (FEATURIZER_VERSION, DataFileError, ToxicityDataset, descriptor_names, find_column,
+from graphattn.data import (FEATURIZER_VERSION, DataFileError, MoleculeNetDataset, descriptor_names, find_column,
                             read_csv_table)
 from graphattn.data.musae import read_target
 from graphattn.data.smiles_table import sniff_table_kind
@@ -231,7 +231,7 @@ def test_cli_pretrain_resume_and_out_errors(tmp_path, molecule_csv, capsys):
     assert cli.main(base + ["--out", str(pre), "--exclude", "tox22"]) == 2  # a run is in pre: said first
     assert "holds another run" in capsys.readouterr().err
     assert cli.main(base + ["--out", str(tmp_path / "new"), "--exclude", "tox22"]) == 2
-    assert "neither a toxicity set" in capsys.readouterr().err
+    assert "neither a MoleculeNet set" in capsys.readouterr().err
 
 
 def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molecule_csv, capsys):
@@ -320,7 +320,7 @@ def test_exclude_a_named_toxicity_set(tmp_path, monkeypatch):
         pytest.skip("../shared/data/tox21 not present")
     monkeypatch.setenv("GRAPHATTN_DATA", str(shared))
 
-    first = ToxicityDataset(name="tox21", log=False).smiles[0]  # a Tox21 molecule
+    first = MoleculeNetDataset(name="tox21", log=False).smiles[0]  # a Tox21 molecule
     f = tmp_path / "pool.csv"
     f.write_text(f"smiles\n{first}\nCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCO\n")
     graphs, rep = pdata.molecule_pool([f], pe_dim=0, exclude=["tox21"], log=False)

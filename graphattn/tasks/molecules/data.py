@@ -12,8 +12,8 @@ from torch import Tensor
 from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
 from graphattn.data.download import cache_root, sha256sum
 from graphattn.data.hops import AddHopEdges
-from graphattn.data.molecules import (BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, ToxicityDataset,
-                                      smiles_to_data)
+from graphattn.data.moleculenet import MoleculeNetDataset
+from graphattn.data.molecules import BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, smiles_to_data
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
 from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE
@@ -185,7 +185,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
                  tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
                  log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True,
                  pe_kind: str = "laplacian", hops: int = 1):
-    """A toxicity set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
+    """A MoleculeNet set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
     with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
 
     ``tasks``: a list of task names or a comma-separated string, resolved against the
@@ -216,7 +216,7 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
                                 cache_dir=cache_dir(), log=log, limit=limit, binary=binary)
         names = list(ds.task_names)
     else:
-        ds = ToxicityDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log, limit=limit)
+        ds = MoleculeNetDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log, limit=limit)
         names = list(ds.task_names)
         if tasks is not None:
             chosen = resolve_tasks(tasks, names, name)

@@ -9,7 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from graphattn.data.descriptors import descriptor_names
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles, parse_smiles
-from graphattn.data.molecules import TOXICITY_DATASETS, MoleculeCSVDataset, ToxicityDataset
+from graphattn.data.moleculenet import MOLECULENET, MoleculeNetDataset, moleculenet_names
+from graphattn.data.molecules import MoleculeCSVDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.tasks.molecules.data import cache_dir, pre_transform
 
@@ -60,14 +61,14 @@ def _smiles_column(path, candidates: Sequence[str]) -> str:
 
 def exclusion_set(sources: Sequence[str], smiles_cols: Sequence[str] = ("smiles",), log: bool = True) -> set:
     """Exclusion keys (largest fragment, no stereochemistry; see :func:`_keys`) of the molecules
-    in ``sources`` (toxicity set names or CSV paths): pretraining leaves out every molecule with
+    in ``sources`` (MoleculeNet set names or CSV paths): pretraining leaves out every molecule with
     one of these keys, so no downstream test molecule, nor its salt form or stereoisomer, is seen."""
     out = set()
     for src in sources:
-        if str(src).lower() in TOXICITY_DATASETS:
-            smiles = list(ToxicityDataset(name=str(src).lower(), cache_dir=cache_dir(), log=log).smiles)
+        if str(src).lower() in MOLECULENET:
+            smiles = list(MoleculeNetDataset(name=str(src).lower(), cache_dir=cache_dir(), log=log).smiles)
         elif not Path(src).is_file():
-            raise DataFileError(f"--exclude {src}: neither a toxicity set ({', '.join(sorted(TOXICITY_DATASETS))}) "
+            raise DataFileError(f"--exclude {src}: neither a MoleculeNet set ({', '.join(moleculenet_names())}) "
                                 "nor an existing CSV / SMILES file" + (" (it is a folder)" if Path(src).is_dir() else ""))
         else:
             col = _smiles_column(src, smiles_cols)
@@ -88,7 +89,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
         smiles_cols: candidate SMILES column names; per file the first one in its header
             (exact, else case-insensitive).
         pe_dim: Laplacian PE size K (0 = none).
-        exclude: toxicity set names or CSV files whose molecules (also their salt forms and
+        exclude: MoleculeNet set names or CSV files whose molecules (also their salt forms and
             stereoisomers) are left out, see :func:`exclusion_set`.
         limit: read only the first ``limit`` valid molecules of each file.
 
@@ -107,7 +108,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     graphs: List[Any] = []
 
     # set names as given; files by place and contents (a pipe's copy, or the file moved, is the same source)
-    sources = [str(src) if str(src).lower() in TOXICITY_DATASETS else
+    sources = [str(src) if str(src).lower() in MOLECULENET else
                {"path": str(Path(src).resolve()), "sha256": sha256sum(src)} for src in exclude]
     report: Dict[str, Any] = {"files": [], "excluded_sources": sources,
                               "descriptors": names, "pe_dim": pe_dim}

@@ -1,0 +1,200 @@
+"""The named MoleculeNet sets: one table (:data:`MOLECULENET`) and one dataset class
+(:class:`MoleculeNetDataset`). The command line (``graphattn train NAME``), ``pretrain --exclude``
+and ``benchmarks/molecules.py`` read the same table: a new set is one entry here.
+
+Each file is looked up under the data root (``<root>/<name>/``), else downloaded from its canonical
+public URL (DeepChem's MoleculeNet bucket) with a progress bar, and checked (SMILES and task
+columns, row count) before use; a truncated or wrong file raises :class:`DataFileError` naming it.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple, Union
+
+from graphattn.data.download import DataFileError, cache_root, find_file
+from graphattn.data.molecules import SmilesCSVDataset, is_id_column
+from graphattn.data.smiles_table import find_column, read_csv_table
+
+__all__ = ["MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names", "moleculenet_tasks",
+           "TOX21_TASKS", "SIDER_TASKS", "ToxicityDataset", "TOXICITY_DATASETS"]
+
+_DEEPCHEM = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/"
+
+TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
+               "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
+SIDER_TASKS = [
+    "Hepatobiliary disorders", "Metabolism and nutrition disorders", "Product issues",
+    "Eye disorders", "Investigations", "Musculoskeletal and connective tissue disorders",
+    "Gastrointestinal disorders", "Social circumstances", "Immune system disorders",
+    "Reproductive system and breast disorders",
+    "Neoplasms benign, malignant and unspecified (incl cysts and polyps)",
+    "General disorders and administration site conditions", "Endocrine disorders",
+    "Surgical and medical procedures", "Vascular disorders",
+    "Blood and lymphatic system disorders", "Skin and subcutaneous tissue disorders",
+    "Congenital, familial and genetic disorders", "Infections and infestations",
+    "Respiratory, thoracic and mediastinal disorders", "Psychiatric disorders",
+    "Renal and urinary disorders", "Pregnancy, puerperium and perinatal conditions",
+    "Ear and labyrinth disorders", "Cardiac disorders", "Nervous system disorders",
+    "Injury, poisoning and procedural complications"]
+
+
+@dataclass(frozen=True)
+class MoleculeNetSet:
+    """One named MoleculeNet set.
+
+    Args:
+        files: accepted file names under ``<data root>/<name>/`` (DeepChem's and chemprop's
+            copies); the first is where a download is written.
+        url: the canonical public file.
+        tasks: the task columns, or the number of assay columns (ToxCast, whose 617 names are
+            read from the file).
+        rows: the accepted range of molecule rows (DeepChem's file and chemprop's cleaned copy).
+        smiles_col: the SMILES column (``mol`` in BACE).
+        task_type: ``"classification"`` (0/1 labels) or ``"regression"``.
+        title: the name people know it by.
+    """
+
+    files: Tuple[str, ...]
+    url: str
+    tasks: Union[Tuple[str, ...], int]
+    rows: Tuple[int, int]
+    smiles_col: str = "smiles"
+    task_type: str = "classification"
+    title: str = ""
+
+    def __getitem__(self, key: str):
+        """The old dict access (``TOXICITY_DATASETS[name]["tasks"]``), deprecated: use the attribute."""
+        warnings.warn(f"MOLECULENET[name][{key!r}] is deprecated: use the attribute .{key}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(self, key)
+
+
+#: every named MoleculeNet set the package knows, by the name ``graphattn train NAME`` takes
+MOLECULENET = {
+    "tox21": MoleculeNetSet(("tox21.csv.gz", "tox21.csv"), _DEEPCHEM + "tox21.csv.gz", tuple(TOX21_TASKS),
+                            (7821, 7841), title="Tox21"),
+    "toxcast": MoleculeNetSet(("toxcast_data.csv.gz", "toxcast_data.csv", "toxcast.csv.gz", "toxcast.csv"),
+                              _DEEPCHEM + "toxcast_data.csv.gz", 617, (8565, 8586), title="ToxCast"),
+    "clintox": MoleculeNetSet(("clintox.csv.gz", "clintox.csv"), _DEEPCHEM + "clintox.csv.gz",
+                              ("FDA_APPROVED", "CT_TOX"), (1468, 1494), title="ClinTox"),
+    "sider": MoleculeNetSet(("sider.csv.gz", "sider.csv"), _DEEPCHEM + "sider.csv.gz", tuple(SIDER_TASKS),
+                            (1417, 1437), title="SIDER"),
+    "bbbp": MoleculeNetSet(("BBBP.csv", "bbbp.csv"), _DEEPCHEM + "BBBP.csv", ("p_np",), (2030, 2060),
+                           title="BBBP (blood-brain barrier penetration)"),
+    "bace": MoleculeNetSet(("bace.csv",), _DEEPCHEM + "bace.csv", ("Class",), (1505, 1520), smiles_col="mol",
+                           title="BACE (BACE-1 inhibitors)"),
+    "hiv": MoleculeNetSet(("HIV.csv", "hiv.csv.gz", "hiv.csv"), _DEEPCHEM + "HIV.csv", ("HIV_active",),
+                          (41100, 41140), title="HIV (AIDS antiviral screen)"),
+}
+
+
+def moleculenet_names(task_type: Optional[str] = None) -> List[str]:
+    """The table's names (of one ``task_type``, or all), sorted."""
+    return sorted(n for n, s in MOLECULENET.items() if task_type is None or s.task_type == task_type)
+
+
+def _hint() -> str:
+    return "delete it to re-download, or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy"
+
+
+def moleculenet_tasks(name: str, header: List[str], path: Path) -> List[str]:
+    """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
+    spec = MOLECULENET[name]
+    n_smiles = [h.lower() for h in header].count(spec.smiles_col.lower())  # any case: a re-saved copy
+    if n_smiles != 1:
+        raise DataFileError(f"{path}: " + (f"several {spec.smiles_col} columns" if n_smiles
+                                           else f"no {spec.smiles_col!r} column")
+                            + f" (columns {header[:5]}...); not a MoleculeNet {name} file; {_hint()}")
+    if isinstance(spec.tasks, int):
+        tasks = [h for h in header if h.lower() != spec.smiles_col.lower() and not is_id_column(h)]
+        if len(tasks) != spec.tasks:
+            raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec.tasks} for {name}; {_hint()}")
+        return tasks
+    missing = [t for t in spec.tasks if t not in header]
+    if missing:
+        raise DataFileError(f"{path}: missing task columns {missing} for {name}; {_hint()}")
+    return list(spec.tasks)
+
+
+def _check_file(name: str) -> Callable[[Path], None]:
+    def check(path: Path) -> None:
+        header, rows = read_csv_table(Path(path))
+        moleculenet_tasks(name, header, path)
+        lo, hi = MOLECULENET[name].rows
+        if not lo <= len(rows) <= hi:
+            raise DataFileError(
+                f"{path}: found {len(rows)} molecule rows, expected {lo}-{hi} for {name}; the "
+                "file is truncated or not the MoleculeNet file. Delete it to re-download, or "
+                "point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy")
+    return check
+
+
+class MoleculeNetDataset(SmilesCSVDataset):
+    r"""A named MoleculeNet set of :data:`MOLECULENET` (``tox21``, ``toxcast``, ``clintox``, ``sider``,
+    ``bbbp``, ``bace``, ``hiv``) as PyG graphs.
+
+    The raw CSV is looked up under ``<data root>/<name>/``, ``<data root>/<name>/raw/`` and the
+    data root itself (data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` >
+    ``~/.cache/graphattn``; ``root`` may also be the CSV file itself) under both the
+    DeepChem names (``tox21.csv.gz``, ``toxcast_data.csv.gz``, ``BBBP.csv``, ...; with DeepChem's
+    extra ``mol_id`` / ``name`` columns) and the chemprop copies (``toxcast.csv.gz``, ``bbbp.csv``,
+    no id columns); if absent it is downloaded from DeepChem's MoleculeNet bucket. Every file is
+    checked (task columns, row count) and a truncated or wrong file raises :class:`DataFileError`
+    naming it.
+
+    Each graph has ``x`` (N, 9), ``edge_index``, ``edge_attr`` (E, 4), ``smiles`` and
+    ``y`` (1, T) float with NaN for a missing label; ``task_names`` lists the T tasks
+    (canonical order). Rows whose SMILES RDKit rejects (e.g. the 8 hypervalent
+    ``[AlH3]`` rows of Tox21) are skipped with an :class:`InvalidSmilesWarning` and listed
+    in ``skipped`` as ``(file row, smiles, reason)`` (row 1 = header).
+
+    Args:
+        root: data root for the raw file (default: see above).
+        name: a name of :data:`MOLECULENET`.
+        transform, pre_transform: as in PyG (``pre_transform`` is part of the cache key).
+        force_reload: re-process even if a cache exists.
+        cache_dir: where ``<name>/processed/`` goes (default: :func:`cache_root`,
+            i.e. ``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``, never the data root; falls back
+            to ``~/.cache/graphattn`` when that is not writable).
+        download: allow downloading when no local copy exists.
+        log: show the tqdm bar while featurizing.
+        limit: featurize only the first ``limit`` valid molecules (rows after the last one
+            are not read; ``skipped`` and ``num_rows`` cover the rows read). Cached apart
+            from the whole file.
+    """
+
+    def __init__(self, root=None, name: str = "tox21", transform=None, pre_transform=None,
+                 force_reload: bool = False, cache_dir=None, download: bool = True,
+                 log: bool = True, limit: Optional[int] = None):
+        name = name.lower()
+        if name not in MOLECULENET:
+            raise ValueError(f"name must be one of {moleculenet_names()}, got {name!r}")
+        spec = MOLECULENET[name]
+        if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
+            raw = Path(root).expanduser()
+            _check_file(name)(raw)
+        else:  # <root>/<name>/, PyG's <root>/<name>/raw/, or the root itself (the download goes to the 1st)
+            rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec.files]
+            raw = find_file(rels, url=spec.url, root=root, check=_check_file(name), download=download)
+        super().__init__(raw, name, spec.smiles_col, None, cache_root(cache_dir), transform, pre_transform,
+                         force_reload, log, limit=limit, binary=spec.task_type == "classification")
+
+    def _select_tasks(self, header, rows):
+        tasks = moleculenet_tasks(self.name, header, self.raw_path)
+        smiles = find_column(header, MOLECULENET[self.name].smiles_col, self.raw_path)
+        return smiles, [header.index(t) for t in tasks], []
+
+
+class ToxicityDataset(MoleculeNetDataset):
+    """Deprecated name of :class:`MoleculeNetDataset` (kept for one release)."""
+
+    def __init__(self, *args, **kwargs):
+        warnings.warn("graphattn.data.ToxicityDataset is deprecated: use graphattn.data.MoleculeNetDataset "
+                      "(the same class, for every MoleculeNet set)", DeprecationWarning, stacklevel=2)
+        super().__init__(*args, **kwargs)
+
+
+#: Deprecated name of :data:`MOLECULENET` (kept for one release).
+TOXICITY_DATASETS = MOLECULENET
