@@ -30,7 +30,7 @@ def test_a_bad_option_is_refused_before_torch_too():
 def test_the_public_names_still_load_on_use():
     import graphattn
 
-    assert graphattn.GraphSelfAttention.__module__ == "graphattn.nn.attention"
+    assert graphattn.GraphSelfAttention.__module__ == "graphattn.nn.attention.layer"
     assert "GraphSelfAttention" in dir(graphattn) and set(graphattn.__all__) <= set(dir(graphattn))
     with pytest.raises(AttributeError, match="no attribute 'NoSuchLayer'"):
         graphattn.NoSuchLayer  # noqa: B018
