@@ -1,5 +1,5 @@
 """The package's shape: imports point one way (cli -> tasks -> train -> nn -> functional -> ops; data and
-loader below nn; utils at the bottom), no import cycles, no private names imported across modules, and
+transforms and loader below nn; utils at the bottom), no import cycles, no private names imported across modules, and
 package-internal imports at the top of the file. Read with ``ast``; nothing is imported."""
 import ast
 import pathlib
@@ -9,8 +9,8 @@ from collections import defaultdict
 PKG = pathlib.Path(__file__).resolve().parents[1] / "graphattn"
 
 #: rank of each top-level unit of the package: a module may import its own unit or a lower rank
-RANKS = {"version": 0, "utils": 0, "ops": 1, "functional": 2, "data": 3, "loader": 4, "nn": 5, "patterns": 6, "testing": 6,
-         "train": 7, "tasks": 8, "cli": 9, "__init__": 10, "__main__": 10}
+RANKS = {"version": 0, "utils": 0, "ops": 1, "functional": 2, "data": 3, "transforms": 4, "loader": 4, "nn": 5,
+         "patterns": 6, "testing": 6, "train": 7, "tasks": 8, "cli": 9, "__init__": 10, "__main__": 10}
 
 #: package-internal imports allowed inside functions, with the reason (everything else at the top)
 INNER_ALLOWED = {

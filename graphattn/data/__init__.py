@@ -5,9 +5,8 @@ Raw files are read from the data root (``root=`` > ``$GRAPHATTN_DATA`` > checkou
 :func:`cache_root` (``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``). RDKit is imported only
 when molecules are featurized.
 """
-from graphattn.data.descriptors import AddMolDescriptors, descriptor_names, mol_descriptors
+from graphattn.data.descriptors import descriptor_names, mol_descriptors
 from graphattn.data.download import DataFileError, cache_root, data_root, find_file
-from graphattn.data.hops import AddHopEdges, hop_edges
 from graphattn.data.moleculenet import (MOLECULENET, SIDER_TASKS, TOX21_TASKS, TOXICITY_DATASETS, MoleculeNetDataset,
                                         MoleculeNetSet, ToxicityDataset, moleculenet_names)
 from graphattn.data.molecules import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
@@ -25,7 +24,7 @@ from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_
 
 __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",
-    "AddMolDescriptors", "descriptor_names", "mol_descriptors",
+    "descriptor_names", "mol_descriptors",
     "ATOM_FEATURE_DIMS", "ATOM_FEATURE_NAMES", "BOND_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "FEATURIZER_VERSION", "MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names",
     "TOX21_TASKS", "SIDER_TASKS", "TOXICITY_DATASETS", "InvalidSmilesError",
@@ -33,9 +32,23 @@ __all__ = [
     "DuplicateSmilesWarning",
     "mol_to_data", "parse_smiles", "read_csv_table", "smiles_to_data",
     "SOCIAL_NODE_DATASETS", "load_cora", "load_karate", "load_musae", "load_planetoid", "load_social_node_dataset",
-    "random_walk_pe", "stratified_masks", "structural_node_features", "AddHopEdges", "hop_edges",
+    "random_walk_pe", "stratified_masks", "structural_node_features",
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",
     "load_tu_dataset", "load_tu_folder", "load_tu_folds", "load_tu_text", "stratified_folds",
     "balanced_scaffold_split", "murcko_scaffold", "random_split", "scaffold_groups", "scaffold_split",
     "stratified_split",
 ]
+
+#: transforms that moved to :mod:`graphattn.transforms`, still importable from here (deprecated)
+_MOVED = {"AddMolDescriptors", "AddHopEdges", "hop_edges"}
+
+
+def __getattr__(name: str):
+    if name not in _MOVED:
+        raise AttributeError(f"module 'graphattn.data' has no attribute {name!r}")
+    import importlib
+    import warnings
+
+    warnings.warn(f"graphattn.data.{name} moved to graphattn.transforms.{name}", DeprecationWarning, stacklevel=2)
+    # by name, at first use: graphattn.transforms sits above graphattn.data
+    return getattr(importlib.import_module("graphattn.transforms"), name)

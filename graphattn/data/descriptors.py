@@ -19,7 +19,6 @@ trained with and :func:`mol_descriptors` computes exactly those (or says which a
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 import warnings
@@ -28,10 +27,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from graphattn.data.featurize import parse_smiles
 from graphattn.ops.spectral import single_thread_blas
 
-__all__ = ["descriptor_names", "mol_descriptors", "AddMolDescriptors"]
+__all__ = ["descriptor_names", "mol_descriptors"]
 
 
 #: descriptors whose cost explodes with molecule size (RDKit's Ipc expands the characteristic
@@ -101,33 +99,3 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
                 v = math.nan
             out.append(_compress(v) if math.isfinite(v) else math.copysign(SATURATED, v) if math.isinf(v) else 0.0)
     return torch.tensor(out, dtype=torch.float32).view(1, -1)
-
-
-class AddMolDescriptors:
-    """PyG transform: ``data.mol_desc`` ``(1, D)`` from ``data.smiles`` (see the module doc).
-
-    Args:
-        names (sequence of str, optional): descriptors to compute (default: all of the
-            installed RDKit's, :func:`descriptor_names`).
-
-    Its ``repr`` names the RDKit version and a hash of ``names``, so a dataset cache built
-    with it (the cache key includes the ``pre_transform``'s repr) is rebuilt when either
-    changes.
-    """
-
-    def __init__(self, names: Optional[Sequence[str]] = None):
-        self.names = descriptor_names() if names is None else list(names)
-
-    def __call__(self, data):
-        smiles = getattr(data, "smiles", None)
-        if not isinstance(smiles, str):
-            raise ValueError("AddMolDescriptors needs data.smiles (a str); graphs made by "
-                             "graphattn.data.smiles_to_data have it")
-        data.mol_desc = mol_descriptors(parse_smiles(smiles), self.names)  # (1, D)
-        return data
-
-    def __repr__(self) -> str:
-        import rdkit  # optional dependency, as above
-
-        digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:10]
-        return f"{type(self).__name__}(rdkit={rdkit.__version__}, D={len(self.names)}, names={digest})"

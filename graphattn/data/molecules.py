@@ -20,13 +20,13 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch_geometric.data import InMemoryDataset
 from tqdm.auto import tqdm
 
-from graphattn.data.download import DataFileError, cache_root, find_file, pyg_progress_to_log, sha256sum
+from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_log, sha256sum
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
                                       mol_to_data, parse_smiles, smiles_to_data)

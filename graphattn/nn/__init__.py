@@ -4,10 +4,11 @@ models (:mod:`graphattn.nn.models`)."""
 from graphattn.nn.attention import GraphSelfAttention
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.conv import GATConv, GATv2Conv, TransformerConv
-from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE, LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
+from graphattn.nn.encodings import LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
 from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
+from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
 from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
                                    SynthesizerAttention, make_global_attention)
 from graphattn.utils.validation import refuse_scripting

@@ -13,7 +13,8 @@ from rdkit.Chem import Descriptors  # noqa: E402
 
 from graphattn import GraphClassifier, GraphFeatureNorm  # noqa: E402
 from graphattn.cli import main as cli  # noqa: E402
-from graphattn.data import AddMolDescriptors, descriptor_names  # noqa: E402
+from graphattn.data import descriptor_names  # noqa: E402
+from graphattn.transforms import AddMolDescriptors  # noqa: E402
 from graphattn.data import descriptors as dmod  # noqa: E402
 from graphattn.data import mol_descriptors, smiles_to_data
 from graphattn.nn import MPNNBaseline  # noqa: E402

@@ -26,7 +26,8 @@ import graphattn.nn.dropout
 import graphattn.utils.memo
 from graphattn import GraphSelfAttention
 from graphattn.data.featurize import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
-from graphattn.nn.encodings import AddLaplacianPE, pe_inputs
+from graphattn.nn.encodings import pe_inputs
+from graphattn.transforms import AddLaplacianPE
 from graphattn.nn.models import GraphClassifier, NodeClassifier
 from graphattn.ops import extension
 from graphattn.utils import validation

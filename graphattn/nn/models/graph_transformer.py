@@ -107,7 +107,7 @@ class GraphTransformer(nn.Module):
                 num_graphs: Optional[int] = None, *, pe_eigvals: Optional[Tensor] = None,
                 pe_mask: Optional[Tensor] = None, check_range: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
         """``pe_eigvals`` / ``pe_mask`` ``(N, K)``: eigenvalues and padding mask stored by
-        :class:`~graphattn.nn.encodings.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``).
+        :class:`~graphattn.transforms.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``).
 
         ``edge_index`` is range-checked here, once per tensor (remembered, so the layers' CSR
         build and the global tokens do not scan it again). ``batch`` is shape-checked here and

@@ -9,14 +9,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from graphattn.data.descriptors import AddMolDescriptors, descriptor_names
+from graphattn.data.descriptors import descriptor_names
 from graphattn.data.download import cache_root, sha256sum
-from graphattn.data.hops import AddHopEdges
 from graphattn.data.moleculenet import MoleculeNetDataset
 from graphattn.data.molecules import BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, smiles_to_data
 from graphattn.data.smiles_table import find_column, read_csv_table, sniff_table_kind
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
-from graphattn.nn.encodings import AddLaplacianPE, AddRandomWalkPE
+from graphattn.transforms.descriptors import AddMolDescriptors
+from graphattn.transforms.hops import AddHopEdges
+from graphattn.transforms.positional import AddLaplacianPE, AddRandomWalkPE
 from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
 from graphattn.utils.validation import check_int
 
@@ -79,9 +80,9 @@ def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: 
     (names; none when None) and, for ``hops`` > 1, attention edges between the atoms up to
     ``hops`` bonds apart, composed in that order (the PE is of the molecular graph); None when
     none. ``pe_kind``: ``"laplacian"`` (the first ``k`` Laplacian eigenvectors,
-    :class:`~graphattn.nn.encodings.AddLaplacianPE`) or ``"rwse"`` (random-walk return
-    probabilities of ``k`` steps, :class:`~graphattn.nn.encodings.AddRandomWalkPE`; exact on
-    molecules). ``hops``: :class:`~graphattn.data.hops.AddHopEdges` with every bond column of an
+    :class:`~graphattn.transforms.AddLaplacianPE`) or ``"rwse"`` (random-walk return
+    probabilities of ``k`` steps, :class:`~graphattn.transforms.AddRandomWalkPE`; exact on
+    molecules). ``hops``: :class:`~graphattn.transforms.AddHopEdges` with every bond column of an
     added edge set to a "no bond" category (:func:`edge_vocab_sizes`)."""
     if pe_kind not in PE_KINDS:
         raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")

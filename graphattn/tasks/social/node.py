@@ -34,7 +34,7 @@ from graphattn.data.download import DataFileError, data_root
 from graphattn.data.rawio import canonical_label
 from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social_node_dataset, stratified_masks,
                                    structural_node_features)
-from graphattn.nn.encodings import AddLaplacianPE
+from graphattn.transforms.positional import AddLaplacianPE
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.tasks.social.inputs import warn_if_inputs_changed
 from graphattn.train.loop import model_device

@@ -1,11 +1,11 @@
-"""graphattn.data.hops: the k-hop pairs against networkx's shortest paths, and AddHopEdges'
+"""graphattn.transforms.hops: the k-hop pairs against networkx's shortest paths, and AddHopEdges'
 edge features (the graph's own edges first, a "no bond" fill, the hop column)."""
 import networkx as nx
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphattn.data.hops import AddHopEdges, hop_edges
+from graphattn.transforms import AddHopEdges, hop_edges
 
 
 def _expected(edge_index, n, k):
