@@ -23,6 +23,8 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="learning-rate schedule: constant, or cosine decay over --epochs (default: per dataset)")
     g.add_argument("--warmup", type=int, default=None,
                    help="epochs of linear learning-rate warm-up (default: per dataset)")
+    g.add_argument("--grad-clip", type=float, default=None,
+                   help="clip the gradient norm to this value before each step (default 5; 0 = no clipping)")
     g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
     g.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and random splits "

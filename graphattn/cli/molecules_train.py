@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.cli.molecules_predict import evaluate, explain, predict
-from graphattn.cli.options import GROUPS, check_applicable, check_rerun, usage_error
+from graphattn.cli.options import GROUPS, check_applicable, check_rerun, train_options, usage_error
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.nn.models.registry import build_model
@@ -39,14 +39,11 @@ def handles(args) -> bool:
 
 
 def _hparams(args) -> Dict[str, Any]:
-    hp = dict(DEFAULTS)
-    for name in ("epochs", "lr", "batch_size", "patience", "hidden", "layers", "heads", "dropout",
-                 "global_tokens", "pe_dim", "pe_kind", "hops", "local_mpnn", "descriptors", "readout", "schedule",
-                 "warmup"):
+    hp = {**DEFAULTS, **train_options(args)}
+    for name in ("batch_size", "hidden", "layers", "heads", "dropout", "global_tokens", "pe_dim", "pe_kind", "hops",
+                 "local_mpnn", "descriptors", "readout"):
         if getattr(args, name, None) is not None:
             hp[name] = getattr(args, name)
-    if getattr(args, "weight_decay", None) is not None:
-        hp["weight_decay"] = args.weight_decay
     return hp
 
 

@@ -16,13 +16,28 @@ from typing import Any, Dict, FrozenSet, Iterable
 
 from graphattn.tasks.social.budget import budget_lr, ours_warmup
 
-__all__ = ["GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
+__all__ = ["TRAIN_OPTIONS", "train_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
 #: help of ``--data-root`` (every command that reads data); :func:`graphattn.data.data_root`
 DATA_ROOT_HELP = ("folder of the raw data files (default: $GRAPHATTN_DATA, else the checkout's datasets/, else "
                   "~/.cache/graphattn); files missing there are downloaded into it")
+
+#: the ``train`` options that are fields of :class:`graphattn.train.TrainConfig`, read the same way by every
+#: pipeline (:func:`train_options`); the config's other fields come from ``--seed``, ``--resume`` and
+#: ``--no-progress``, and ``kind`` from the task (tests/cli/test_config_options.py checks both directions)
+TRAIN_OPTIONS = ("epochs", "lr", "weight_decay", "patience", "grad_clip", "schedule", "warmup")
+
+
+def train_options(args) -> Dict[str, Any]:
+    """The :data:`TRAIN_OPTIONS` the command line gives (None = not given), as recipe keys; ``--grad-clip 0``
+    is no clipping (``grad_clip=None``)."""
+    given = {k: getattr(args, k) for k in TRAIN_OPTIONS if getattr(args, k, None) is not None}
+    if given.get("grad_clip") == 0:
+        given["grad_clip"] = None
+    return given
+
 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
@@ -120,9 +135,10 @@ def check_train_numbers(args) -> None:
     val = getattr(args, "consistency_temperature", None)
     if val is not None and not 0.0 < val <= 1.0:
         raise ValueError(f"--consistency-temperature must be in (0, 1], got {val}")
-    val = getattr(args, "weight_decay", None)
-    if val is not None and not (math.isfinite(val) and val >= 0):
-        raise ValueError(f"--weight-decay must be a finite number >= 0, got {val}")
+    for name in ("weight_decay", "grad_clip"):
+        val = getattr(args, name, None)
+        if val is not None and not (math.isfinite(val) and val >= 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {val}")
     val = getattr(args, "seed", None)
     if val is not None and not 0 <= val < 2 ** 32:  # NumPy's and scikit-learn's seed range, for every pipeline
         raise ValueError(f"--seed must be in 0..{2 ** 32 - 1}, got {val}")
@@ -152,12 +168,11 @@ def social_hparams(args, defaults: Dict[str, Any], *, full_batch: bool = False) 
     becomes :func:`~graphattn.tasks.social.budget.ours_warmup` for our model (``args.baseline``
     ``"none"`` or absent) when that raised its rate, else 0 (a full-length run as its recipe was
     chosen; a baseline)."""
-    hp = dict(defaults)
-    for name in ("epochs", "lr", "hidden", "layers", "dropout", "global_tokens", "pe_dim",
-                 "patience", "weight_decay", "attn_dropout", "input_dropout", "propagation",
+    hp = {**defaults, **train_options(args)}
+    for name in ("hidden", "layers", "dropout", "global_tokens", "pe_dim", "attn_dropout", "input_dropout", "propagation",
                  "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
                  "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
-                 "local_mpnn", "readout", "schedule", "warmup"):
+                 "local_mpnn", "readout"):
         val = getattr(args, name, None)
         if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
             hp[name] = val
