@@ -20,7 +20,8 @@ from graphattn.cli.options import check_train_numbers, given_options, usage_erro
 from graphattn.data.moleculenet import moleculenet_names
 from graphattn.train import distributed
 from graphattn.train.distributed import DistributedSetupError
-from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device
+from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 
 __all__ = ["COMMANDS", "quiet_unless_main", "pipeline_of"]

@@ -19,7 +19,7 @@ from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options
 from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
 from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, atom_labels, draw_molecule_attention, molecule_attention
-from graphattn.train.loop import resolve_device
+from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "explain"]

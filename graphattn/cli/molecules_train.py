@@ -27,7 +27,8 @@ from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_da
 from graphattn.tasks.molecules.defaults import ARCH_KEYS, BASELINES, DEFAULTS
 from graphattn.tasks.molecules.finetune import load_pretrained
 from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble
-from graphattn.train.loop import CheckpointError, load_checkpoint, resolve_device, write_metrics
+from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
+from graphattn.train.runtime import resolve_device
 
 __all__ = ["handles", "train", "evaluate", "predict", "explain"]
 

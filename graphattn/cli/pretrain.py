@@ -11,7 +11,8 @@ from graphattn.data.moleculenet import MOLECULENET
 from graphattn.tasks.molecules.data import spooled
 from graphattn.tasks.molecules.pretrain import run_pretraining
 from graphattn.tasks.molecules.pretrain_data import molecule_pool
-from graphattn.train.loop import CheckpointError, resolve_device, write_metrics
+from graphattn.train.checkpoint import CheckpointError, write_metrics
+from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 
 __all__ = ["pretrain"]

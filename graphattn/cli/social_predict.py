@@ -17,7 +17,7 @@ from graphattn.tasks.social.graph import evaluate_graph, predict_graph
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
 from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
-from graphattn.train.loop import load_checkpoint
+from graphattn.train.checkpoint import load_checkpoint
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "explain"]

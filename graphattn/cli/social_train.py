@@ -30,7 +30,9 @@ from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 from graphattn.train.config import TrainConfig
-from graphattn.train.loop import fit, resolve_device, set_seed, threads_for, write_metrics
+from graphattn.train.checkpoint import write_metrics
+from graphattn.train.loop import fit
+from graphattn.train.runtime import resolve_device, set_seed, threads_for
 
 __all__ = ["DATASETS", "dataset_key", "handles", "train", "evaluate", "predict", "explain"]
 

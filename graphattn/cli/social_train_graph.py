@@ -15,7 +15,8 @@ from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social.graph import (finished_same_fold, fit_fold, gin_protocol, graph_dataset_specific_defaults,
                                           graph_defaults, graph_model_spec)
 from graphattn.tasks.social.graph_data import edge_dim_of, graph_data_spec, graph_split, load_graphs
-from graphattn.train.loop import threads_for, write_metrics
+from graphattn.train.checkpoint import write_metrics
+from graphattn.train.runtime import threads_for
 
 __all__ = ["data_spec", "prepare_graph", "run_graph"]
 def data_spec(args, name: Optional[str]) -> Dict[str, Any]:

@@ -12,7 +12,7 @@ from graphattn.data.download import sha256sum
 from graphattn.data.molecules import FEATURIZER_VERSION
 from graphattn.nn.models.graph_transformer import GraphClassifier
 from graphattn.train.checkpoint import CheckpointError
-from graphattn.train.loop import load_checkpoint
+from graphattn.train.checkpoint import load_checkpoint
 
 __all__ = ["load_pretrained", "load_pretrained_backbone", "apply_init"]
 

@@ -25,7 +25,9 @@ from graphattn.tasks.molecules.data import SelectTasks, edge_vocab_sizes
 from graphattn.tasks.molecules.defaults import BASELINES
 from graphattn.tasks.molecules.finetune import apply_init
 from graphattn.train.config import TrainConfig
-from graphattn.train.loop import fit, load_checkpoint, model_device, resolve_device, save_checkpoint, set_seed
+from graphattn.train.checkpoint import load_checkpoint, save_checkpoint
+from graphattn.train.loop import fit
+from graphattn.train.runtime import model_device, resolve_device, set_seed
 from graphattn.train.metrics import compute_pos_weight, mean_over_valid, pr_auc_per_task, roc_auc_per_task
 
 __all__ = ["molecule_loader", "model_spec", "forward", "split_metrics", "probability_metrics",

@@ -42,7 +42,8 @@ from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS
 from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.tasks.molecules.pipeline import model_spec
 from graphattn.train.config import TrainConfig
-from graphattn.train.loop import fit, model_device, resolve_device, set_seed
+from graphattn.train.loop import fit
+from graphattn.train.runtime import model_device, resolve_device, set_seed
 
 __all__ = ["arch_spec", "sample_atom_mask", "pretrain_forward",
            "masked_atom_accuracy", "run_pretraining"]

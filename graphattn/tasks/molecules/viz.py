@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from graphattn.data.featurize import parse_smiles
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
-from graphattn.train.loop import model_device
+from graphattn.train.runtime import model_device
 
 __all__ = ["collect_attention", "ensemble_mean", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
            "atom_labels", "molecule_figure", "draw_molecule_attention"]

@@ -27,7 +27,8 @@ from graphattn.tasks.social.graph_data import graph_split, load_graphs
 from graphattn.tasks.social.node import check_matches_checkpoint
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
 from graphattn.train.config import TrainConfig
-from graphattn.train.loop import fit, model_device, resolve_device, set_seed
+from graphattn.train.loop import fit
+from graphattn.train.runtime import model_device, resolve_device, set_seed
 
 __all__ = ["graph_defaults", "graph_dataset_specific_defaults", "graph_model_spec", "graph_forward", "fit_fold", "gin_protocol", "finished_same_fold",
            "evaluate_graph", "predict_graph"]

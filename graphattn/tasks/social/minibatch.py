@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 from graphattn.loader.neighbor_loader import NeighborLoader
 from graphattn.loader.partition import PartitionBatches, default_partitioning, partition_nodes
 from graphattn.tasks.social.node import EvalCache, node_inputs, run_model
-from graphattn.train.loop import model_device
+from graphattn.train.runtime import model_device
 from graphattn.utils.validation import check_int
 
 __all__ = ["node_loaders", "neighbor_loaders"]
