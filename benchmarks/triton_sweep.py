@@ -54,7 +54,7 @@ def main(argv=None) -> int:
 
     from graphattn.ops import fused_triton as ta
     from graphattn.ops.csr import to_csr
-    from graphattn.functional import edge_attention
+    from graphattn.functional import edge_attention, edge_attention_prechecked
     from graphattn.testing import random_graph_batch
 
     if not torch.cuda.is_available() or not ta.triton_available(torch.device("cuda")):
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         ref_grads = torch.autograd.grad(ref, [q, k, v], g.double())
 
         def fwd(impl):
-            return edge_attention(q, k, v, ei, impl=impl, _check=False, csr=csr)
+            return edge_attention_prechecked(q, k, v, ei, impl=impl, csr=csr)
 
         def step(impl):
             torch.autograd.grad(fwd(impl), [q, k, v], g)

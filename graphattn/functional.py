@@ -31,7 +31,7 @@ from graphattn.ops.csr import EdgeCSR
 from graphattn.ops.dispatch import fast_path, fused_kind
 from graphattn.utils.validation import check_bias_dtype, check_tensor_shape, scans_values
 
-__all__ = ["dense_attention", "edge_attention", "EDGE_IMPLS"]
+__all__ = ["dense_attention", "edge_attention", "edge_attention_prechecked", "EDGE_IMPLS"]
 
 #: The backends :func:`edge_attention` can be asked for (``impl=``).
 EDGE_IMPLS = ("auto", "dense", "fused", "chunked")
@@ -120,12 +120,6 @@ def check_all_finite(items: Sequence[Tuple[str, Optional[Tensor], bool]]) -> Non
             raise ValueError(f"{name} contains {what} values ({int(bad.sum())} of {t.numel()} entries)")
 
 
-def check_finite(t: Optional[Tensor], name: str, allow_neg_inf: bool = False) -> None:
-    """Raise ``ValueError`` naming ``name`` if ``t`` holds NaN or inf (``-inf`` kept when
-    ``allow_neg_inf``). One tensor of :func:`check_all_finite`; batch several in one call."""
-    check_all_finite([(name, t, allow_neg_inf)])
-
-
 def _native_half(q: Tensor, score: str, p_drop: float, return_weights: bool, impl: str) -> bool:
     """Whether a float16/bfloat16 call runs in its dtype: on a fused kernel that is available
     (float32 accumulation inside; complete graphs may take SDPA, which does the same); the
@@ -145,7 +139,7 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
                    dropout: float = 0.0, training: bool = True,
                    return_attention_weights: bool = False, csr: Optional[EdgeCSR] = None,
                    batch: Optional[Tensor] = None,
-                   impl: str = "auto", _check: bool = True) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                   impl: str = "auto") -> Union[Tensor, Tuple[Tensor, Tensor]]:
     r"""Multi-head attention restricted to the edges of a graph.
 
     For every target node i, a softmax over its incoming edges j -> i only::
@@ -195,9 +189,9 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
             per tensor; on CPU tensors, on CUDA only under ``torch.autograd.set_detect_anomaly``
             (it would be a device sync per call), never under ``torch.compile``): the fused
             kernel would zero a NaN row and the chunked path return NaN, so neither is allowed
-            to happen silently. (``_check=False`` skips these value checks: internal callers
-            such as :class:`~graphattn.nn.attention.GraphSelfAttention`, which check their own
-            inputs once, use it.)
+            to happen silently. (:func:`edge_attention_prechecked` skips these value checks:
+            internal callers such as :class:`~graphattn.nn.attention.GraphSelfAttention`, which
+            check their own inputs once, use it.)
 
     Gradients: first-order backward passes are hand-written (no ``(E, H, C)`` storage);
     second-order ones (``create_graph=True``, e.g. gradient penalties) are exact on the
@@ -218,8 +212,29 @@ def edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor]
         >>> bool(torch.allclose(alpha[1] + alpha[3], torch.ones(2)))  # node 2's weights sum to 1
         True
     """
+    return _edge_attention(q, k, v, edge_index, bias=bias, edge_key=edge_key, edge_value=edge_value, score=score,
+                           att=att, negative_slope=negative_slope, dropout=dropout, training=training,
+                           return_attention_weights=return_attention_weights, csr=csr, batch=batch, impl=impl,
+                           check_values=True)
+
+
+def edge_attention_prechecked(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor] = None,
+                              **kwargs) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """:func:`edge_attention` (the same keyword arguments) without its NaN / inf scan of the values,
+    for callers whose inputs derive from tensors they have checked already (the layers check ``x``
+    and ``edge_attr`` once; a second scan of ``q``, ``k``, ``v`` would cost a pass and a host read)."""
+    return _edge_attention(q, k, v, edge_index, check_values=False, **kwargs)
+
+
+def _edge_attention(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor] = None, *,
+                    bias: Optional[Tensor] = None, edge_key: Optional[Tensor] = None,
+                    edge_value: Optional[Tensor] = None, score: str = "dot", att: Optional[Tensor] = None,
+                    negative_slope: float = 0.2, dropout: float = 0.0, training: bool = True,
+                    return_attention_weights: bool = False, csr: Optional[EdgeCSR] = None,
+                    batch: Optional[Tensor] = None, impl: str = "auto",
+                    check_values: bool = True) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     csr = _checked_csr(q, k, v, edge_index, csr, batch, bias, edge_key, edge_value, score, att, dropout, impl,
-                       check_values=_check)
+                       check_values=check_values)
     p_drop = dropout if training else 0.0
     dtype = q.dtype
     shared_kv = edge_value is not None and edge_value is edge_key  # one tensor, one gradient
@@ -250,7 +265,7 @@ def _checked_csr(q: Tensor, k: Tensor, v: Tensor, edge_index: Optional[Tensor], 
     csr = check_edge_attention_args(q, k, v, edge_index, csr, batch=batch, bias=bias, edge_key=edge_key,
                                     edge_value=edge_value, score=score, att=att, dropout=dropout,
                                     what="edge_attention", check_range=False)
-    if check_values:  # callers that derive q, k, v, ... from checked inputs pass _check=False
+    if check_values:  # edge_attention_prechecked: q, k, v, ... derive from inputs checked already
         check_all_finite([("q", q, False), ("k", k, False), ("v", v, False), ("edge_key", edge_key, False),
                           ("edge_value", None if edge_value is edge_key else edge_value, False),
                           ("att", att, False), ("bias", bias, True)])

@@ -20,7 +20,6 @@ import hashlib
 import io
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -217,14 +216,6 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
         raise DataFileError(
             f"{relpaths[0]} is not under {base} and downloading {url} failed: {exc}. "
             "Put the file there by hand or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a copy.") from exc
-
-
-def copy_into_root(src: PathLike, relpath: str, root: Optional[PathLike] = None) -> Path:
-    """Copy a user's file into the data root (used by tests and scripts)."""
-    dest = data_root(root) / relpath
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest)
-    return dest
 
 
 #: the progress lines PyG's dataset classes print on stderr while they download and process

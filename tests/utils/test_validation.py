@@ -9,7 +9,7 @@ from torch_geometric.data import Data
 
 import graphattn.functional as functional
 from graphattn import AddLaplacianPE, GlobalTokens, GraphClassifier, GraphSelfAttention, edge_attention
-from graphattn.functional import check_all_finite
+from graphattn.functional import check_all_finite, edge_attention_prechecked
 from graphattn.loader.partition import partition_nodes
 from graphattn.ops.padding import GraphLayout
 from graphattn.utils.validation import check_edge_index, check_int, check_row_index, mark_index_checked
@@ -66,7 +66,7 @@ def test_edge_attention_checks_user_tensors_with_one_sync():
     ek[3, 1, 2] = float("inf")
     with pytest.raises(ValueError, match="^edge_key contains NaN or inf"):
         edge_attention(q, q, q, EI, edge_key=ek, impl="chunked")
-    edge_attention(q, q, q, EI, edge_key=ek, impl="chunked", _check=False)  # internal callers opt out
+    edge_attention_prechecked(q, q, q, EI, edge_key=ek, impl="chunked")  # internal callers opt out
 
 
 @pytest.mark.parametrize("score", ["dot", "additive"])

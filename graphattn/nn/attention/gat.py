@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.inits import glorot
 
-from graphattn.functional import EDGE_IMPLS, edge_attention
+from graphattn.functional import EDGE_IMPLS, edge_attention_prechecked
 from graphattn.nn.attention.explain import masked_edge_attention
 from graphattn.nn.attention.projections import Parts, glorot_linear
 from graphattn.nn.attention.score import SCORES, EdgeScore, stacked
@@ -106,7 +106,7 @@ class GATScore(EdgeScore):
             out = aggregate(used, v, csr, src if num_src is None else src + N, dst, impl=layer.impl)
         else:
             zeros = v.new_zeros(1, 1, 1).expand(v.size(0), v.size(1), 1)  # (N, H, 1): no query-key term
-            out = edge_attention(zeros, zeros, v, csr=csr, bias=s, impl=layer.impl, _check=False)
+            out = edge_attention_prechecked(zeros, zeros, v, csr=csr, bias=s, impl=layer.impl)
         if alpha is not None:  # returned: after dropout and differentiable with weights_grad
             alpha = (used if layer.returns_dropped_weights else alpha) if layer.weights_grad else alpha.detach()
         return (out[:N] if num_src is not None else out), alpha

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.functional import EDGE_IMPLS, edge_attention
+from graphattn.functional import EDGE_IMPLS, edge_attention_prechecked
 from graphattn.nn.attention.explain import masked_edge_attention
 from graphattn.nn.attention.projections import Parts, convert_state_dict, make_linear, project_parts
 from graphattn.nn.attention.weights import aggregate, edge_softmax, weights_with_grad
@@ -169,7 +169,7 @@ class EdgeScore:
             alpha = used if layer.returns_dropped_weights else alpha
         elif layer.weights_grad and p_drop > 0.0:
             no_values = v.new_zeros(1, 1, 1).expand(v.size(0), H, 1)  # (N, H, 1): only alpha is wanted
-            _, alpha = edge_attention(q, k, no_values, return_attention_weights=True, _check=False, **kw)
+            _, alpha = edge_attention_prechecked(q, k, no_values, return_attention_weights=True, **kw)
             alpha = self.alpha_with_grad(layer, alpha, q, k, csr, attn_bias, edge_feat)
             used = F.dropout(alpha, p_drop, True)
             ei = plain_tensor(edge_index).long()
@@ -177,7 +177,7 @@ class EdgeScore:
             out = aggregate(used, v, csr, src, ei[1], edge_value=edge_value, impl=layer.impl)
             alpha = used if layer.returns_dropped_weights else alpha
         else:
-            run = (partial(edge_attention, _check=False) if layer.normalization == "softmax"
+            run = (edge_attention_prechecked if layer.normalization == "softmax"
                    else partial(normalized_edge_attention, normalization=layer.normalization))
             res = run(q, k, v, edge_value=edge_value, dropout=layer.dropout, training=layer.training,
                       return_attention_weights=want_alpha, **kw)

@@ -24,7 +24,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch_geometric.utils import softmax as pyg_softmax
 
-from graphattn.functional import edge_attention
+from graphattn.functional import edge_attention_prechecked
 from graphattn.ops.chunked import chunk_edges, score_backward
 from graphattn.ops.csr import EdgeCSR
 
@@ -121,6 +121,6 @@ def aggregate(weights: Tensor, v: Tensor, csr: EdgeCSR, src: Tensor, dst: Tensor
     tiny = torch.finfo(weights.dtype).tiny  # log(0): the kernel would see -inf, its gradient NaN
     log_w = weights.clamp_min(tiny).log()  # (E, H)
     zeros = v.new_zeros(1, 1, 1).expand(N, H, 1)  # (N, H, 1): no query-key term
-    out = edge_attention(zeros, zeros, v, csr=csr, bias=log_w, edge_value=edge_value, impl=impl, _check=False)
+    out = edge_attention_prechecked(zeros, zeros, v, csr=csr, bias=log_w, edge_value=edge_value, impl=impl)
     total = weights.new_zeros(N, H).index_add(0, dst, weights)  # S_i, (N, H)
     return out * total[..., None]  # (N, H, C)

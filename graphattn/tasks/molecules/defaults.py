@@ -14,11 +14,9 @@ PE_KINDS = ("laplacian", "rwse")
 BASELINES = ("none", "gine", "gat")
 
 
-#: Defaults for Tox21-sized sets on a small CPU (~5 s per epoch of our model on one core, early
-#: stopping usually after 20-40 epochs). Chosen on the validation ROC-AUC of the scaffold split,
-#: seed 0 (60 epochs: val 0.786 with dropout 0.1, 0.790 with 0.25; 15 epochs stopped too early).
-#: RDKit descriptors on: mean validation ROC-AUC over seeds 0-2, scaffold 0.789 vs 0.781 without,
-#: random 0.856 vs 0.843 (docs/molecules.md). The results tables there use exactly these.
+#: Defaults for Tox21-sized sets on a small CPU (early stopping usually after 20-40 epochs), chosen on
+#: validation ROC-AUC (docs/molecules.md, "How the defaults were chosen"); the results tables there
+#: use exactly these.
 DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
                 heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
                 local_mpnn=None, descriptors=True, schedule="constant", warmup=0, hops=1)

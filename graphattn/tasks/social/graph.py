@@ -38,11 +38,9 @@ _BASE = dict(hidden=64, layers=3, epochs=100, lr=1e-3, dropout=0.2, weight_decay
              global_tokens=1, pe_dim=0, patience=None, readout="mean", schedule="constant", warmup=0,
              baseline_readout=None)  # readout of the PyG baselines where it differs from ours' (None: readout)
 _PER_DATASET: Dict[str, Dict[str, Any]] = {
-    # REDDIT-BINARY has graphs of 6 to 3,782 nodes: for ours a sum readout made training collapse
-    # (fold 1, 30 epochs: validation stuck at the majority class for 15 epochs, best val 0.800);
-    # the mean readout (the default) reached val 0.928 / 0.933 (with LDP features) within 20
-    # epochs. The PyG baselines are the other way round (fold 1 validation, 20 epochs: GCN 0.856
-    # with sum vs 0.728 with mean, GAT 0.822 vs 0.711), so they keep the sum readout.
+    # REDDIT-BINARY (graphs of 6 to 3,782 nodes): a sum readout made our training collapse, the mean
+    # one did not; the PyG baselines are the other way round, so they keep the sum readout
+    # (docs/social.md, "How the recipes were chosen")
     "reddit-binary": dict(epochs=50, baseline_readout="sum"),
     "collab": dict(epochs=50),
 }

@@ -67,15 +67,10 @@ _BASE = dict(hidden=64, layers=2, epochs=150, lr=3e-3, dropout=0.3, weight_decay
              baseline_layers=None)  # depth of the PyG baselines where it differs from ours' (None: layers)
 _PER_DATASET = {
     "karate": dict(hidden=32, epochs=100, lr=1e-2, dropout=0.2, weight_decay=5e-4, patience=None),
-    # lr / dropout / weight decay are shared with the --baseline models; the rest is ours only
-    # (chosen on validation accuracy, see examples/social_baselines.py and the social table of docs/social.md)
-    # Cora: a GCN branch next to the attention (SGFormer), w chosen on mean validation accuracy
-    # over seeds 0-9: w = 0 -> 80.3, 0.8 -> 80.7, 0.9 -> 81.0, 0.95 -> 81.7 (0.5: 80.9, seeds 0-2);
-    # then with w = 0.95 (val / test, seeds 0-9): 2 attention layers K=10 81.7 / 82.0, 1 layer
-    # 82.2 / 83.1, 1 layer K=20 82.4 / 82.8, 1 layer K=20 w = 0.98 82.6 / 83.2 (chosen); the
-    # PyG baselines keep 2 layers (baseline_layers). Then GRAND's consistency loss (every model
-    # alike; val / test, seeds 0-9): off 82.58 / 83.21, S=2 82.72 / 83.86, S=4 82.76 / 83.75
-    # (chosen), S=4 weight 0.5 82.68 / 83.77
+    # lr / dropout / weight decay are shared with the --baseline models; the rest is ours only, each
+    # chosen on validation accuracy (docs/social.md, "How the recipes were chosen")
+    # Cora: a GCN branch next to the attention (SGFormer), one attention layer, propagation and
+    # GRAND's consistency loss; the PyG baselines keep 2 layers (baseline_layers)
     "cora": dict(hidden=64, epochs=300, lr=5e-3, dropout=0.6, weight_decay=5e-4, patience=100,
                  input_dropout=0.8, attn_dropout=0.8, self_loops=True, layers=1, propagation=20,
                  gcn_weight=0.98, baseline_layers=2, consistency=4),
@@ -90,20 +85,15 @@ _PER_DATASET = {
 }
 # CiteSeer / PubMed: Cora's recipe, not tuned on them (no copies of their files here)
 _PER_DATASET["citeseer"] = _PER_DATASET["pubmed"] = dict(_PER_DATASET["cora"])
-# Twitch ENGB: a GCN branch (SGFormer), chosen on mean validation accuracy over seeds 0-2:
-# w = 0 0.6215, 0.5 0.6220, 0.9 0.6260 (test 60.8 / 61.7 / 62.8). On DE it did not help
-# (w = 0 0.6939, 0.9 0.6930), so the other languages keep w = 0.
+# Twitch ENGB and GitHub: a GCN branch (SGFormer) helped on validation; on Twitch DE it did not,
+# so the other languages keep w = 0 (docs/social.md, "How the recipes were chosen")
 _PER_DATASET["twitch-engb"] = dict(_PER_DATASET["twitch-engb"], gcn_weight=0.9)
-# GitHub, the same way (seeds 0-2, mean validation accuracy): w = 0 0.8575, 0.5 0.8584, 0.9 0.8582
-# (test 85.7 / 85.9 / 85.9): w = 0.5, a small margin
 _PER_DATASET["github"] = dict(_PER_DATASET["github"], gcn_weight=0.5)
 
 
 #: A graph of the user's own (``--edges``; no name): self-loops and a GCN branch for our model, chosen
-#: on the validation accuracy of 30-epoch runs of Twitch DE and ENGB read as files (no label input), the
-#: weakly homophilous kind where attention alone learned slowest (DE: 68.2 without both, 67.7 with the
-#: self-loops alone, 68.0 with the branch alone, 68.5 with both; ENGB: 58.1, 61.4, 58.4, 61.9; GCN 68.7
-#: and 61.8), and checked on LastFM and Facebook read the same way (docs/social.md, "Short runs").
+#: on the validation accuracy of short runs of weakly homophilous graphs read as files, where attention
+#: alone learned slowest (docs/social.md, "Short runs" and "How the recipes were chosen").
 USER_GRAPH = dict(self_loops=True, gcn_weight=0.5)
 
 
