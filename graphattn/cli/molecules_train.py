@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.cli.molecules_predict import evaluate, explain, predict
-from graphattn.cli.options import GROUPS, check_applicable, check_rerun, train_options, usage_error
+from graphattn.cli.options import GROUPS, check_applicable, check_rerun, recipe_options, train_options, usage_error
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.nn.models.registry import build_model
@@ -40,12 +40,7 @@ def handles(args) -> bool:
 
 
 def _hparams(args) -> Dict[str, Any]:
-    hp = {**DEFAULTS, **train_options(args)}
-    for name in ("batch_size", "hidden", "layers", "heads", "dropout", "global_tokens", "pe_dim", "pe_kind", "hops",
-                 "local_mpnn", "descriptors", "readout"):
-        if getattr(args, name, None) is not None:
-            hp[name] = getattr(args, name)
-    return hp
+    return {**DEFAULTS, **recipe_options(args, DEFAULTS), **train_options(args)}
 
 
 # ----------------------------------------------------------------------------- train

@@ -16,7 +16,7 @@ from typing import Any, Dict, FrozenSet, Iterable
 
 from graphattn.tasks.social.budget import budget_lr, ours_warmup
 
-__all__ = ["TRAIN_OPTIONS", "train_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
+__all__ = ["TRAIN_OPTIONS", "train_options", "recipe_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"
@@ -37,6 +37,13 @@ def train_options(args) -> Dict[str, Any]:
     if given.get("grad_clip") == 0:
         given["grad_clip"] = None
     return given
+
+
+def recipe_options(args, recipe: Dict[str, Any]) -> Dict[str, Any]:
+    """The options the command line gives (not None) for the keys of a task ``recipe``: every recipe
+    key with an option of the same name is read, so a new recipe key needs no list of its own here
+    (tests/cli/test_config_options.py checks that each task option is a recipe key or read elsewhere)."""
+    return {k: getattr(args, k) for k in recipe if getattr(args, k, None) is not None}
 
 
 #: option destinations by the task they belong to (and the name used in the error message)
@@ -168,14 +175,9 @@ def social_hparams(args, defaults: Dict[str, Any], *, full_batch: bool = False) 
     becomes :func:`~graphattn.tasks.social.budget.ours_warmup` for our model (``args.baseline``
     ``"none"`` or absent) when that raised its rate, else 0 (a full-length run as its recipe was
     chosen; a baseline)."""
-    hp = {**defaults, **train_options(args)}
-    for name in ("hidden", "layers", "dropout", "global_tokens", "pe_dim", "attn_dropout", "input_dropout", "propagation",
-                 "propagation_alpha", "propagation_learned", "gcn_weight", "gcn_layers", "propagation_dropout",
-                 "self_loops", "label_input", "consistency", "consistency_weight", "consistency_temperature",
-                 "local_mpnn", "readout"):
-        val = getattr(args, name, None)
-        if val is not None:  # --weight-decay defaults to None, so an explicit 0 is honoured
-            hp[name] = val
+    hp = {**defaults, **recipe_options(args, defaults), **train_options(args)}
+    if getattr(args, "local_mpnn", None) is not None:  # graph sets: no recipe default (None = no branch)
+        hp["local_mpnn"] = args.local_mpnn
     if getattr(args, "layers", None) is not None:  # an explicit --layers is every model's depth
         hp["baseline_layers"] = None
     if getattr(args, "readout", None) is not None:  # ... and an explicit --readout every model's readout

@@ -75,3 +75,31 @@ def test_grad_clip_zero_is_no_clipping_and_a_negative_one_is_refused(captured, t
     assert captured[0].grad_clip is None
     assert main(["train", "karate", "--grad-clip", "-1", "--out", str(tmp_path / "b")]) == 2
     assert "--grad-clip must be a finite number >= 0" in capsys.readouterr().err
+
+
+#: task options that are not recipe keys, and what reads them instead
+NOT_RECIPE = {
+    "molecule": {"csv", "smiles_col", "tasks", "split", "pos_weight", "ensemble", "init",  # the data spec and run
+                 "limit"},
+    "node": {"edges", "target", "features", "target_col", "id_col", "max_features",  # the data spec
+             "mini_batch", "num_neighbors"},  # the loaders
+    "graph": {"tu_text", "folds", "limit", "batch_size",  # the data spec and loaders
+              "local_mpnn"},  # read by social_hparams for graph sets (no recipe default)
+}
+MODEL_OPTIONS = {"hidden", "layers", "dropout", "global_tokens", "pe_dim"}
+
+
+@pytest.mark.parametrize("task", ["molecule", "node", "graph"])
+def test_every_task_option_is_a_recipe_key_or_read_elsewhere(task):
+    """A new option of a task is a key of its recipe (read by recipe_options), or it is named here with
+    what reads it: an option added to a table but to no recipe fails this test instead of being ignored."""
+    from graphattn.cli.options import APPLIES, GROUPS
+    from graphattn.tasks.molecules.defaults import DEFAULTS
+    from graphattn.tasks.social.graph import graph_defaults
+    from graphattn.tasks.social.node import node_defaults
+
+    recipe = {"molecule": DEFAULTS, "node": node_defaults("", 100), "graph": graph_defaults(None)}[task]
+    options = set().union(*(GROUPS[g] for g in APPLIES[task])) | MODEL_OPTIONS
+    missing = sorted(o for o in options if o not in recipe and o not in NOT_RECIPE[task])
+    assert not missing, f"{task} options that no recipe key reads: {missing}"
+    assert not (NOT_RECIPE[task] & set(recipe)), "listed as not in the recipe, but it is"
