@@ -12,19 +12,38 @@ from typing import Optional
 
 import torch
 
-from graphattn.cli import molecules_train as molecule_tasks
-from graphattn.cli import pretrain as pretrain_commands
-from graphattn.cli import social_train as social_tasks
+from graphattn.cli import molecules_predict, molecules_train, pretrain, social_predict, social_train
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
-from graphattn.data.moleculenet import moleculenet_names
+from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.train import distributed
 from graphattn.train.distributed import DistributedSetupError
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 
-__all__ = ["COMMANDS", "quiet_unless_main", "pipeline_of"]
+__all__ = ["COMMANDS", "TRAIN_PIPELINES", "CHECKPOINT_COMMANDS", "train_pipeline", "quiet_unless_main", "pipeline_of"]
+
+#: what ``graphattn train`` runs for each kind of input, and (per pipeline) what a checkpoint command runs
+TRAIN_PIPELINES = {"molecules": molecules_train.train, "social": social_train.train}
+CHECKPOINT_COMMANDS = {
+    "molecules": {"evaluate": molecules_predict.evaluate, "predict": molecules_predict.predict,
+                  "explain": molecules_predict.explain},
+    "social": {"evaluate": social_predict.evaluate, "predict": social_predict.predict,
+               "explain": social_predict.explain},
+}
+
+
+def train_pipeline(args) -> Optional[str]:
+    """The pipeline of a ``train`` command line, from its input: ``"molecules"`` (a MoleculeNet name or
+    ``--csv``), ``"social"`` (a social dataset name, ``--edges`` / ``--target`` or ``--tu-text``), or None."""
+    name = getattr(args, "dataset", None)
+    if getattr(args, "csv", None) is not None or (name is not None and name.lower() in MOLECULENET):
+        return "molecules"
+    if getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None) \
+            or social_train.dataset_key(name) in social_train.DATASETS:
+        return "social"
+    return None
 
 
 def pipeline_of(checkpoint: str) -> str:
@@ -85,14 +104,13 @@ def run_train(args) -> int:
     try:
         # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
         with quiet_unless_main():
-            if molecule_tasks.handles(args):
-                return molecule_tasks.train(args)
-            if social_tasks.handles(args):
-                return social_tasks.train(args)
+            pipeline = train_pipeline(args)
+            if pipeline is not None:
+                return TRAIN_PIPELINES[pipeline](args)
     # --resume into another model's folder; divergence; ranks that cannot share the batches
     except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
         return usage_error("train", str(exc))
-    known = moleculenet_names() + sorted(social_tasks.DATASETS)
+    known = moleculenet_names() + sorted(social_train.DATASETS)
     what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
     return usage_error("train", f"{what}; choose one of {', '.join(known)} "
                                 "or give --csv FILE, --edges E --target T, or --tu-text FILE")
@@ -124,10 +142,9 @@ def run_checkpoint_command(args) -> int:
     if pipeline == "molecules" and moved:
         return usage_error(args.command, f"{', '.join(moved)}: for social-network checkpoints (where their input "
                                          "files are now); a molecule checkpoint reads --csv / --smiles")
-    module = molecule_tasks if pipeline == "molecules" else social_tasks
-    return getattr(module, args.command)(args)
+    return CHECKPOINT_COMMANDS["molecules" if pipeline == "molecules" else "social"][args.command](args)
 
 
 #: what runs each command (after parsing and the path check)
-COMMANDS = {"train": run_train, "pretrain": pretrain_commands.pretrain, "bench": run_bench,
+COMMANDS = {"train": run_train, "pretrain": pretrain.pretrain, "bench": run_bench,
             "evaluate": run_checkpoint_command, "predict": run_checkpoint_command, "explain": run_checkpoint_command}

@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from graphattn.cli.molecules_predict import evaluate, explain, predict
 from graphattn.cli.options import GROUPS, check_applicable, check_rerun, recipe_options, train_options, usage_error
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
@@ -30,13 +29,7 @@ from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.runtime import resolve_device
 
-__all__ = ["handles", "train", "evaluate", "predict", "explain"]
-
-
-def handles(args) -> bool:
-    """True when ``train`` is ours: a MoleculeNet set name or ``--csv``."""
-    name = getattr(args, "dataset", None)
-    return (name is not None and name.lower() in MOLECULENET) or getattr(args, "csv", None) is not None
+__all__ = ["train"]
 
 
 def _hparams(args) -> Dict[str, Any]:

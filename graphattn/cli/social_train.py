@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.cli.options import applied_defaults, check_applicable, check_rerun, out_dir_for, social_hparams
-from graphattn.cli.social_predict import build_model, evaluate, explain, message_of, node_accuracy, predict
+from graphattn.cli.social_predict import build_model, message_of, node_accuracy
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
 from graphattn.data.download import DataFileError, data_root, files_sha256
-from graphattn.data.social import SOCIAL_NODE_ALIASES as node_aliases
-from graphattn.data.tu import SOCIAL_GRAPH_ALIASES as graph_aliases
+from graphattn.data.social import SOCIAL_NODE_ALIASES
+from graphattn.data.tu import SOCIAL_GRAPH_ALIASES
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
@@ -34,7 +34,7 @@ from graphattn.train.checkpoint import write_metrics
 from graphattn.train.loop import fit
 from graphattn.train.runtime import resolve_device, set_seed, threads_for
 
-__all__ = ["DATASETS", "dataset_key", "handles", "train", "evaluate", "predict", "explain"]
+__all__ = ["DATASETS", "dataset_key", "train"]
 
 DATASETS = {**{n: "node" for n in sn.NODE_DATASETS}, **{n: "graph" for n in GRAPH_DATASETS}}
 SOCIAL_BASELINES = ("none", "gcn", "gat", "transformer", "gin")
@@ -48,16 +48,10 @@ def dataset_key(name: Optional[str]) -> Optional[str]:
     """Canonical dataset name (``Twitch_DE`` -> ``twitch-de``, ``LastFM-Asia`` -> ``lastfm_asia``)."""
     if name is None:
         return None
-    table = {_norm(a): _norm(b) for a, b in {**node_aliases, **graph_aliases}.items()}
+    table = {_norm(a): _norm(b) for a, b in {**SOCIAL_NODE_ALIASES, **SOCIAL_GRAPH_ALIASES}.items()}
     n = _norm(name)
     n = table.get(n, n)
     return next((k for k in DATASETS if _norm(k) == n), None)
-
-
-def handles(args) -> bool:
-    """True when the train command is ours: a social dataset name, --edges or --tu-text."""
-    return bool(getattr(args, "edges", None) or getattr(args, "tu_text", None) or getattr(args, "target", None)
-                or dataset_key(args.dataset) in DATASETS)
 
 
 def train(args) -> int:
