@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
 from graphattn.data.download import DataFileError, cache_root, find_file
-from graphattn.data.molecules import SmilesCSVDataset, is_id_column
+from graphattn.data.labels import is_id_column
+from graphattn.data.molecules import SmilesCSVDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
 
 __all__ = ["MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names", "moleculenet_tasks",

@@ -30,13 +30,13 @@ from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_l
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
                                       mol_to_data, parse_smiles, smiles_to_data)
-from graphattn.data.rawio import MISSING_LABELS
+from graphattn.data.labels import infer_tasks, parse_label
 from graphattn.data.smiles_table import find_column, read_csv_table
 
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
     "BOND_FEATURE_DIMS", "InvalidSmilesError", "InvalidSmilesWarning", "parse_smiles",
-    "mol_to_data", "smiles_to_data", "SmilesCSVDataset", "MoleculeCSVDataset", "is_id_column",
+    "mol_to_data", "smiles_to_data", "SmilesCSVDataset", "MoleculeCSVDataset",
     "TaskColumnWarning", "DuplicateSmilesWarning",
 ]
 
@@ -52,91 +52,6 @@ class DuplicateSmilesWarning(UserWarning):
 
 class TaskColumnWarning(UserWarning):
     """:class:`MoleculeCSVDataset` did not use some columns as tasks (``.skipped_columns``)."""
-
-
-# ----------------------------------------------------------------------------- label columns
-
-_ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index", "cid", "molregno", "cas",
-               "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key", "num", "idx"}
-#: other identifier names, on the lower-cased name: "... id", "..._id", "..._cid", "..._sid", "aid",
-#: "chemblid" (Compound ID, PubChem_CID, PUBCHEM_SID, smiles_id, CMPD_CHEMBLID); not "acid", "paid"
-_ID_LOWER = re.compile(r"(^|[^a-z])[csa]?id$|chembl_?id$")
-#: ... and on the name as written: camel case "compoundID", "molId", "pubchemCID"
-_ID_CAMEL = re.compile(r"[a-z0-9](ID|Id|CID)$")
-
-
-def is_id_column(name: str) -> bool:
-    """True for a column of molecule identifiers/names (never a task column)."""
-    return (name.lower() in _ID_COLUMNS or name.startswith("Unnamed:") or bool(_ID_LOWER.search(name.lower()))
-            or bool(_ID_CAMEL.search(name)))
-
-
-def _label(text: str, binary: bool) -> Optional[float]:
-    """The value of a label cell: NaN when missing, 1.0/0.0 for true/false, the number
-    (``binary``: only 0 or 1); None when it is not a label (not a finite number, or not
-    0/1 with ``binary``)."""
-    low = text.strip().lower()
-    if low in MISSING_LABELS:
-        return float("nan")
-    if low in ("true", "false"):
-        return float(low == "true")
-    try:
-        value = float(low)
-    except ValueError:
-        return None
-    if value != value:  # "-nan" and the like
-        return float("nan")
-    if binary:
-        return value if value in (0.0, 1.0) else None
-    return value if abs(value) != float("inf") else None
-
-
-def _parse_value(text: str, path: Path, row: int, column: str, binary: bool = True) -> float:
-    value = _label(text, binary)
-    if value is None:
-        try:
-            float(text)
-        except ValueError:
-            what = "not a number or true/false"
-        else:
-            what = "not 0 or 1" if binary else "not a finite number"
-        rule = ("task labels must be binary (0/1, true/false; empty = missing)" if binary else
-                "task labels must be finite numbers or true/false (empty = missing)")
-        raise DataFileError(f"{path}: row {row}, column {column!r}: label {text.strip()!r} is {what}; {rule}")
-    return value
-
-
-
-
-def _infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[int], List[Tuple[str, str]]]:
-    """Columns whose present values are all labels (``binary``: 0/1 labels; see the module
-    doc), and ``(name, reason)`` of every other column except the SMILES one."""
-    out, skipped = [], []
-    folded = [h.lower() for h in header]
-    for j, name in enumerate(header):
-        if j == smiles_idx:
-            continue
-        if is_id_column(name):
-            skipped.append((name, "id/name column"))
-            continue
-        if folded.count(name.lower()) > 1:
-            skipped.append((name, "its name is used by more than one column"))
-            continue
-        bad, present = None, 0
-        for line, fields in rows:
-            value = _label(fields[j], binary)
-            if value is None:
-                bad = (line, fields[j].strip())
-                break
-            present += value == value
-        if bad is not None:
-            skipped.append((name, f"row {bad[0]} has {bad[1]!r}, not a "
-                                  + ("0/1 label" if binary else "numeric label")))
-        elif not present:
-            skipped.append((name, "every cell empty"))
-        else:
-            out.append(j)
-    return out, skipped
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -292,7 +207,7 @@ class SmilesCSVDataset(InMemoryDataset):
         """SMILES column, task columns and ``(name, reason)`` of the columns not used."""
         smiles_idx = find_column(header, self._smiles_col, self.raw_path, flag="smiles_col=, CLI --smiles-col")
         if self._task_cols is None:
-            return (smiles_idx, *_infer_tasks(header, rows, smiles_idx, self.binary))
+            return (smiles_idx, *infer_tasks(header, rows, smiles_idx, self.binary))
         idx = [find_column(header, t, self.raw_path) for t in self._task_cols]
         twice = sorted({header[j] for j in idx if idx.count(j) > 1})
         if twice:
@@ -312,7 +227,7 @@ class SmilesCSVDataset(InMemoryDataset):
             if self._limit is not None and len(data_list) >= self._limit:
                 break
             read += 1
-            y = [_parse_value(fields[j], self.raw_path, line, header[j], self.binary) for j in task_idx]
+            y = [parse_label(fields[j], self.raw_path, line, header[j], self.binary) for j in task_idx]
             try:
                 data = smiles_to_data(fields[smiles_idx], y)
             except InvalidSmilesError as exc:

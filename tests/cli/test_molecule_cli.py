@@ -28,7 +28,7 @@ from torch_geometric.data import Data  # noqa: E402
 from graphattn.cli import main as cli  # noqa: E402
 from graphattn.cli import molecules_predict as molecule_commands  # noqa: E402
 from graphattn.cli.molecules_predict import _spooled  # noqa: E402
-from graphattn.data import DataFileError, MoleculeCSVDataset, molecules, read_csv_table, smiles_to_data  # noqa: E402
+from graphattn.data import DataFileError, MoleculeCSVDataset, labels, molecules, read_csv_table, smiles_to_data  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
 
@@ -280,7 +280,7 @@ def test_task_columns_duplicate_spellings_other_task_rules_and_a_header_only_csv
     # a checkpoint whose tasks were inferred under other rules still evaluates (its own task names)
     ids = write_csv(tmp_path / "ids.csv", ["smiles", "SID", "toxic"],
                     [(s, i % 2, molecule_labels(s)[0]) for i, s in enumerate(SMILES)])
-    monkeypatch.setattr(molecules, "is_id_column", lambda name: False)  # rules that take SID for a task
+    monkeypatch.setattr(labels, "is_id_column", lambda name: False)  # rules that take SID for a task
     assert cli.main(["train", "--csv", str(ids), "--split", "random", "--out", str(tmp_path / "old"), *TINY]) == 0
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "old" / "best.pt")["meta"]["task_names"] == ["SID", "toxic"]

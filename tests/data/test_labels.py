@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from graphattn.data import DataFileError, canonical_label, load_musae, molecules
+from graphattn.data import DataFileError, canonical_label, labels, load_musae, molecules
 from graphattn.data.rawio import MISSING_LABELS, label_codes
 from graphattn.tasks.molecules import data as molecule_data
 from graphattn.testing import shared_data_dir
@@ -134,7 +134,7 @@ def test_continent_labels_load_with_na_as_a_class(tmp_path):
 
 
 def test_one_missing_definition():
-    assert not hasattr(molecules, "_MISSING") and molecules.MISSING_LABELS is MISSING_LABELS
+    assert not hasattr(molecules, "_MISSING") and labels.MISSING_LABELS is MISSING_LABELS  # the cells of molecule tables
 
 
 # ----------------------------------------------------------------------------- canonical labels
