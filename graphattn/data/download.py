@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
@@ -33,7 +34,7 @@ from graphattn.utils.files import plain_mode
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["pyg_progress_to_log", "data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
+__all__ = ["writable_dir", "pyg_progress_to_log", "data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
 
 
 class DataFileError(ValueError):
@@ -216,6 +217,29 @@ def find_file(relpaths: Union[str, Sequence[str]], url: Optional[str] = None,
         raise DataFileError(
             f"{relpaths[0]} is not under {base} and downloading {url} failed: {exc}. "
             "Put the file there by hand or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a copy.") from exc
+
+
+def writable_dir(base: Path, rel: str) -> Path:
+    """``base / rel``, or ``~/.cache/graphattn / rel`` when that cannot be written."""
+    path = Path(base) / rel
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    fallback = Path.home() / ".cache" / "graphattn" / rel
+    try:
+        fallback.mkdir(parents=True, exist_ok=True)
+        if fallback == path or not os.access(fallback, os.W_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as exc:
+        raise DataFileError(f"neither the cache folder {path} nor {fallback} can be written ({exc.strerror or exc}): "
+                            "point GRAPHATTN_CACHE (or cache_dir=) at a writable folder") from exc
+    if fallback != path:
+        warnings.warn(f"cache folder {path} is not writable; processing into {fallback} instead "
+                      "(set GRAPHATTN_CACHE or cache_dir= to choose)", stacklevel=3)
+    return fallback
 
 
 #: the progress lines PyG's dataset classes print on stderr while they download and process

@@ -26,7 +26,7 @@ import torch
 from torch_geometric.data import InMemoryDataset
 from tqdm.auto import tqdm
 
-from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_log, sha256sum
+from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_log, sha256sum, writable_dir
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
                                       mol_to_data, parse_smiles, smiles_to_data)
@@ -75,29 +75,6 @@ def _labels_conflict(a, b) -> bool:
         return False
     both = ~(torch.isnan(a) | torch.isnan(b))
     return bool((a[both] != b[both]).any())
-
-
-def writable_dir(base: Path, rel: str) -> Path:
-    """``base / rel``, or ``~/.cache/graphattn / rel`` when that cannot be written."""
-    path = Path(base) / rel
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:
-        pass
-    fallback = Path.home() / ".cache" / "graphattn" / rel
-    try:
-        fallback.mkdir(parents=True, exist_ok=True)
-        if fallback == path or not os.access(fallback, os.W_OK):
-            raise PermissionError(13, "not writable")
-    except OSError as exc:
-        raise DataFileError(f"neither the cache folder {path} nor {fallback} can be written ({exc.strerror or exc}): "
-                            "point GRAPHATTN_CACHE (or cache_dir=) at a writable folder") from exc
-    if fallback != path:
-        warnings.warn(f"cache folder {path} is not writable; processing into {fallback} instead "
-                      "(set GRAPHATTN_CACHE or cache_dir= to choose)", stacklevel=3)
-    return fallback
 
 
 class SmilesCSVDataset(InMemoryDataset):

@@ -19,7 +19,8 @@ from graphattn.data import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VER
                             MOLECULENET, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset,
                             TaskColumnWarning, MoleculeNetDataset, molecules, read_csv_table)
 from graphattn.data.moleculenet import TOX21_TASKS, moleculenet_tasks  # noqa: E402
-from graphattn.data.molecules import canonical_key, writable_dir  # noqa: E402
+from graphattn.data.download import writable_dir  # noqa: E402
+from graphattn.data.molecules import canonical_key  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
 

@@ -75,7 +75,7 @@ def test_layer_checks_only_its_inputs_once(score):
     x, ea, b = torch.randn(5, 4), torch.randn(EI.size(1), 2), torch.zeros(EI.size(1), 2)
     seen = []
     real = functional.check_all_finite
-    with mock.patch("graphattn.nn.attention.layer.check_all_finite",
+    with mock.patch("graphattn.nn.attention.inputs.check_all_finite",
                     lambda items: (seen.append([n for n, _, _ in items]), real(items))), \
             mock.patch.object(functional, "check_all_finite", lambda items: seen.append("inner")):
         layer(x, EI, ea, attn_bias=b)

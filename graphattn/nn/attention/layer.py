@@ -11,15 +11,13 @@ from torch_geometric.nn import MessagePassing
 from torch import nn
 from torch_geometric.nn.inits import zeros
 
-from graphattn.functional import EDGE_IMPLS, check_all_finite
 from graphattn.nn.attention.explain import input_edge_alpha, layer_edge_mask
+from graphattn.nn.attention.inputs import attention_graph, check_nodes, check_options, check_values, node_counts
 from graphattn.nn.attention.projections import channel_pair, empty_modules, glorot_linear, make_linear, split_input
 from graphattn.nn.attention.score import SCORES, EdgeScore
-from graphattn.nn.self_loops import add_loops, check_fill_value, loop_count
-from graphattn.ops.csr import as_edge_index, plain_tensor, to_csr
-from graphattn.ops.normalization import NORMALIZATIONS
-from graphattn.utils.validation import (check_bias_dtype, check_dtype, check_edge_index, check_features,
-                                        check_row_index, check_tensor_shape, refuse_tracing)
+from graphattn.nn.self_loops import check_fill_value
+from graphattn.ops.csr import plain_tensor, to_csr
+from graphattn.utils.validation import check_bias_dtype, check_tensor_shape, refuse_tracing
 
 __all__ = ["GraphSelfAttention"]
 
@@ -146,7 +144,7 @@ class GraphSelfAttention(MessagePassing):
         super().__init__(aggr=None, node_dim=0)
         #: the score object (:class:`~graphattn.nn.attention.score.EdgeScore`): projections and score math
         self.score_fn = SCORES.make(score)
-        self._check_options(self.score_fn, impl, normalization, share_weights, beta, root_weight, residual,
+        check_options(self.score_fn, impl, normalization, share_weights, beta, root_weight, residual,
                             weights_grad)
         f_src, f_dst = channel_pair(in_channels)
         if share_weights and f_src != f_dst:
@@ -172,26 +170,6 @@ class GraphSelfAttention(MessagePassing):
         self.beta, self.residual, self.out_bias, self.weights_grad = beta, residual, out_bias, weights_grad
         self.setup(f_src, f_dst, bias)
         self.reset_parameters()
-
-    @staticmethod
-    def _check_options(score_fn: EdgeScore, impl, normalization, share_weights, beta, root_weight, residual,
-                       weights_grad) -> None:
-        """``ValueError`` for an unknown or contradictory choice, naming the valid ones."""
-        if impl not in EDGE_IMPLS:
-            raise ValueError(f"impl must be one of {EDGE_IMPLS}, got {impl!r}")
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
-        if normalization != "softmax" and impl not in ("auto", "chunked"):
-            raise ValueError(f"impl={impl!r} is softmax-only; normalization={normalization!r} "
-                             "needs impl='auto' or 'chunked'")
-        if normalization != "softmax" and weights_grad:
-            raise ValueError(f"normalization={normalization!r} needs score='dot' or 'additive' and "
-                             "weights_grad=False (both are softmax attention)")
-        score_fn.check(impl, normalization, share_weights)
-        if beta and not root_weight:
-            raise ValueError("beta=True gates the root term: it needs root_weight=True")
-        if residual and root_weight:
-            raise ValueError("residual=True and root_weight=True are two root terms: choose one")
 
     def setup(self, f_src: int, f_dst: int, bias: bool) -> None:
         """Create the parameters: the score's projections (:meth:`EdgeScore.setup
@@ -264,9 +242,11 @@ class GraphSelfAttention(MessagePassing):
                                       f"{self.normalization!r} (the masks stay set after a failed "
                                       "explanation: torch_geometric.explain.algorithm.utils.clear_masks(model))")
         x_src, x_dst, bipartite = split_input(x, allow_missing_dst=not self.score_fn.needs_targets)
-        N_src, N = self._node_counts(x_src, x_dst, edge_index, size)
-        wdtype = self._check_nodes(x_src, x_dst, bipartite, batch)
-        edge_index, edge_attr, adj = self._graph(edge_index, edge_attr, attn_bias, edge_attr_index, N_src, N, size)
+        N_src, N = node_counts(x_src, x_dst, edge_index, size)
+        wdtype = self._weight_dtype()
+        check_nodes(x_src, x_dst, bipartite, batch, self.in_channels, wdtype)
+        edge_index, edge_attr, adj = attention_graph(edge_index, edge_attr, attn_bias, edge_attr_index, N_src, N, size,
+                                                     self.add_self_loops, self.fill_value)
         H = self.heads
         # cached per edge_index tensor (range-checked on build); a bipartite graph is laid out
         # as one node set [targets; sources], see to_csr
@@ -275,9 +255,9 @@ class GraphSelfAttention(MessagePassing):
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
             check_bias_dtype(attn_bias)
-        edge_feat = self._edge_features(edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
+        edge_feat = self.score_fn.edge_features_per_edge(self, edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
         parts = self.score_fn.project(self, x_src, x_dst)
-        self._check_values(x_src, x_dst, bipartite, parts, edge_attr, attn_bias)
+        check_values(x_src, x_dst, bipartite, parts, edge_attr if self.lin_edge is not None else None, attn_bias)
         # PyG's message hooks (AttentionExplainer reads msg_kwargs["alpha"]) get the weights
         want_alpha = bool(return_attention_weights) or bool(self._message_forward_hooks)
         if self.explain:  # a PyG Explainer's edge mask is set (torch_geometric.explain)
@@ -305,110 +285,6 @@ class GraphSelfAttention(MessagePassing):
         replaced = self.explain_loops_replaced if loops_replaced is None else loops_replaced
         return layer_edge_mask(self._edge_mask, self._loop_mask, self._apply_sigmoid, edge_index, num_targets,
                                loops_replaced=replaced)
-
-    def _edge_features(self, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor], E: int,
-                       wdtype: Optional[torch.dtype]) -> Optional[Tensor]:
-        """The score's projected edge features per edge (``(E, H, C)``, or ``(E, H)`` for a score
-        term); None without ``edge_dim``; with ``edge_attr_index`` the projection runs on the
-        ``(U, D)`` table."""
-        if self.lin_edge is None:
-            if edge_attr is not None:
-                raise ValueError("edge_attr was given but the layer has no edge_dim; "
-                                 "build it with edge_dim=D to use edge features")
-            if edge_attr_index is not None:
-                raise ValueError("edge_attr_index was given but the layer has no edge_dim")
-            return None
-        if edge_attr is None:
-            raise ValueError(f"edge_attr is required: the layer was built with edge_dim={self.edge_dim}")
-        if wdtype is not None:
-            check_dtype(edge_attr, wdtype, "edge_attr")
-        if edge_attr.dim() == 1 and self.edge_dim == 1:
-            edge_attr = edge_attr[:, None]
-        rows = E if edge_attr_index is None else edge_attr.size(0)
-        check_tensor_shape(edge_attr, (rows, self.edge_dim), "edge_attr")
-        feat = self.score_fn.edge_features(self, edge_attr)  # (rows, H, C) | (rows, H)
-        if edge_attr_index is None:
-            return feat
-        check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
-        return feat.index_select(0, edge_attr_index)
-
-    def _node_counts(self, x_src: Tensor, x_dst: Optional[Tensor], edge_index, size) -> Tuple[int, int]:
-        """``(N_src, N_dst)``; ``size`` ``(N_src, N_dst)`` must agree with the node features."""
-        if size is not None:
-            if len(size) != 2 or size[0] != x_src.size(0) or (x_dst is not None and size[1] != x_dst.size(0)):
-                raise ValueError(f"size={tuple(size)} does not match x: {x_src.size(0)} source nodes"
-                                 + ("" if x_dst is None else f", {x_dst.size(0)} target nodes"))
-        if x_dst is not None:
-            return x_src.size(0), x_dst.size(0)
-        if size is not None:
-            return x_src.size(0), int(size[1])
-        if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:
-            return x_src.size(0), edge_index.size(0)  # adj_t (N_dst, N_src)
-        return x_src.size(0), x_src.size(0)  # PyG: targets = sources without x_dst and size
-
-    def _check_nodes(self, x_src: Tensor, x_dst: Optional[Tensor], bipartite: bool,
-                     batch: Optional[Tensor]) -> Optional[torch.dtype]:
-        """Shapes and dtypes of the node features (values: one sync later); returns the
-        weights' dtype (None while lazy ``-1`` widths are uninitialised)."""
-        f_src, f_dst = channel_pair(self.in_channels)
-        check_features(x_src, f_src if f_src > 0 else None, "x[0] (x_src)" if bipartite else "x",
-                       check_values=False)  # values: one sync in forward
-        if bipartite:
-            if x_dst is not None:
-                check_features(x_dst, f_dst if f_dst > 0 else None, "x[1] (x_dst)", check_values=False)
-            if batch is not None:
-                raise ValueError("batch is not supported with a bipartite x=(x_src, x_dst)")
-        elif f_dst != f_src and f_dst > 0:
-            check_features(x_dst, f_dst, "x", check_values=False)
-        wdtype = self._weight_dtype()
-        if wdtype is not None:
-            check_dtype(x_src, wdtype, "x[0] (x_src)" if bipartite else "x")
-            if bipartite and x_dst is not None:
-                check_dtype(x_dst, wdtype, "x[1] (x_dst)")
-        return wdtype
-
-    def _check_values(self, x_src: Tensor, x_dst: Optional[Tensor], bipartite: bool, parts,
-                      edge_attr: Optional[Tensor], attn_bias: Optional[Tensor]) -> None:
-        """``ValueError`` naming the user's tensor that holds NaN or inf, one host read (on CPU
-        tensors, or under anomaly detection: :func:`~graphattn.utils.validation.scans_values`;
-        never under torch.compile); q, k, v and the projected edge features derive from them,
-        so the attention call skips its checks. A NaN or inf anywhere in a row of ``x`` reaches
-        every projection of that row, so the smaller of ``x`` and one of its projections is scanned;
-        only when that finds one are the inputs themselves scanned, to name the culprit."""
-        if torch.compiler.is_compiling():  # value scans: eager only (sizes may be data-dependent there)
-            return
-
-        def probe(x, proj):
-            return proj if proj is not None and proj.numel() < x.numel() else x
-
-        named = ([("x[0] (x_src)", x_src, parts.src[0]), ("x[1] (x_dst)", x_dst, parts.dst)] if bipartite
-                 else [("x", x_src, parts.src[0])])
-        rest = [("edge_attr", edge_attr if self.lin_edge is not None else None, False), ("attn_bias", attn_bias, True)]
-        try:
-            check_all_finite([(n, None if x is None else probe(x, p), False) for n, x, p in named] + rest)
-        except ValueError:  # the inputs themselves (finite inputs whose projections overflow pass, as before)
-            check_all_finite([(n, x, False) for n, x, _ in named] + rest)
-
-    def _graph(self, edge_index, edge_attr, attn_bias, edge_attr_index, N_src: int, N: int, size):
-        """``(edge_index (2, E), edge_attr, adj or None)``: PyG's sparse adj_t converted (in its
-        storage order, cached per tensor; ``adj`` is returned back), self-loops added."""
-        per_edge = (edge_attr, attn_bias, edge_attr_index)
-        if type(edge_index).__name__ == "SparseTensor":  # torch_sparse's, an optional package: by name
-            raise TypeError("edge_index is a torch_sparse.SparseTensor: pass a torch.sparse adjacency instead "
-                            "(adj_t.to_torch_sparse_csr_tensor()) or a (2, E) edge_index")
-        if not isinstance(edge_index, Tensor) or edge_index.layout == torch.strided:
-            check_edge_index(edge_index, N, check_range=False)  # (2, E): type and shape
-        elif self.add_self_loops:
-            as_edge_index(edge_index, N, N_src, per_edge)  # adj_t: its shape, before the loops are added
-        if self.add_self_loops:
-            if edge_attr_index is not None or attn_bias is not None:
-                raise ValueError("add_self_loops=True cannot extend edge_attr_index or attn_bias to the added "
-                                 "loops: add the loops to the graph yourself and pass add_self_loops=False")
-            edge_index, edge_attr = add_loops(edge_index, edge_attr, loop_count(N_src, N, size), self.fill_value)
-        edge_index, adj = as_edge_index(edge_index, N, N_src, per_edge)
-        if adj is not None:
-            check_edge_index(edge_index, N, check_range=False)
-        return edge_index, edge_attr, adj
 
     def _finish(self, out: Tensor, alpha: Optional[Tensor], root: Optional[Tensor], edge_index: Tensor,
                 return_attention_weights: bool):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Callable, Dict, Iterator, Optional, Tuple, Type
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,8 +38,10 @@ from graphattn.nn.attention.projections import Parts, convert_state_dict, make_l
 from graphattn.nn.attention.weights import aggregate, edge_softmax, weights_with_grad
 from graphattn.ops.csr import EdgeCSR, plain_tensor
 from graphattn.ops.normalization import NORMALIZATIONS, normalized_edge_attention
+from graphattn.utils.registry import Registry
+from graphattn.utils.validation import check_dtype, check_row_index, check_tensor_shape
 
-__all__ = ["EdgeScore", "ScoreRegistry", "SCORES", "stacked"]
+__all__ = ["EdgeScore", "SCORES", "stacked"]
 
 
 def stacked(t: Tensor, before: int, after: int) -> Tensor:
@@ -133,6 +135,32 @@ class EdgeScore:
         """The projected edge features of the ``(rows, D)`` table: ``(rows, H, C)``, added to keys
         (and values with :attr:`edge_values`)."""
         return layer.lin_edge(edge_attr).view(-1, layer.heads, layer.out_channels)  # (rows, H, C)
+
+    def edge_features_per_edge(self, layer, edge_attr: Optional[Tensor], edge_attr_index: Optional[Tensor], E: int,
+                               wdtype: Optional[torch.dtype]) -> Optional[Tensor]:
+        """The projected edge features per edge (``(E, H, C)``, or ``(E, H)`` for a score
+        term); None without ``edge_dim``; with ``edge_attr_index`` the projection runs on the
+        ``(U, D)`` table."""
+        if layer.lin_edge is None:
+            if edge_attr is not None:
+                raise ValueError("edge_attr was given but the layer has no edge_dim; "
+                                 "build it with edge_dim=D to use edge features")
+            if edge_attr_index is not None:
+                raise ValueError("edge_attr_index was given but the layer has no edge_dim")
+            return None
+        if edge_attr is None:
+            raise ValueError(f"edge_attr is required: the layer was built with edge_dim={layer.edge_dim}")
+        if wdtype is not None:
+            check_dtype(edge_attr, wdtype, "edge_attr")
+        if edge_attr.dim() == 1 and layer.edge_dim == 1:
+            edge_attr = edge_attr[:, None]
+        rows = E if edge_attr_index is None else edge_attr.size(0)
+        check_tensor_shape(edge_attr, (rows, layer.edge_dim), "edge_attr")
+        feat = self.edge_features(layer, edge_attr)  # (rows, H, C) | (rows, H)
+        if edge_attr_index is None:
+            return feat
+        check_row_index(edge_attr_index, E, edge_attr.size(0), "edge_attr_index")
+        return feat.index_select(0, edge_attr_index)
 
     def key_value(self, parts: Parts) -> Tuple[Tensor, Tensor]:
         """The keys and values ``(N_src, H, C)`` among the source parts."""
@@ -229,48 +257,5 @@ class EdgeScore:
         return masked_edge_attention(s, value, ei[1], N, mask, dropout=layer.dropout, training=layer.training)
 
 
-class ScoreRegistry:
-    """Score classes by name (chemprop's ``ClassRegistry`` shape): ``@SCORES.register("name")``."""
-
-    def __init__(self):
-        self._classes: Dict[str, Type[EdgeScore]] = {}
-
-    def register(self, name: str) -> Callable[[Type[EdgeScore]], Type[EdgeScore]]:
-        def add(cls: Type[EdgeScore]) -> Type[EdgeScore]:
-            if name in self._classes:
-                raise ValueError(f"score {name!r} is registered already ({self._classes[name].__name__})")
-            cls.name = name
-            self._classes[name] = cls
-            return cls
-        return add
-
-    def __getitem__(self, name: str) -> Type[EdgeScore]:
-        return self._classes[name]
-
-    def __delitem__(self, name: str) -> None:
-        del self._classes[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._classes)
-
-    def __len__(self) -> int:
-        return len(self._classes)
-
-    def names(self) -> Tuple[str, ...]:
-        return tuple(self._classes)
-
-    def make(self, score) -> EdgeScore:
-        """A score object from its name or a score object (returned as is); ``ValueError`` naming
-        the registered names otherwise."""
-        if isinstance(score, EdgeScore):
-            return score
-        if not isinstance(score, str) or score not in self._classes:
-            raise ValueError(f"score must be one of {self.names()}, got {score!r}")
-        return self._classes[score]()
-
-
 #: the attention scores of :class:`~graphattn.nn.attention.GraphSelfAttention`, by name
-SCORES = ScoreRegistry()
+SCORES: Registry = Registry("score", EdgeScore)
