@@ -89,6 +89,48 @@ def _inputs(args, meta: dict, command: str, with_lines: bool = False):
 
 
 # ----------------------------------------------------------------------------- evaluate / predict / explain
+def _labelled_csv(args, meta: dict, opts: dict):
+    """``(dataset, the model's tasks it labels, {"csv": dataset})`` of ``evaluate --csv``; ``ValueError``
+    when no task column, or several spellings of one, are there."""
+    tasks = meta["task_names"]
+    csv_path = _spooled(args.csv)
+    header, _ = read_csv_table(csv_path, header_only=True)
+    smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
+    folded = {}
+    for h in header:
+        folded.setdefault(h.lower(), []).append(h)
+    present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
+    clash = next((t for t in tasks if t not in header and len(folded.get(t.lower(), [])) > 1), None)
+    if clash is not None:
+        raise ValueError(f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
+                         f"{clash!r} (letter case aside): rename all but one")
+    if present and len(present) < len(tasks):
+        print(f"graphattn evaluate: {args.csv} has no column for the model's task(s) "
+              f"{[t for t in tasks if t not in present]}; evaluating the other {len(present)}", file=sys.stderr)
+    if not present:
+        raise ValueError(f"{args.csv} has none of the model's task columns {tasks} (columns: {header})")
+    ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col,
+                      tasks=[t if t in header else folded[t.lower()][0] for t in present],
+                      log=not args.no_progress, **opts)
+    return ds, present, {"csv": ds}
+
+
+def _own_split(args, meta: dict, opts: dict):
+    """``(dataset, tasks, {"val": ..., "test": ...})``: the checkpoint's own split, rebuilt (with a warning
+    when its file changed since training)."""
+    tasks, d = meta["task_names"], meta["data"]
+    # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
+    wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
+    ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, limit=d["limit"],
+                      log=not args.no_progress, **opts)
+    if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
+        warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
+                      "(sha256 differs): the validation/test split is rebuilt from the new "
+                      "rows, so these numbers are not those of training", stacklevel=3)
+    idx = split_indices(ds, d["split"], d["seed"])
+    return ds, tasks, {"val": ds[idx[1]], "test": ds[idx[2]]}
+
+
 def evaluate(args) -> int:
     """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
     from torch_geometric.loader import DataLoader
@@ -97,44 +139,9 @@ def evaluate(args) -> int:
         model, meta = load_model(args.checkpoint)
     except (ValueError, RuntimeError) as exc:
         return usage_error("evaluate", str(exc))
-    tasks, d, opts = meta["task_names"], meta["data"], graph_options(meta)
+    tasks, opts = meta["task_names"], graph_options(meta)
     try:
-        if args.csv:
-            csv_path = _spooled(args.csv)
-            header, _ = read_csv_table(csv_path, header_only=True)
-            smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
-            folded = {}
-            for h in header:
-                folded.setdefault(h.lower(), []).append(h)
-            present = [t for t in tasks if t in header or len(folded.get(t.lower(), [])) == 1]
-            clash = next((t for t in tasks if t not in header and len(folded.get(t.lower(), [])) > 1), None)
-            if clash is not None:
-                return usage_error("evaluate", f"{args.csv}: columns {folded[clash.lower()]} all match the model's task "
-                                        f"{clash!r} (letter case aside): rename all but one")
-            if present and len(present) < len(tasks):
-                print(f"graphattn evaluate: {args.csv} has no column for the model's task(s) "
-                      f"{[t for t in tasks if t not in present]}; evaluating the other {len(present)}",
-                      file=sys.stderr)
-            if not present:
-                return usage_error("evaluate", f"{args.csv} has none of the model's task columns {tasks} "
-                                        f"(columns: {header})")
-            ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col,
-                              tasks=[t if t in header else folded[t.lower()][0] for t in present],
-                              log=not args.no_progress, **opts)
-            parts = {"csv": ds}
-        else:
-            # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
-            wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
-            ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, limit=d["limit"],
-                              log=not args.no_progress, **opts)
-            present = tasks
-
-            if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
-                warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
-                              "(sha256 differs): the validation/test split is rebuilt from the new "
-                              "rows, so these numbers are not those of training", stacklevel=2)
-            idx = split_indices(ds, d["split"], d["seed"])
-            parts = {"val": ds[idx[1]], "test": ds[idx[2]]}
+        ds, present, parts = (_labelled_csv(args, meta, opts) if args.csv else _own_split(args, meta, opts))
     except (DataFileError, ValueError, OSError) as exc:
         return usage_error("evaluate", str(exc))
     model = model.to(resolve_device("auto"))  # evaluate: the GPU when there is one

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
@@ -77,17 +78,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     edge_dim = edge_dim_of(graphs)
     model_spec = graph_model_spec(args.baseline, graphs[0].num_features, len(names), hp, edge_dim)
     out = out_dir_for(args, spec["display"] + (f"-{args.folds}fold" if args.folds else ""))
-    n_nodes = sum(g.num_nodes for g in graphs)
-    print(f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
-          f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})"
-          + (f", {edge_dim} edge features (TU edge attributes/labels"
-             + (f"; not used by {args.baseline}" if not model_spec["kwargs"].get("edge_dim") else "") + ")"
-             if edge_dim else "") + "\nmodel: "
-          f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
-          f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
-          + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
-          + f"readout {model_spec['kwargs']['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, batch {args.batch_size}"
-          + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
+    print(_describe(args, spec, graphs, names, edge_dim, model_spec, hp))
     applied = applied_defaults(graph_dataset_specific_defaults(spec.get("name")), args, "graph")
     if applied:
         print(applied)
@@ -118,21 +109,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
             print(f"fold {fold + 1}: best epoch {res['best_epoch']} | val acc {res['val']['accuracy']:.4f} | "
                   f"test acc {res['test']['accuracy']:.4f}")
     if args.folds:
-        test = torch.tensor([r["test"]["accuracy"] for r in results])
-        gin = gin_protocol(histories)
-        best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
-        # "meta" and "best_fold": those of OUT/best.pt (the fold with the best validation accuracy)
-        summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
-                   "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
-                   "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]},
-                   "best_fold": best, "meta": {**meta, "fold": best}}
-        write_metrics(out / "metrics.json", summary, environment=True)
-        shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
-        sd = float(test.std(unbiased=False))
-        print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * sd:.2f} "
-              f"(model selected on validation) | GIN protocol {100 * gin[0]:.2f} ± {100 * gin[1]:.2f} "
-              f"(epoch {gin[2]})")
-        print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'} (fold {best + 1}, best validation accuracy)")
+        _cv_summary(args, spec, out, results, histories, meta)
     else:
         r = results[0]
         print(f"{spec['display']}: best epoch {r['best_epoch']} | train acc {r['train']['accuracy']:.4f} | "
@@ -140,3 +117,39 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
               f"{r['seconds_per_epoch']:.2f} s/epoch")
         print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
+
+
+def _describe(args, spec: Dict[str, Any], graphs, names, edge_dim: int, model_spec: Dict[str, Any],
+              hp: Dict[str, Any]) -> str:
+    """The two lines a graph-set run starts with: the data, and the model and its training."""
+    n_nodes = sum(g.num_nodes for g in graphs)
+    return (f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
+            f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})"
+            + (f", {edge_dim} edge features (TU edge attributes/labels"
+               + (f"; not used by {args.baseline}" if not model_spec["kwargs"].get("edge_dim") else "") + ")"
+               if edge_dim else "") + "\nmodel: "
+            f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
+            f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
+            + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
+            + f"readout {model_spec['kwargs']['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, "
+            f"batch {args.batch_size}" + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
+
+
+def _cv_summary(args, spec: Dict[str, Any], out: Path, results, histories, meta: Dict[str, Any]) -> None:
+    """The k-fold summary: OUT/metrics.json (mean ± std, the GIN protocol's number), OUT/best.pt (the
+    fold with the best validation accuracy) and the closing lines."""
+    test = torch.tensor([r["test"]["accuracy"] for r in results])
+    gin = gin_protocol(histories)
+    best = max(range(len(results)), key=lambda i: results[i]["val"]["accuracy"])
+    # "meta" and "best_fold": those of OUT/best.pt (the fold with the best validation accuracy)
+    summary = {"folds": args.folds, "test_accuracy_mean": float(test.mean()),
+               "test_accuracy_std": float(test.std(unbiased=False)), "per_fold": test.tolist(),
+               "gin_protocol": {"mean": gin[0], "std": gin[1], "epoch": gin[2]},
+               "best_fold": best, "meta": {**meta, "fold": best}}
+    write_metrics(out / "metrics.json", summary, environment=True)
+    shutil.copyfile(out / f"fold{best + 1:02d}" / "best.pt", out / "best.pt")
+    sd = float(test.std(unbiased=False))
+    print(f"{spec['display']} {args.folds}-fold: test acc {100 * test.mean():.2f} ± {100 * sd:.2f} "
+          f"(model selected on validation) | GIN protocol {100 * gin[0]:.2f} ± {100 * gin[1]:.2f} "
+          f"(epoch {gin[2]})")
+    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'} (fold {best + 1}, best validation accuracy)")

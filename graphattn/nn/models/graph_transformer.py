@@ -102,6 +102,52 @@ class GraphTransformer(nn.Module):
             if m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
+    def _encode_pe(self, x: Tensor, pe: Optional[Tensor], batch: Optional[Tensor], num_graphs: Optional[int],
+                   pe_eigvals: Optional[Tensor], pe_mask: Optional[Tensor], check_range: bool) -> Optional[Tensor]:
+        """The positional encoding's features ``(N, C)`` (None without ``pe_dim``), its input checked."""
+        if self.pe_encoder is None and pe is not None:
+            raise ValueError(f"pe of shape {tuple(pe.shape)} was given, but the model was built with pe_dim=0: "
+                             "build it with pe_dim=K (or pass pe=None)")
+        if self.pe_encoder is None:
+            return None
+        if pe is None:
+            raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
+        if pe.shape != (x.size(0), self.pe_dim):
+            raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
+        check_dtype(pe, next(self.pe_encoder.parameters()).dtype, "pe", "the model")
+        if self.pe_kind == "laplacian":
+            hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs,
+                                 check_range=check_range, check_values=False)  # hp checked below
+        else:
+            hp = self.pe_encoder(pe)
+        # NaN/inf in pe or pe_eigvals, or an overflow, shows in hp: one scan where it waits
+        # for no device (CPU, or under anomaly detection; scans_values)
+        if hp.numel() and scans_values(hp) and not bool(torch.isfinite(hp).all()):
+            raise_non_finite_pe(pe, pe_eigvals, pe_mask)
+        return hp
+
+    def _encode_edges(self, edge_attr: Optional[Tensor], edge_index: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """``(edge features, edge_attr_index)``: the encoded ``(E, C)`` features, or for categorical edges
+        the ``(U, C)`` table of distinct rows and each edge's row ``(E,)``; ``(None, None)`` without edges."""
+        if self.edge_encoder is None:
+            if edge_attr is not None:  # silently dropping them would train without the user's edge features
+                raise ValueError(f"edge_attr of shape {tuple(edge_attr.shape)} was given, but the model has no edge "
+                                 "encoder: build it with edge_dim=D (or pass edge_attr=None)")
+            return None, None
+        if edge_attr is None:
+            raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
+        if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2) \
+                or edge_attr.size(0) != edge_index.size(1):
+            raise ValueError(f"edge_attr must have shape ({edge_index.size(1)}, {self.edge_dim}) (one row per "
+                             f"edge of edge_index), got "
+                             f"{tuple(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr)}")
+        if self.edge_encoder.vocab_sizes is not None:
+            # Categorical edges: encode each distinct row once; every layer then projects U rows (not E)
+            # and gathers them per edge (same values, fewer FLOPs on molecules)
+            codes, edge_attr_index = self.edge_encoder.unique_rows(edge_attr)
+            return self.edge_encoder(codes), edge_attr_index  # (U, C), (E,)
+        return self.edge_encoder(edge_attr), None  # (E, C)
+
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, *, pe_eigvals: Optional[Tensor] = None,
@@ -121,45 +167,10 @@ class GraphTransformer(nn.Module):
             check_batch(batch, x.size(0), num_graphs, check_range=False)
             batch = batch.long()  # int32 / uint8 ids are accepted; PyG's pooling and indexing want int64
         h = self.node_encoder(x)
-        if self.pe_encoder is None and pe is not None:
-            raise ValueError(f"pe of shape {tuple(pe.shape)} was given, but the model was built with pe_dim=0: "
-                             "build it with pe_dim=K (or pass pe=None)")
-        if self.pe_encoder is not None:
-            if pe is None:
-                raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
-            if pe.shape != (x.size(0), self.pe_dim):
-                raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
-            check_dtype(pe, next(self.pe_encoder.parameters()).dtype, "pe", "the model")
-            if self.pe_kind == "laplacian":
-                hp = self.pe_encoder(pe, eigvals=pe_eigvals, mask=pe_mask, batch=batch, num_graphs=num_graphs,
-                                     check_range=check_range, check_values=False)  # hp checked below
-            else:
-                hp = self.pe_encoder(pe)
-            # NaN/inf in pe or pe_eigvals, or an overflow, shows in hp: one scan where it waits
-            # for no device (CPU, or under anomaly detection; scans_values)
-            if hp.numel() and scans_values(hp) and not bool(torch.isfinite(hp).all()):
-                raise_non_finite_pe(pe, pe_eigvals, pe_mask)
+        hp = self._encode_pe(x, pe, batch, num_graphs, pe_eigvals, pe_mask, check_range)
+        if hp is not None:
             h = h + hp
-        edge_attr_index = None
-        if self.edge_encoder is not None:
-            if edge_attr is None:
-                raise ValueError(f"edge_attr is required: the model was built with edge_dim={self.edge_dim}")
-            if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2) \
-                    or edge_attr.size(0) != edge_index.size(1):
-                raise ValueError(f"edge_attr must have shape ({edge_index.size(1)}, {self.edge_dim}) (one row per "
-                                 f"edge of edge_index), got "
-                                 f"{tuple(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr)}")
-            if self.edge_encoder.vocab_sizes is not None:
-                # Categorical edges: encode each distinct row once; every layer then projects
-                # U rows (not E) and gathers them per edge (same values, ~25 % fewer FLOPs on
-                # molecules, where the per-edge projection was a quarter of each layer's GEMMs).
-                codes, edge_attr_index = self.edge_encoder.unique_rows(edge_attr)
-                edge_attr = self.edge_encoder(codes)  # (U, C)
-            else:
-                edge_attr = self.edge_encoder(edge_attr)  # (E, C)
-        elif edge_attr is not None:  # silently dropping them would train without the user's edge features
-            raise ValueError(f"edge_attr of shape {tuple(edge_attr.shape)} was given, but the model has no edge "
-                             "encoder: build it with edge_dim=D (or pass edge_attr=None)")
+        edge_attr, edge_attr_index = self._encode_edges(edge_attr, edge_index)
         N, E = h.size(0), edge_index.size(1)
         if self.tokens is not None:
             tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index,
