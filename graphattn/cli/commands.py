@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from graphattn.cli import molecules_predict, molecules_train, pretrain, social_predict, social_train
+from graphattn.cli import molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
@@ -28,7 +28,7 @@ __all__ = ["COMMANDS", "TRAIN_PIPELINES", "CHECKPOINT_COMMANDS", "train_pipeline
 TRAIN_PIPELINES = {"molecules": molecules_train.train, "social": social_train.train}
 CHECKPOINT_COMMANDS = {
     "molecules": {"evaluate": molecules_predict.evaluate, "predict": molecules_predict.predict,
-                  "explain": molecules_predict.explain},
+                  "explain": molecules_explain.explain},
     "social": {"evaluate": social_predict.evaluate, "predict": social_predict.predict,
                "explain": social_predict.explain},
 }

@@ -13,19 +13,18 @@ the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/pred
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 from graphattn.cli.options import applied_defaults, check_applicable, check_rerun, out_dir_for, social_hparams
+from graphattn.cli.social_node_spec import describe_node, node_data_spec
 from graphattn.cli.social_predict import build_model, message_of, node_accuracy
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
-from graphattn.data.download import DataFileError, data_root, files_sha256
+from graphattn.data.download import DataFileError
 from graphattn.data.social import SOCIAL_NODE_ALIASES
 from graphattn.data.tu import SOCIAL_GRAPH_ALIASES
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
-from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
@@ -94,7 +93,7 @@ def train(args) -> int:
                 raise ValueError("--distributed needs batches to share between the ranks: a full-batch node "
                                  "set is one batch; add --mini-batch (partition mini-batches)")
             check_applicable(args, "node", args.baseline or "none")
-            spec = data_spec(args, None if args.edges else name)
+            spec = node_data_spec(args, None if args.edges else name)
             check_rerun(out_dir_for(args, spec["display"]), args)
             job = _prepare_node(args, spec)
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
@@ -266,68 +265,3 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
             write_metrics(out / "metrics.json", res, environment=True)
     print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
     return 0
-
-
-# ----------------------------------------------------------------------------- node runs
-
-def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
-                  mini_batch: Optional[str] = None) -> str:
-    kw = model_spec["kwargs"]
-    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
-            f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
-            + (", self-loops" if kw.get("self_loops") else "")
-            + (f", {'learned (GPR) ' if kw.get('propagation_learned') else 'APPNP '}propagation "
-               f"K={kw['propagation']} a={kw['propagation_alpha']}" if kw.get("propagation") else "")
-            + (f", edge dropout {kw['propagation_dropout']}" if kw.get("propagation_dropout") else "")
-            + (f", GCN branch w={kw['gcn_weight']}" if kw.get("gcn_weight") else "")
-            + (f" ({kw['gcn_layers']} layers)" if kw.get("gcn_layers", 1) > 1 else ""))
-    counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
-    batching = {None: "full batch", "partition": "mini-batch (partitions)",
-                "neighbor": f"mini-batch (neighbour sampling {hp.get('num_neighbors')})"}[mini_batch or None]
-    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
-            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
-            f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
-            f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
-            f"dropout {hp['dropout']}; {batching}, "
-            + ("consistency loss S={samples} w={weight} T={temperature}, ".format(**model_spec["consistency"])
-               if model_spec.get("consistency") else "") +
-            f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
-
-
-def _max_features(text) -> Dict[str, Any]:
-    """``--max-features N | all`` -> the data spec's feature cut: ``max_features`` (a fixed
-    count) or ``max_feature_bytes`` (the default: a 1 GiB budget for the dense ``x``,
-    resolved to a count by :func:`_prepare_node` so a checkpoint rebuilds the same columns)."""
-    if text is None or str(text).lower() == "auto":
-        return {"max_feature_bytes": sn.FEATURE_BYTES}
-    if str(text).lower() == "all":
-        return {}
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"--max-features must be a positive integer or 'all', got {text!r}")
-    return {"max_features": n}
-
-
-def data_spec(args, name: Optional[str]) -> Dict[str, Any]:
-    """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
-    spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
-    spec.update(_max_features(getattr(args, "max_features", None)))
-    if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:
-        raise ValueError(f"--max-features cuts a MUSAE features file; {name} does not read one")
-    if name is not None:
-        spec.update(name=name, display=name, root=str(data_root().resolve()))
-        return spec
-    if not args.target:
-        raise ValueError("--edges needs --target (the CSV with node ids and labels)")
-    paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
-    for k, p in paths.items():
-        if p is not None and not Path(p).expanduser().is_file():
-            raise ValueError(f"--{k} {p}: no such file")
-    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
-                target_col=args.target_col, id_col=getattr(args, "id_col", None),
-                **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
-    spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
-    return spec
