@@ -15,7 +15,7 @@ from graphattn.cli.options import usage_error
 from graphattn.data.download import DataFileError
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options, load_dataset, split_indices
-from graphattn.tasks.molecules.data import spooled as _spooled  # pipes: read once, into a temporary file
+from graphattn.tasks.molecules.files import spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
@@ -91,7 +91,7 @@ def _labelled_csv(args, meta: dict, opts: dict):
     """``(dataset, the model's tasks it labels, {"csv": dataset})`` of ``evaluate --csv``; ``ValueError``
     when no task column, or several spellings of one, are there."""
     tasks = meta["task_names"]
-    csv_path = _spooled(args.csv)
+    csv_path = spooled(args.csv)
     header, _ = read_csv_table(csv_path, header_only=True)
     smiles_col = header[_smiles_column(header, args, meta, args.csv, "evaluate")]
     folded = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 from graphattn.cli.options import check_rerun, check_train_numbers
 from graphattn.data.download import DataFileError
 from graphattn.data.moleculenet import MOLECULENET
-from graphattn.tasks.molecules.data import spooled
+from graphattn.tasks.molecules.files import spooled
 from graphattn.tasks.molecules.pretrain import run_pretraining
 from graphattn.tasks.molecules.pretrain_data import molecule_pool
 from graphattn.train.checkpoint import CheckpointError, write_metrics

@@ -27,7 +27,7 @@ from torch_geometric.data import Data  # noqa: E402
 
 from graphattn.cli import main as cli  # noqa: E402
 from graphattn.cli import molecules_predict as molecule_commands  # noqa: E402
-from graphattn.cli.molecules_predict import _spooled  # noqa: E402
+from graphattn.tasks.molecules.files import spooled as _spooled  # noqa: E402
 from graphattn.data import DataFileError, MoleculeCSVDataset, labels, molecules, read_csv_table, smiles_to_data  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402

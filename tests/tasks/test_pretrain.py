@@ -28,7 +28,7 @@ from graphattn.tasks.molecules import finetune as ft
 from graphattn.tasks.molecules import pipeline as mp
 from graphattn.tasks.molecules import pretrain as pt
 from graphattn.tasks.molecules import pretrain_data as pdata
-from graphattn.tasks.molecules.data import _sniffed_suffix, spooled
+from graphattn.tasks.molecules.files import _sniffed_suffix, spooled
 from graphattn.tasks.molecules.pretrain_data import _keys
 from graphattn.train import CheckpointError, save_checkpoint
 from graphattn.train.checkpoint import check_same_run

@@ -12,7 +12,8 @@ from graphattn.data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, ca
 from graphattn.data.moleculenet import MOLECULENET, MoleculeNetDataset, moleculenet_names
 from graphattn.data.molecules import MoleculeCSVDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
-from graphattn.tasks.molecules.data import cache_dir, pre_transform
+from graphattn.tasks.molecules.data import pre_transform
+from graphattn.tasks.molecules.files import cache_dir
 
 __all__ = ["exclusion_set", "molecule_pool"]
 
