@@ -103,3 +103,18 @@ def test_every_task_option_is_a_recipe_key_or_read_elsewhere(task):
     missing = sorted(o for o in options if o not in recipe and o not in NOT_RECIPE[task])
     assert not missing, f"{task} options that no recipe key reads: {missing}"
     assert not (NOT_RECIPE[task] & set(recipe)), "listed as not in the recipe, but it is"
+
+
+#: train options every pipeline reads (the run, the training settings, the model's common shape)
+COMMON = {"dataset", "out", "resume", "overwrite", "no_progress", "distributed", "device", "data_root", "threads",
+          "seed", "baseline", "heads", *TRAIN_OPTIONS, *MODEL_OPTIONS}
+
+
+def test_every_train_option_is_common_or_in_a_task_group():
+    """A flag added to `graphattn train` without saying which tasks read it (cli.options.GROUPS) fails here:
+    without a group, the tasks that do not read it would not refuse it."""
+    from graphattn.cli.options import GROUPS
+
+    grouped = set().union(*GROUPS.values())
+    dests = set(vars(build_parser().parse_args(["train"]))) - {"command"}
+    assert sorted(dests - grouped - COMMON) == []
