@@ -126,7 +126,7 @@ def main(argv=None) -> dict:
     batch = None  # free the mini-batch before training
 
     t = time.perf_counter()
-    out = fit(model, loaders, forward, 
+    out = fit(model, loaders, forward,
               TrainConfig(kind="multiclass", epochs=a.epochs, lr=3e-3, seed=a.seed, progress=not a.no_progress))
     wall = time.perf_counter() - t
     train_s = [h["seconds"] for h in out["history"]]

@@ -52,9 +52,9 @@ def main(argv=None) -> int:
     import torch
     import triton
 
+    from graphattn.functional import edge_attention, edge_attention_prechecked
     from graphattn.ops import fused_triton as ta
     from graphattn.ops.csr import to_csr
-    from graphattn.functional import edge_attention, edge_attention_prechecked
     from graphattn.testing import random_graph_batch
 
     if not torch.cuda.is_available() or not ta.triton_available(torch.device("cuda")):

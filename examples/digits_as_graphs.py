@@ -144,7 +144,7 @@ def main(argv=None):
             print(f"--- {name}, seed {seed}: {params} parameters")
             loaders = {"train": Batches(splits["train"], args.batch_size, True),
                        "val": Batches(splits["val"], 256, False), "test": Batches(splits["test"], 256, False)}
-            res = fit(model, loaders, make_forward(name, images, labels, args), 
+            res = fit(model, loaders, make_forward(name, images, labels, args),
                       TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, seed=seed,
                                   progress=args.progress), log=print)
             epoch_s = statistics.median(h["seconds"] for h in res["history"])  # robust to warm-up

@@ -42,7 +42,7 @@ def main(argv=None):
                   heads=args.heads, num_global_tokens=args.global_tokens, dropout=0.2)
     model = NodeClassifier(**kwargs)
     spec = {"class": "NodeClassifier", "kwargs": kwargs, "input_dropout": 0.2}
-    res = fit(model, {s: [data] for s in ("train", "val", "test")}, node_forward(spec), 
+    res = fit(model, {s: [data] for s in ("train", "val", "test")}, node_forward(spec),
               TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, weight_decay=5e-4, seed=args.seed,
                           progress=False))
     print(f"best epoch {res['best_epoch']} | train acc {res['train']['accuracy']:.3f} | "

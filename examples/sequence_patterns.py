@@ -130,7 +130,7 @@ def run_pattern(name: str, data: dict, args) -> dict:
     loaders = {"train": Batches(args.train, args.batch_size, True),
                "val": Batches(args.val, 256, False), "test": Batches(args.test, 256, False)}
     print(f"--- {name}: {graph.size(1)} edges per sequence" + (f" + {tokens} global token" if tokens else ""))
-    res = fit(model, loaders, forward, 
+    res = fit(model, loaders, forward,
               TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, seed=args.seed, progress=args.progress),
               log=print)
     reach = reach_fraction(graph, L, args.layers, tokens)

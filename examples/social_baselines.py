@@ -72,8 +72,8 @@ def train_node(name, data, mspec, hp, seed, device=None, log=None):
     dev = resolve_device(device)
     model, data = build_model(mspec).to(dev), data.to(dev)
     loaders = {s: [data] for s in ("train", "val", "test")}
-    return fit(model, loaders, sn.node_forward(mspec), TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, progress=False),
-               log=log or (lambda s: None))
+    config = TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, progress=False)
+    return fit(model, loaders, sn.node_forward(mspec), config, log=log or (lambda s: None))
 
 
 def node_spec(name, args, seed):

@@ -11,8 +11,8 @@ from graphattn.version import __version__
 #: the module that defines each public name
 _HOME = {
     **dict.fromkeys(["AddLaplacianPE", "AddRandomWalkPE"], "graphattn.transforms"),
-    **dict.fromkeys(["GraphSelfAttention", "GraphTransformerBlock", "GlobalTokens", "TokenGraph", "LapPEEncoder", "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention",
-                     "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "make_global_attention"],
+    **dict.fromkeys(["GraphSelfAttention", "GraphTransformerBlock", "GlobalTokens", "TokenGraph", "LapPEEncoder",
+                     "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention", "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "make_global_attention"],
                     "graphattn.nn"),
     **dict.fromkeys(["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier", "GraphFeatureNorm",
                      "ProbabilityEnsemble", "MoleculePretrainer"], "graphattn.nn.models"),

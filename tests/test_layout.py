@@ -5,7 +5,6 @@ import ast
 import pathlib
 from collections import defaultdict
 
-
 PKG = pathlib.Path(__file__).resolve().parents[1] / "graphattn"
 
 #: rank of each top-level unit of the package: a module may import its own unit or a lower rank

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP
-from graphattn.tasks.molecules.defaults import DEFAULTS
+from graphattn.tasks.molecules.defaults import DEFAULTS, PE_KINDS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
-from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
+from graphattn.tasks.molecules.defaults import SPLITS
 
 __all__ = ["build_parser", "add_common_train_arguments", "add_molecule_train_arguments", "add_social_train_arguments",
            "add_pretrain_parser"]

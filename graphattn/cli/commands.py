@@ -17,8 +17,8 @@ from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.train import distributed
-from graphattn.train.distributed import DistributedSetupError
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+from graphattn.train.distributed import DistributedSetupError
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 

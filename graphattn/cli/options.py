@@ -16,7 +16,8 @@ from typing import Any, Dict, FrozenSet, Iterable
 
 from graphattn.tasks.social.budget import budget_lr, ours_warmup
 
-__all__ = ["TRAIN_OPTIONS", "train_options", "recipe_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable", "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
+__all__ = ["TRAIN_OPTIONS", "train_options", "recipe_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable",
+           "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
 DEVICE_HELP = "auto (the GPU when CUDA is available, else the CPU; default), cpu, cuda or cuda:N"

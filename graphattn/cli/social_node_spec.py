@@ -15,6 +15,8 @@ __all__ = ["node_data_spec", "feature_cut", "describe_node"]
 
 def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
                   mini_batch: Optional[str] = None) -> str:
+    """The two lines a node run starts with: the graph (sizes, classes, features, split), and the model
+    with its training (layers, width, heads, dropout, batching, epochs, learning rate)."""
     kw = model_spec["kwargs"]
     what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
             f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"

@@ -27,9 +27,8 @@ from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.train import distributed
-from graphattn.train.checkpoint import CheckpointError, load_checkpoint
+from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.config import TrainConfig
-from graphattn.train.checkpoint import write_metrics
 from graphattn.train.loop import fit
 from graphattn.train.runtime import resolve_device, set_seed, threads_for
 
@@ -244,8 +243,9 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         data = data.to(device)  # one full batch: moved once
         loaders = {s: [data] for s in ("train", "val", "test")}
         forward = sn.node_forward(model_spec)
-    res = fit(model, loaders, forward, TrainConfig.from_recipe(hp, kind="multiclass", seed=args.seed, resume=args.resume,
-                                                        progress=not args.no_progress), out_dir=out, meta=meta)
+    config = TrainConfig.from_recipe(hp, kind="multiclass", seed=args.seed, resume=args.resume,
+                                     progress=not args.no_progress)
+    res = fit(model, loaders, forward, config, out_dir=out, meta=meta)
     acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
     print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
           + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)

@@ -51,4 +51,5 @@ def __getattr__(name: str):
 
     warnings.warn(f"graphattn.data.{name} moved to graphattn.transforms.{name}", DeprecationWarning, stacklevel=2)
     # by name, at first use: graphattn.transforms sits above graphattn.data
-    return getattr(importlib.import_module("graphattn.transforms"), name)
+    value = globals()[name] = getattr(importlib.import_module("graphattn.transforms"), name)  # warned once
+    return value

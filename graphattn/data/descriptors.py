@@ -99,3 +99,15 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
                 v = math.nan
             out.append(_compress(v) if math.isfinite(v) else math.copysign(SATURATED, v) if math.isinf(v) else 0.0)
     return torch.tensor(out, dtype=torch.float32).view(1, -1)
+
+
+def __getattr__(name: str):
+    if name != "AddMolDescriptors":
+        raise AttributeError(f"module 'graphattn.data.descriptors' has no attribute {name!r}")
+    import importlib
+
+    warnings.warn("graphattn.data.descriptors.AddMolDescriptors moved to graphattn.transforms.AddMolDescriptors",
+                  DeprecationWarning, stacklevel=2)
+    # by name, at first use: graphattn.transforms sits above graphattn.data
+    value = globals()[name] = importlib.import_module("graphattn.transforms").AddMolDescriptors  # warned once
+    return value

@@ -34,7 +34,8 @@ from graphattn.utils.files import plain_mode
 
 PathLike = Union[str, os.PathLike]
 
-__all__ = ["writable_dir", "pyg_progress_to_log", "data_root", "cache_root", "find_file", "download_url", "sha256sum", "git_blob_sha1", "DataFileError"]
+__all__ = ["writable_dir", "pyg_progress_to_log", "data_root", "cache_root", "find_file", "download_url", "sha256sum",
+           "git_blob_sha1", "DataFileError"]
 
 
 class DataFileError(ValueError):

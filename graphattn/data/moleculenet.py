@@ -97,7 +97,8 @@ def moleculenet_names(task_type: Optional[str] = None) -> List[str]:
 
 
 def _hint() -> str:
-    return "delete it to re-download, or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy"
+    return ("delete it to re-download, or point root= (Python), --data-root (command line) or $GRAPHATTN_DATA "
+            "at a good copy")
 
 
 def moleculenet_tasks(name: str, header: List[str], path: Path) -> List[str]:

@@ -7,7 +7,7 @@ Invalid SMILES are skipped, counted and reported with their file rows, never dro
 silently. A label cell is a finite number, ``true``/``false`` (any case, as pandas writes
 booleans; 1/0), or missing (empty, ``nan``, ``NA``, ``N/A``, ``null``, ``none``: the words
 of :data:`graphattn.data.rawio.MISSING_LABELS`, NaN in ``y``). With ``binary=True`` (the
-toxicity sets, and the CSV classification pipeline, which trains with binary
+named MoleculeNet classification sets, and the CSV classification pipeline, which trains with binary
 cross-entropy) the numbers must be 0 or 1 (``0.0``, ``1.0``, ``1e0`` too); the library
 default for :class:`MoleculeCSVDataset` is ``binary=False`` (regression targets such as
 ESOL's log-solubility). RDKit is imported lazily.
@@ -290,3 +290,20 @@ class MoleculeCSVDataset(SmilesCSVDataset):
         super().__init__(path, stem, smiles_col, None if task_cols is None else list(task_cols),
                          cache_root(cache_dir), transform, pre_transform, force_reload, log,
                          limit=limit, rel=f"csv/{stem}", binary=binary)
+
+
+#: names that moved to :mod:`graphattn.data.moleculenet`, still importable from here (deprecated)
+_MOVED = {"ToxicityDataset", "TOXICITY_DATASETS", "TOX21_TASKS", "SIDER_TASKS"}
+
+
+def __getattr__(name: str):
+    if name not in _MOVED:
+        raise AttributeError(f"module 'graphattn.data.molecules' has no attribute {name!r}")
+    import importlib
+    import warnings as _warnings
+
+    _warnings.warn(f"graphattn.data.molecules.{name} moved to graphattn.data.moleculenet.{name}",
+                   DeprecationWarning, stacklevel=2)
+    # by name, at first use: graphattn.data.moleculenet imports this module
+    value = globals()[name] = getattr(importlib.import_module("graphattn.data.moleculenet"), name)  # warned once
+    return value

@@ -8,9 +8,9 @@ from graphattn.nn.encodings import LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
 from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
-from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
 from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
                                    SynthesizerAttention, make_global_attention)
+from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
 from graphattn.utils.validation import refuse_scripting
 
 __all__ = [

@@ -8,8 +8,8 @@ from torch import Tensor, nn
 from torch_geometric.nn import GINConv, GINEConv
 
 from graphattn.nn.attention import GraphSelfAttention
-from graphattn.nn.dropout import Dropout
 from graphattn.nn.attention.explain import layer_edge_mask
+from graphattn.nn.dropout import Dropout
 from graphattn.nn.variants import make_global_attention
 from graphattn.ops.csr import plain_tensor
 

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from graphattn.functional import check_all_finite
 from graphattn.ops.padding import check_batch
+from graphattn.transforms.positional import AddLaplacianPE, AddRandomWalkPE  # noqa: F401  (moved there)
 from graphattn.utils.validation import check_dtype, check_int
 
 __all__ = ["LapPEEncoder", "pe_inputs", "sinusoidal_pe",

@@ -195,7 +195,7 @@ def graph_feature_input(g: Tensor, norm: Optional[GraphFeatureNorm], features: O
         return g
     if features is None:
         raise ValueError(f"this model needs graph_features of shape (B, {norm.dim}) (e.g. data.mol_desc "
-                         "from graphattn.data.descriptors.AddMolDescriptors)")
+                         "from graphattn.transforms.AddMolDescriptors)")
     if features.size(0) != g.size(0):
         raise ValueError(f"graph_features has {features.size(0)} rows but the batch has {g.size(0)} graphs")
     return torch.cat([g, norm(features.to(g.dtype))], dim=-1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -21,7 +22,13 @@ SCHEDULES = ("constant", "cosine")
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer (Python's or NumPy's), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v: Any) -> bool:
+    """A finite real number (Python's, NumPy's or a one-element tensor's ``item()``), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
 @dataclass(frozen=True)
@@ -31,7 +38,7 @@ class TrainConfig:
     Args:
         kind: ``"binary"`` (multi-task, NaN = missing), ``"multiclass"`` or ``"regression"``.
         epochs: epochs to train (>= 0).
-        lr: Adam's learning rate (> 0).
+        lr: Adam's learning rate (>= 0).
         weight_decay: Adam's weight decay (>= 0).
         patience: stop after this many epochs without validation improvement (None = never;
             0 acts as 1: stop at the first epoch without improvement).
@@ -62,20 +69,21 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self):
+        for name in ("lr", "weight_decay", "grad_clip"):  # a one-element tensor reads as its number
+            v = getattr(self, name)
+            if hasattr(v, "numel") and hasattr(v, "item") and v.numel() == 1:
+                object.__setattr__(self, name, v.item())
         if self.kind not in TASK_KINDS:
             raise ValueError(f"kind must be one of {TASK_KINDS}, got {self.kind!r}")
         if not _is_int(self.epochs) or self.epochs < 0:
             raise ValueError(f"epochs must be an int >= 0, got {self.epochs!r}")
-        for name in ("lr", "weight_decay"):
+        for name in ("lr", "weight_decay"):  # lr 0 is allowed: the weights then stay as they are
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
-                    or (name == "lr" and v == 0):
-                raise ValueError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got {v!r}")
+            if not _is_real(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.patience is not None and (not _is_int(self.patience) or self.patience < 0):
             raise ValueError(f"patience must be None or an int >= 0, got {self.patience!r}")
-        if self.grad_clip is not None and (isinstance(self.grad_clip, bool)
-                                           or not isinstance(self.grad_clip, (int, float))
-                                           or not math.isfinite(self.grad_clip) or self.grad_clip <= 0):
+        if self.grad_clip is not None and (not _is_real(self.grad_clip) or self.grad_clip <= 0):
             raise ValueError(f"grad_clip must be None (off) or a finite number > 0, got {self.grad_clip!r}")
         if not _is_int(self.seed):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
@@ -83,6 +91,12 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not _is_int(self.warmup) or self.warmup < 0:
             raise ValueError(f"warmup must be an int >= 0 (epochs), got {self.warmup!r}")
+        for name, kind in (("lr", float), ("weight_decay", float), ("epochs", int), ("seed", int), ("warmup", int)):
+            object.__setattr__(self, name, kind(getattr(self, name)))  # NumPy scalars become Python numbers
+        if self.grad_clip is not None:
+            object.__setattr__(self, "grad_clip", float(self.grad_clip))
+        if self.patience is not None:
+            object.__setattr__(self, "patience", int(self.patience))
 
     def replace(self, **changes: Any) -> "TrainConfig":
         """A copy with ``changes`` applied (checked again)."""

@@ -68,6 +68,8 @@ def overflow_named(forward: Forward, epoch: int) -> Forward:
 
 
 def diverged(epoch: int, bad) -> None:
+    """Stop the run with a ``FloatingPointError``: the training loss of ``epoch`` is not finite (``bad``:
+    ``(batch, loss)`` on this rank, or None when another rank saw it)."""
     where = f"batch {bad[0]} (loss {bad[1]})" if bad else "the same step on another rank"
     raise FloatingPointError(f"training loss is not finite at epoch {epoch}, {where}: the model diverged "
                              "(try a lower learning rate) or a batch holds non-finite features")

@@ -18,6 +18,7 @@ __all__ = ["set_seed", "resolve_device", "model_device", "release_free_heap", "b
 
 
 def set_seed(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators (NumPy's with ``seed`` modulo 2**32)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -15,7 +15,9 @@ __all__ = ["AddMolDescriptors"]
 
 
 class AddMolDescriptors(BaseTransform):
-    """PyG transform: ``data.mol_desc`` ``(1, D)`` from ``data.smiles`` (see the module doc).
+    """PyG transform: ``data.mol_desc`` ``(1, D)`` from ``data.smiles`` (the descriptors of
+    :func:`graphattn.data.descriptors.mol_descriptors`). It sets the attribute on the graph it is given
+    and returns that graph (no copy, unlike PyG's ``BaseTransform.__call__``).
 
     Args:
         names (sequence of str, optional): descriptors to compute (default: all of the
@@ -29,6 +31,9 @@ class AddMolDescriptors(BaseTransform):
     def __init__(self, names: Optional[Sequence[str]] = None):
         self.names = descriptor_names() if names is None else list(names)
 
+    def __call__(self, data: Data) -> Data:
+        return self.forward(data)  # in place, as before it was a BaseTransform
+
     def forward(self, data: Data) -> Data:
         smiles = getattr(data, "smiles", None)
         if not isinstance(smiles, str):
@@ -38,7 +43,7 @@ class AddMolDescriptors(BaseTransform):
         return data
 
     def __repr__(self) -> str:
-        import rdkit  # optional dependency, as above
+        import rdkit  # optional dependency: only for the repr (the descriptors import it themselves)
 
         digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:10]
         return f"{type(self).__name__}(rdkit={rdkit.__version__}, D={len(self.names)}, names={digest})"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_inputs import TINY, train_csv
 from torch_geometric.data import Batch, Data
 
 import graphattn.cli.molecules_predict as mc
@@ -24,8 +25,6 @@ from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import TrainConfig, distributed, fit
 from graphattn.train.checkpoint import write_metrics
 from graphattn.utils.files import check_output_not_input
-
-from tiny_inputs import TINY, train_csv
 
 
 def _fails(argv, capsys, match, tmp_path):

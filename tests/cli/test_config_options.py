@@ -4,6 +4,7 @@ of the user's is silently ignored."""
 import pathlib
 
 import pytest
+from tiny_inputs import write_tu_text
 
 from graphattn.cli import social_train
 from graphattn.cli.arguments import build_parser
@@ -12,8 +13,6 @@ from graphattn.cli.options import TRAIN_OPTIONS
 from graphattn.tasks.molecules import pipeline
 from graphattn.tasks.social import graph as social_graph
 from graphattn.train import TrainConfig
-
-from tiny_inputs import write_tu_text
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 #: config fields whose option has another destination, and the one the task sets

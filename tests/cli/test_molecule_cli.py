@@ -23,16 +23,16 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 
+from tiny_inputs import SMILES, TINY, molecule_labels, train_csv, write_csv, write_file  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 
 from graphattn.cli import main as cli  # noqa: E402
 from graphattn.cli import molecules_predict as molecule_commands  # noqa: E402
-from graphattn.tasks.molecules.files import spooled as _spooled  # noqa: E402
-from graphattn.data import DataFileError, MoleculeCSVDataset, labels, molecules, read_csv_table, smiles_to_data  # noqa: E402
+from graphattn.data import (DataFileError, MoleculeCSVDataset, labels, molecules, read_csv_table,  # noqa: E402
+                            smiles_to_data)
 from graphattn.tasks.molecules import data as md  # noqa: E402
+from graphattn.tasks.molecules.files import spooled as _spooled  # noqa: E402
 from graphattn.train import load_checkpoint, save_checkpoint  # noqa: E402
-
-from tiny_inputs import SMILES, TINY, molecule_labels, train_csv, write_csv, write_file  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

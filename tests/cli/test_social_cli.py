@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import torch
+from tiny_inputs import write_file
 from torch import nn
 
 from graphattn.cli.main import main
@@ -19,8 +20,6 @@ from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.node import _standardize
 from graphattn.train import CheckpointError, TrainConfig, fit, load_checkpoint
 from graphattn.train.checkpoint import check_same_run, write_metrics
-
-from tiny_inputs import write_file
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ from rdkit.Chem import Descriptors  # noqa: E402
 from graphattn import GraphClassifier, GraphFeatureNorm  # noqa: E402
 from graphattn.cli import main as cli  # noqa: E402
 from graphattn.data import descriptor_names  # noqa: E402
-from graphattn.transforms import AddMolDescriptors  # noqa: E402
 from graphattn.data import descriptors as dmod  # noqa: E402
 from graphattn.data import mol_descriptors, smiles_to_data
 from graphattn.nn import MPNNBaseline  # noqa: E402
@@ -22,6 +21,7 @@ from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.train import load_checkpoint  # noqa: E402
+from graphattn.transforms import AddMolDescriptors  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():

@@ -1,7 +1,7 @@
 """Named MoleculeNet sets and SMILES CSVs as datasets (graphattn.data.moleculenet, graphattn.data.molecules): CSV layouts,
 task columns, labels, the featurized cache, downloads and the shared Tox21 copy."""
-import dataclasses
 import csv
+import dataclasses
 import gzip
 import shutil
 import warnings
@@ -12,19 +12,18 @@ import torch
 
 pytest.importorskip("rdkit")
 
+from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
 from torch_geometric.loader import DataLoader  # noqa: E402
 
 import graphattn.data.download as download  # noqa: E402
-from graphattn.data import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION, SIDER_TASKS,  # noqa: E402
-                            MOLECULENET, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset,
-                            TaskColumnWarning, MoleculeNetDataset, molecules, read_csv_table)
-from graphattn.data.moleculenet import TOX21_TASKS, moleculenet_tasks  # noqa: E402
+from graphattn.data import (ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURIZER_VERSION, MOLECULENET,  # noqa: E402
+                            SIDER_TASKS, DataFileError, InvalidSmilesWarning, MoleculeCSVDataset, MoleculeNetDataset,
+                            TaskColumnWarning, molecules, read_csv_table)
 from graphattn.data.download import writable_dir  # noqa: E402
+from graphattn.data.moleculenet import TOX21_TASKS, moleculenet_tasks  # noqa: E402
 from graphattn.data.molecules import canonical_key  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.testing import requires_data, shared_data_dir  # noqa: E402
-
-from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # Tox21 file rows (1-based, header = row 1) with hypervalent [AlH3]; see shared/data/MANIFEST.md

@@ -1,5 +1,5 @@
 """PyG's Explainer on models built from GraphSelfAttention: edge masks scale every message as
-in PyG's convs, computed by a differentiable per-edge path (graphattn.nn.explain_masks)."""
+in PyG's convs, computed by a differentiable per-edge path (graphattn.nn.attention.explain)."""
 import pytest
 import torch
 from torch_geometric.explain import AttentionExplainer, Explainer, GNNExplainer

@@ -27,9 +27,9 @@ import graphattn.utils.memo
 from graphattn import GraphSelfAttention
 from graphattn.data.featurize import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
 from graphattn.nn.encodings import pe_inputs
-from graphattn.transforms import AddLaplacianPE
 from graphattn.nn.models import GraphClassifier, NodeClassifier
 from graphattn.ops import extension
+from graphattn.transforms import AddLaplacianPE
 from graphattn.utils import validation
 
 aten = torch.ops.aten

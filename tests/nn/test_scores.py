@@ -95,5 +95,22 @@ def test_score_specific_options_are_refused_by_the_score():
         GraphSelfAttention(8, 4, score="gat", impl="dense")
     with pytest.raises(ValueError, match="impl='fused' supports only"):
         GraphSelfAttention(8, 4, score="additive", impl="fused")
-    with pytest.raises(ValueError, match="needs score='dot' or 'additive'"):
+    with pytest.raises(ValueError, match=r"needs a score that takes it \(score='gat' takes \('softmax',\)"):
         GraphSelfAttention(8, 4, score="gat", normalization="relu")
+
+
+@pytest.mark.parametrize("args, kwargs, expected", [
+    ((4, 4), dict(score="additive"), ["att", "lin_l.weight", "lin_l.bias", "lin_r.weight", "lin_r.bias",
+                                      "lin_skip.weight", "lin_skip.bias"]),
+    ((4, 4), dict(), ["lin_query.weight", "lin_query.bias", "lin_key.weight", "lin_key.bias", "lin_value.weight",
+                      "lin_value.bias", "lin_skip.weight", "lin_skip.bias"]),
+    ((4, 5), dict(score="gat", edge_dim=2), ["att_src", "att_dst", "att_edge", "lin_src.weight", "lin_dst.weight",
+                                             "lin_edge.weight", "lin_skip.weight", "lin_skip.bias"]),
+    (4, dict(score="additive", share_weights=True, edge_dim=3, beta=True),
+     ["att", "lin_qkv.weight", "lin_qkv.bias", "lin_edge.weight", "lin_skip.weight", "lin_skip.bias",
+      "lin_beta.weight"]),
+])
+def test_parameter_order_is_that_of_the_layer_before_scores_were_classes(args, kwargs, expected):
+    """parameters() order is what an optimizer's saved state maps onto (a checkpoint's Adam moments must
+    land on the same tensors); these lists are the order of the single-file layer of commit 1179141."""
+    assert [n for n, _ in GraphSelfAttention(args, 3, heads=2, **kwargs).named_parameters()] == expected

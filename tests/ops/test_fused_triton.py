@@ -18,8 +18,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from graphattn import GraphSelfAttention, dense_attention, edge_attention, to_csr
-from graphattn.ops.dispatch import fused_kind
 from graphattn.ops import fused_triton as ta
+from graphattn.ops.dispatch import fused_kind
 from graphattn.testing import dense_mask_and_bias, random_graph
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")

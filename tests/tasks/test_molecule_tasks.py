@@ -10,7 +10,7 @@ pytest.importorskip("rdkit")
 
 from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: E402
 
-from graphattn.data import SIDER_TASKS, MOLECULENET  # noqa: E402
+from graphattn.data import MOLECULENET, SIDER_TASKS  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402

@@ -17,7 +17,7 @@ def test_defaults_round_trip_through_json():
 
 
 @pytest.mark.parametrize("bad, match", [(dict(kind="ranking"), "kind must be one of"),
-                                        (dict(lr=0.0), "lr must be"), (dict(lr=float("nan")), "lr must be"),
+                                        (dict(lr=-1e-3), "lr must be"), (dict(lr=float("nan")), "lr must be"),
                                         (dict(weight_decay=-1.0), "weight_decay"), (dict(epochs=True), "epochs"),
                                         (dict(seed=1.5), "seed"), (dict(patience=1.0), "patience"),
                                         (dict(grad_clip=float("inf")), "grad_clip")])
@@ -43,3 +43,16 @@ def test_fit_takes_a_config_and_at_most_eight_parameters():
     assert len(inspect.signature(fit).parameters) <= 8
     with pytest.raises(TypeError, match="config must be a graphattn.train.TrainConfig"):
         fit(None, {}, None, {"kind": "binary"})
+
+
+def test_numpy_and_tensor_numbers_are_taken_as_python_numbers():
+    import numpy as np
+    import torch
+
+    cfg = TrainConfig(kind="binary", epochs=np.int64(3), lr=np.float32(1e-3), weight_decay=torch.tensor(0.01),
+                      seed=np.int64(7), grad_clip=np.float64(2.0), patience=np.int32(4))
+    assert (type(cfg.epochs), type(cfg.lr), type(cfg.seed), type(cfg.patience)) == (int, float, int, int)
+    assert cfg.weight_decay == pytest.approx(0.01) and cfg.grad_clip == 2.0
+    assert TrainConfig(kind="binary", lr=0.0).lr == 0.0  # fit() with lr 0 leaves the weights as they are
+    with pytest.raises(ValueError, match="grad_clip must be"):
+        TrainConfig(kind="binary", grad_clip=True)

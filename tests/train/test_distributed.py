@@ -18,9 +18,10 @@ from graphattn.cli import commands
 from graphattn.cli.main import main
 from graphattn.data import load_karate, stratified_masks
 from graphattn.loader.partition import PartitionBatches, partition_nodes
+from graphattn.train import TrainConfig
 from graphattn.train import distributed
 from graphattn.train import distributed as D
-from graphattn.train import TrainConfig, fit, set_seed
+from graphattn.train import fit, set_seed
 
 GLOBAL_BATCH, EPOCHS = 8, 3
 

@@ -12,9 +12,9 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.transforms import AddRandomWalkPE as PygRandomWalkPE
 from torch_geometric.utils import to_undirected
 
+from graphattn.data import random_walk_pe
 from graphattn.nn import LapPEEncoder
 from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE
-from graphattn.data import random_walk_pe
 
 
 def graph(edges, num_nodes):

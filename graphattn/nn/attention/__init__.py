@@ -10,7 +10,8 @@
 - :mod:`~graphattn.nn.attention.weights`: attention weights with a gradient, aggregation with given weights;
 - :mod:`~graphattn.nn.attention.explain`: PyG ``Explainer`` edge masks.
 """
-# isort: off  (registration order is the order of SCORES.names())
+# the registration order is the order of SCORES.names()
+# isort: off
 from graphattn.nn.attention.dot import DotScore
 from graphattn.nn.attention.additive import AdditiveScore
 from graphattn.nn.attention.gat import GATScore
@@ -19,4 +20,8 @@ from graphattn.nn.attention.bilinear import BilinearScore
 from graphattn.nn.attention.layer import GraphSelfAttention
 from graphattn.nn.attention.score import SCORES, EdgeScore
 
-__all__ = ["GraphSelfAttention", "EdgeScore", "SCORES", "DotScore", "AdditiveScore", "GATScore", "BilinearScore"]
+__all__ = ["GraphSelfAttention", "EdgeScore", "SCORES", "DotScore", "AdditiveScore", "GATScore", "BilinearScore",
+           "LAYER_SCORES"]
+
+#: the built-in scores' names (``SCORES.names()`` also lists scores registered later)
+LAYER_SCORES = SCORES.names()

@@ -5,10 +5,8 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
-
-from torch import nn
 from torch_geometric.nn.inits import zeros
 
 from graphattn.nn.attention.explain import input_edge_alpha, layer_edge_mask
@@ -255,7 +253,8 @@ class GraphSelfAttention(MessagePassing):
         if attn_bias is not None:
             check_tensor_shape(attn_bias, (E, H), "attn_bias")
             check_bias_dtype(attn_bias)
-        edge_feat = self.score_fn.edge_features_per_edge(self, edge_attr, edge_attr_index, E, wdtype)  # (E, H, C) | (E, H) gat
+        # (E, H, C), or (E, H) for a score term (gat)
+        edge_feat = self.score_fn.edge_features_per_edge(self, edge_attr, edge_attr_index, E, wdtype)
         parts = self.score_fn.project(self, x_src, x_dst)
         check_values(x_src, x_dst, bipartite, parts, edge_attr if self.lin_edge is not None else None, attn_bias)
         # PyG's message hooks (AttentionExplainer reads msg_kwargs["alpha"]) get the weights

@@ -83,8 +83,9 @@ class EdgeScore:
         if impl not in self.impls:
             raise ValueError(f"impl={impl!r} cannot take score={self.name!r}: use one of {self.impls}")
         if normalization not in self.normalizations:
-            raise ValueError(f"normalization={normalization!r} needs score='dot' or 'additive' and "
-                             "weights_grad=False (both are softmax attention)")
+            raise ValueError(f"normalization={normalization!r} needs a score that takes it (score={self.name!r} "
+                             f"takes {self.normalizations}; e.g. score='dot' or 'additive') and weights_grad=False "
+                             "(both are softmax attention)")
         if share_weights and not self.shares_weights:
             raise ValueError(f"share_weights=True applies to score='additive' (GATv2), got score={self.name!r}")
 
@@ -100,10 +101,12 @@ class EdgeScore:
         if self.fused_parts and isinstance(layer.in_channels, int) and layer.in_channels > 0:
             n = 1 if layer.share_weights else self.fused_parts
             layer.lin_qkv = nn.Linear(f_src, n * H * C, bias=bias)  # one (n*H*C, F) weight
-        else:  # one projection per role, on its side, with PyG's names (lazy -1 widths too)
+        else:  # one projection per role, on its side, with PyG's names (lazy -1 widths too), built in
+            # one fixed order: parameters() and so an optimizer's saved state keep their order
             dst, src = self.roles(layer)
-            for name in dict.fromkeys(dst + src):
-                setattr(layer, name, make_linear(f_dst if name in dst else f_src, H * C, bias))
+            for name in ("lin_query", "lin_key", "lin_value", "lin_l", "lin_r"):
+                if name in dst + src:
+                    setattr(layer, name, make_linear(f_dst if name in dst else f_src, H * C, bias))
         if layer.edge_dim is not None:
             layer.lin_edge = nn.Linear(layer.edge_dim, H * C, bias=False)
 

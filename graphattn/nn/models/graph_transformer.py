@@ -111,7 +111,8 @@ class GraphTransformer(nn.Module):
         if self.pe_encoder is None:
             return None
         if pe is None:
-            raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with pe_dim={self.pe_dim}")
+            raise ValueError(f"pe of shape (N, {self.pe_dim}) is required: the model was built with "
+                             f"pe_dim={self.pe_dim}")
         if pe.shape != (x.size(0), self.pe_dim):
             raise ValueError(f"pe must have shape ({x.size(0)}, {self.pe_dim}), got {tuple(pe.shape)}")
         check_dtype(pe, next(self.pe_encoder.parameters()).dtype, "pe", "the model")
@@ -126,7 +127,8 @@ class GraphTransformer(nn.Module):
             raise_non_finite_pe(pe, pe_eigvals, pe_mask)
         return hp
 
-    def _encode_edges(self, edge_attr: Optional[Tensor], edge_index: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    def _encode_edges(self, edge_attr: Optional[Tensor],
+                      edge_index: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """``(edge features, edge_attr_index)``: the encoded ``(E, C)`` features, or for categorical edges
         the ``(U, C)`` table of distinct rows and each edge's row ``(E,)``; ``(None, None)`` without edges."""
         if self.edge_encoder is None:

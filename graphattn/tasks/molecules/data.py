@@ -15,11 +15,11 @@ from graphattn.data.moleculenet import MoleculeNetDataset
 from graphattn.data.molecules import BOND_FEATURE_DIMS, InvalidSmilesError, MoleculeCSVDataset, smiles_to_data
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.data.splits import balanced_scaffold_split, random_split, scaffold_split
+from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
+from graphattn.tasks.molecules.files import cache_dir
 from graphattn.transforms.descriptors import AddMolDescriptors
 from graphattn.transforms.hops import AddHopEdges
 from graphattn.transforms.positional import AddLaplacianPE, AddRandomWalkPE
-from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
-from graphattn.tasks.molecules.files import cache_dir
 from graphattn.utils.validation import check_int
 
 __all__ = ["descriptor_set", "resolve_tasks", "load_dataset", "check_split", "split_indices",

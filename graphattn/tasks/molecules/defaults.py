@@ -23,7 +23,7 @@ DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12
 
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of
-#: :data:`graphattn.tasks.molecules.pipeline.DEFAULTS`, so ``train tox21 --init`` needs no other flag.
+#: :data:`graphattn.tasks.molecules.defaults.DEFAULTS`, so ``train tox21 --init`` needs no other flag.
 PRETRAIN_DEFAULTS = dict(epochs=20, lr=1e-3, weight_decay=0.0, batch_size=128, patience=None, hidden=64, layers=3,
                          heads=4, dropout=0.1, global_tokens=1, pe_dim=8, pe_kind="laplacian", local_mpnn=None,
                          mask_rate=0.15, atom_weight=1.0, val_fraction=0.05)

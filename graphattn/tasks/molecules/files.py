@@ -2,6 +2,11 @@
 (a pipe or process substitution is spooled into a temporary file first, gzip told by its content)."""
 from __future__ import annotations
 
+import atexit
+import hashlib
+import shutil
+import tempfile
+import zlib
 from pathlib import Path
 
 from graphattn.data.download import cache_root
@@ -21,7 +26,6 @@ def cache_dir() -> Path:
 
 def _sniffed_suffix(head: bytes) -> str:
     """The table kind of a pipe's first bytes as a file suffix (``.tsv``, ``.csv``, ``.smi``)."""
-    import zlib
 
     if head[:2] == b"\x1f\x8b":  # gzipped: look at the start of its text
         try:
@@ -36,11 +40,6 @@ def _sniffed_suffix(head: bytes) -> str:
 def spooled(path) -> str:
     """``path``, or for a pipe (``/dev/stdin``, ``<(...)``) a temporary copy of what it carries:
     the dataset reads its file more than once (hash, header, rows)."""
-    import atexit
-    import hashlib
-    import shutil
-    import tempfile
-
     p = Path(path).expanduser()
     if not p.exists() or p.is_file() or p.is_dir():  # a folder: the reader names it
         return str(path)

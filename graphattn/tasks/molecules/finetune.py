@@ -11,8 +11,7 @@ from torch import Tensor, nn
 from graphattn.data.download import sha256sum
 from graphattn.data.molecules import FEATURIZER_VERSION
 from graphattn.nn.models.graph_transformer import GraphClassifier
-from graphattn.train.checkpoint import CheckpointError
-from graphattn.train.checkpoint import load_checkpoint
+from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 
 __all__ = ["load_pretrained", "load_pretrained_backbone", "apply_init"]
 

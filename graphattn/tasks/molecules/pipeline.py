@@ -24,11 +24,11 @@ from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.data import SelectTasks, edge_vocab_sizes
 from graphattn.tasks.molecules.defaults import BASELINES
 from graphattn.tasks.molecules.finetune import apply_init
-from graphattn.train.config import TrainConfig
 from graphattn.train.checkpoint import load_checkpoint, save_checkpoint
+from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit
-from graphattn.train.runtime import model_device, resolve_device, set_seed
 from graphattn.train.metrics import compute_pos_weight, mean_over_valid, pr_auc_per_task, roc_auc_per_task
+from graphattn.train.runtime import model_device, resolve_device, set_seed
 
 __all__ = ["molecule_loader", "model_spec", "forward", "split_metrics", "probability_metrics",
            "run_training", "member_seed", "run_ensemble", "load_model", "predict_proba"]
@@ -170,8 +170,8 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
             warnings.warn(f"--pos-weight: task(s) {none} have no positive label in the training split (weight 1; "
                           "the model cannot learn them)", stacklevel=2)
         pw = pw.to(model_device(model))
-    res = fit(model, loaders, forward, TrainConfig.from_recipe(hp, kind="binary", seed=seed, resume=resume, progress=progress),
-              pos_weight=pw, out_dir=out_dir, meta=meta, log=log)
+    config = TrainConfig.from_recipe(hp, kind="binary", seed=seed, resume=resume, progress=progress)
+    res = fit(model, loaders, forward, config, pos_weight=pw, out_dir=out_dir, meta=meta, log=log)
     out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
            "seconds_per_epoch": res["seconds_per_epoch"],
            "num_parameters": sum(p.numel() for p in model.parameters()),

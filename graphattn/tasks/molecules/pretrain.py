@@ -175,8 +175,9 @@ def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_
     model.to(resolve_device(device))
     model.desc_norm.fit(torch.cat([g.mol_desc for g in parts["train"]]))
     loaders = {s: DataLoader(p, batch_size=hp["batch_size"], shuffle=(s == "train")) for s, p in parts.items()}
-    res = fit(model, loaders, pretrain_forward(hp["mask_rate"], hp["atom_weight"]), TrainConfig.from_recipe(hp, kind="regression", seed=seed, resume=resume, progress=progress),
-              out_dir=out_dir, meta=meta, log=log)
+    config = TrainConfig.from_recipe(hp, kind="regression", seed=seed, resume=resume, progress=progress)
+    res = fit(model, loaders, pretrain_forward(hp["mask_rate"], hp["atom_weight"]), config, out_dir=out_dir, meta=meta,
+              log=log)
     acc = masked_atom_accuracy(model, loaders["val"], hp["mask_rate"])
     return {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
             "seconds_per_epoch": res["seconds_per_epoch"], "counts": {s: len(p) for s, p in parts.items()},

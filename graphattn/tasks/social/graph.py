@@ -125,8 +125,9 @@ def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=No
     (on ``device``: :func:`graphattn.train.resolve_device`, default the GPU when there is one)."""
     set_seed(seed)
     model = build_model(model_spec).to(resolve_device(device))
-    return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, resume=resume, progress=progress),
-               out_dir=out_dir, meta=meta, log=log)
+    config = TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, resume=resume, progress=progress)
+    return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), config, out_dir=out_dir,
+               meta=meta, log=log)
 
 
 def gin_protocol(histories: List[List[Dict[str, Any]]]) -> Tuple[float, float, int]:

@@ -13,9 +13,9 @@ from graphattn.data.download import DataFileError, data_root, files_sha256
 from graphattn.data.social import stratified_masks
 from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, find_tu_prefix,
                                load_social_graph_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
-from graphattn.transforms.positional import AddLaplacianPE
 from graphattn.tasks.social.inputs import input_files, warn_if_inputs_changed
 from graphattn.tasks.social.node import recorded_root_first
+from graphattn.transforms.positional import AddLaplacianPE
 
 __all__ = ["GRAPH_DATASETS", "GRAPH_FEATURES", "VAL_FRACTION", "graph_data_spec", "tu_fold_dir", "load_graphs", "graph_split",
            "edge_dim_of"]

@@ -34,11 +34,11 @@ from graphattn.data.download import DataFileError, data_root
 from graphattn.data.rawio import canonical_label
 from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social_node_dataset, stratified_masks,
                                    structural_node_features)
-from graphattn.transforms.positional import AddLaplacianPE
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.tasks.social.inputs import warn_if_inputs_changed
-from graphattn.train.runtime import model_device
 from graphattn.train.metrics import consistency_loss
+from graphattn.train.runtime import model_device
+from graphattn.transforms.positional import AddLaplacianPE
 
 __all__ = ["NODE_DATASETS", "USER_GRAPH", "dataset_specific_defaults", "node_accuracy", "run_model", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_model_spec", "node_forward",
            "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
