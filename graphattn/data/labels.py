@@ -1,16 +1,19 @@
 """Label cells and task columns of a molecule table: which cells are labels (a finite number,
 ``true``/``false``, or missing: the words of :data:`graphattn.data.rawio.MISSING_LABELS`; with
-``binary`` only 0 and 1), which columns are identifiers, and which columns a table's tasks are."""
+``binary`` only 0 and 1), which columns are identifiers, which columns a table's tasks are, and whether
+two label rows of one molecule disagree."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+import torch
+
 from graphattn.data.download import DataFileError
 from graphattn.data.rawio import MISSING_LABELS
 
-__all__ = ["is_id_column", "label_value", "parse_label", "infer_tasks"]
+__all__ = ["is_id_column", "label_value", "parse_label", "infer_tasks", "labels_conflict"]
 
 _ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index", "cid", "molregno", "cas",
                "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key", "num", "idx"}
@@ -93,3 +96,11 @@ def infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[int
         else:
             out.append(j)
     return out, skipped
+
+
+def labels_conflict(a, b) -> bool:
+    """Whether two label rows disagree on a task both of them label."""
+    if a is None or b is None or a.numel() == 0 or a.shape != b.shape:
+        return False
+    both = ~(torch.isnan(a) | torch.isnan(b))
+    return bool((a[both] != b[both]).any())

@@ -30,7 +30,7 @@ from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_l
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
                                       mol_to_data, parse_smiles, smiles_to_data)
-from graphattn.data.labels import infer_tasks, parse_label
+from graphattn.data.labels import infer_tasks, labels_conflict, parse_label
 from graphattn.data.smiles_table import find_column, read_csv_table
 
 __all__ = [
@@ -67,14 +67,6 @@ def canonical_key(smiles: str) -> str:
             return canonical_smiles(mol, fallback=smiles.strip())
     except Exception:  # noqa: BLE001 - a key, not a check: fall back to the text
         return smiles.strip()
-
-
-def _labels_conflict(a, b) -> bool:
-    """Whether two label rows disagree on a task both of them label."""
-    if a is None or b is None or a.numel() == 0 or a.shape != b.shape:
-        return False
-    both = ~(torch.isnan(a) | torch.isnan(b))
-    return bool((a[both] != b[both]).any())
 
 
 class SmilesCSVDataset(InMemoryDataset):
@@ -218,7 +210,7 @@ class SmilesCSVDataset(InMemoryDataset):
             labels = torch.tensor(y, dtype=torch.float64)
             if key in first:
                 duplicates.append((first[key][0], line))
-                if _labels_conflict(first[key][1], labels):
+                if labels_conflict(first[key][1], labels):
                     conflicting.append((first[key][0], line))
             else:
                 first[key] = (line, labels)
@@ -300,10 +292,9 @@ def __getattr__(name: str):
     if name not in _MOVED:
         raise AttributeError(f"module 'graphattn.data.molecules' has no attribute {name!r}")
     import importlib
-    import warnings as _warnings
 
-    _warnings.warn(f"graphattn.data.molecules.{name} moved to graphattn.data.moleculenet.{name}",
-                   DeprecationWarning, stacklevel=2)
+    warnings.warn(f"graphattn.data.molecules.{name} moved to graphattn.data.moleculenet.{name}",
+                  DeprecationWarning, stacklevel=2)
     # by name, at first use: graphattn.data.moleculenet imports this module
     value = globals()[name] = getattr(importlib.import_module("graphattn.data.moleculenet"), name)  # warned once
     return value
