@@ -15,7 +15,7 @@ _HOME = {
                      "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention", "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "make_global_attention"],
                     "graphattn.nn"),
     **dict.fromkeys(["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier", "GraphFeatureNorm",
-                     "ProbabilityEnsemble", "MoleculePretrainer"], "graphattn.nn.models"),
+                     "ProbabilityEnsemble", "MoleculePretrainer", "StandardizedRegressor", "MeanEnsemble"], "graphattn.nn.models"),
     **dict.fromkeys(["cluster_graph", "edge_normalize", "normalized_edge_attention", "linear_attention",
                      "NORMALIZATIONS", "GLOBAL_ATTNS"], "graphattn.nn.variants"),
     **dict.fromkeys(["sequence_graph", "image_graph", "sequences_to_batch", "images_to_batch"], "graphattn.patterns"),

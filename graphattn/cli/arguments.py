@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP
+from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, TASK_TYPES
+from graphattn.train.config import LOSSES, METRICS
 from graphattn.tasks.molecules.defaults import DEFAULTS, PE_KINDS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
 from graphattn.tasks.molecules.defaults import SPLITS
@@ -25,6 +26,15 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="epochs of linear learning-rate warm-up (default: per dataset)")
     g.add_argument("--grad-clip", type=float, default=None,
                    help="clip the gradient norm to this value before each step (default 5; 0 = no clipping)")
+    g.add_argument("--task-type", default=None, choices=list(TASK_TYPES),
+                   help="classification (0/1 or class labels) or regression (numeric targets, standardised on "
+                        "the training split; predictions in the original units); default: the named dataset's, "
+                        "else classification")
+    g.add_argument("--loss", default=None, choices=list(LOSSES["regression"]),
+                   help="regression loss: mse (default) or l1 (mean absolute error)")
+    g.add_argument("--metric", default=None, choices=sorted({m for ms in METRICS.values() for m in ms}),
+                   help="validation metric that selects the best epoch and drives early stopping (default: "
+                        "roc_auc for binary tasks, accuracy for classes, mae for regression; also pr_auc, rmse, r2)")
     g.add_argument("--batch-size", type=int, default=64, help="graphs per batch (graph-level tasks)")
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
     g.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and random splits "
@@ -111,11 +121,15 @@ def add_molecule_train_arguments(parser: argparse.ArgumentParser) -> None:
     own values (none|gine|gat here) in ``train``."""
     g = parser.add_argument_group("molecules")
     g.add_argument("--csv", default=None, help="train on any CSV (or .csv.gz) with a SMILES column and 0/1 task "
-                                                "columns (instead of a named dataset)")
+                                                "columns (numeric ones with --task-type regression) instead of "
+                                                "a named dataset")
     g.add_argument("--smiles-col", default="smiles", help="SMILES column of --csv (default: smiles)")
     g.add_argument("--tasks", default=None,
                    help="comma-separated task names, matched case-insensitively; names containing commas "
                         "(SIDER) are recognised (default: every task; for --csv every column of 0/1 labels)")
+    g.add_argument("--split-col", default=None, metavar="COL",
+                   help="a column of --csv naming each molecule's split (train / val / test, any case) instead "
+                        "of --split; a named set with its own split (zinc) uses it by default")
     g.add_argument("--split", choices=SPLITS, default="scaffold",
                    help="scaffold (deterministic Bemis-Murcko, chemprop's order; default), deepchem_scaffold "
                         "(the same with DeepChem's tie order: other val/test molecules), random or "

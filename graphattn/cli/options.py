@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
 from graphattn.tasks.social.budget import budget_lr, ours_warmup
+from graphattn.train.config import LOSSES, METRICS
 
-__all__ = ["TRAIN_OPTIONS", "train_options", "recipe_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable",
+__all__ = ["TRAIN_OPTIONS", "TASK_TYPES", "check_objective", "train_options", "recipe_options", "GROUPS", "APPLIES", "OURS_ONLY", "check_applicable",
            "given_options", "DEVICE_HELP", "DATA_ROOT_HELP", "RUN_FILES", "check_rerun", "applied_defaults"]
 
 #: help of ``--device`` (train, pretrain, examples/social_baselines.py); :func:`graphattn.train.resolve_device`
@@ -28,7 +29,9 @@ DATA_ROOT_HELP = ("folder of the raw data files (default: $GRAPHATTN_DATA, else 
 #: the ``train`` options that are fields of :class:`graphattn.train.TrainConfig`, read the same way by every
 #: pipeline (:func:`train_options`); the config's other fields come from ``--seed``, ``--resume`` and
 #: ``--no-progress``, and ``kind`` from the task (tests/cli/test_config_options.py checks both directions)
-TRAIN_OPTIONS = ("epochs", "lr", "weight_decay", "patience", "grad_clip", "schedule", "warmup")
+TRAIN_OPTIONS = ("epochs", "lr", "weight_decay", "patience", "grad_clip", "schedule", "warmup", "loss", "metric")
+#: ``--task-type``: what the targets are (chemprop's flag and names)
+TASK_TYPES = ("classification", "regression")
 
 
 def train_options(args) -> Dict[str, Any]:
@@ -49,8 +52,8 @@ def recipe_options(args, recipe: Dict[str, Any]) -> Dict[str, Any]:
 
 #: option destinations by the task they belong to (and the name used in the error message)
 GROUPS: Dict[str, FrozenSet[str]] = {
-    "molecule": frozenset({"csv", "smiles_col", "tasks", "split", "pos_weight", "descriptors", "ensemble", "init",
-                           "pe_kind", "hops"}),
+    "molecule": frozenset({"csv", "smiles_col", "tasks", "split", "split_col", "pos_weight", "descriptors",
+                           "ensemble", "init", "pe_kind", "hops"}),
     "--edges input": frozenset({"edges", "target", "features", "target_col", "id_col"}),
     "graph-set": frozenset({"tu_text", "folds"}),
     "node-classification": frozenset({
@@ -101,6 +104,18 @@ def check_applicable(args, task: str, baseline: str = "none") -> None:
         bad = given & (OURS_ONLY[task] | (frozenset({"heads"}) if baseline in _NO_HEADS else frozenset()))
         if bad:
             raise ValueError(f"{_flags(bad)}: option(s) of our model, not used by --baseline {baseline}")
+
+
+def check_objective(args, task_type: str, kind: str) -> None:
+    """ValueError when ``--loss`` or ``--metric`` does not fit the run's task type (``task_type``, trained
+    as :class:`graphattn.train.TrainConfig` ``kind``), naming the option and what it takes."""
+    loss, metric = getattr(args, "loss", None), getattr(args, "metric", None)
+    if loss is not None and loss not in LOSSES[kind]:
+        raise ValueError(f"--loss {loss} is a regression loss; this run is {task_type} "
+                         "(pass --task-type regression for numeric targets)")
+    if metric is not None and metric not in METRICS[kind]:
+        raise ValueError(f"--metric {metric} is not a metric of this {task_type} run; choose one of "
+                         f"{', '.join(METRICS[kind])}")
 
 
 def usage_error(command: str, msg: str) -> int:

@@ -13,12 +13,19 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-__all__ = ["TrainConfig", "TASK_KINDS", "SCHEDULES"]
+__all__ = ["TrainConfig", "TASK_KINDS", "SCHEDULES", "LOSSES", "METRICS"]
 
 #: the task kinds of :func:`graphattn.train.fit`
 TASK_KINDS = ("binary", "multiclass", "regression")
 #: learning-rate schedules of :func:`graphattn.train.fit`
 SCHEDULES = ("constant", "cosine")
+#: the losses of each task kind (the first is the default): binary cross-entropy, cross-entropy, and for
+#: regression the mean squared (``mse``) or absolute (``l1``) error of the standardised targets
+LOSSES = {"binary": ("bce",), "multiclass": ("ce",), "regression": ("mse", "l1")}
+#: the metrics of each task kind that can select the best epoch (the first is the default) and whether
+#: higher is better
+METRICS = {"binary": {"roc_auc": True, "pr_auc": True}, "multiclass": {"accuracy": True},
+           "regression": {"mae": False, "rmse": False, "r2": True}}
 
 
 def _is_int(v: Any) -> bool:
@@ -48,6 +55,10 @@ class TrainConfig:
         warmup: epochs of linear warm-up to ``lr`` before the schedule (0 = none).
         resume: continue from ``out_dir/last.pt`` when it exists.
         progress: show a progress bar over the epochs.
+        loss: the training loss, one of :data:`LOSSES` of ``kind`` (None = its first: ``bce``,
+            ``ce``, ``mse``); regression also takes ``l1``.
+        metric: the validation metric that selects the best epoch and drives early stopping, one
+            of :data:`METRICS` of ``kind`` (None = its first: ``roc_auc``, ``accuracy``, ``mae``).
 
     >>> cfg = TrainConfig(kind="binary", epochs=30, lr=5e-4)
     >>> cfg.replace(epochs=10).epochs
@@ -67,6 +78,8 @@ class TrainConfig:
     warmup: int = 0
     resume: bool = False
     progress: bool = True
+    loss: Optional[str] = None
+    metric: Optional[str] = None
 
     def __post_init__(self):
         for name in ("lr", "weight_decay", "grad_clip"):  # a one-element tensor reads as its number
@@ -75,6 +88,10 @@ class TrainConfig:
                 object.__setattr__(self, name, v.item())
         if self.kind not in TASK_KINDS:
             raise ValueError(f"kind must be one of {TASK_KINDS}, got {self.kind!r}")
+        for name, table in (("loss", LOSSES), ("metric", METRICS)):
+            v = getattr(self, name)
+            if v is not None and v not in table[self.kind]:
+                raise ValueError(f"{name} must be one of {list(table[self.kind])} for kind={self.kind!r}, got {v!r}")
         if not _is_int(self.epochs) or self.epochs < 0:
             raise ValueError(f"epochs must be an int >= 0, got {self.epochs!r}")
         for name in ("lr", "weight_decay"):  # lr 0 is allowed: the weights then stay as they are
@@ -97,6 +114,17 @@ class TrainConfig:
             object.__setattr__(self, "grad_clip", float(self.grad_clip))
         if self.patience is not None:
             object.__setattr__(self, "patience", int(self.patience))
+
+    @property
+    def loss_name(self) -> str:
+        """The training loss: :attr:`loss`, or the kind's default."""
+        return self.loss or LOSSES[self.kind][0]
+
+    @property
+    def selection(self) -> tuple:
+        """``(metric, higher_is_better)`` of the validation metric that selects the best epoch."""
+        name = self.metric or next(iter(METRICS[self.kind]))
+        return name, METRICS[self.kind][name]
 
     def replace(self, **changes: Any) -> "TrainConfig":
         """A copy with ``changes`` applied (checked again)."""

@@ -28,7 +28,7 @@ from graphattn.train import distributed as D
 from graphattn.train.checkpoint import check_meta, write_metrics
 from graphattn.train.config import SCHEDULES, TrainConfig
 from graphattn.train.divergence import aux_loss, check_weights_finite, diverged, overflow_named
-from graphattn.train.evaluation import PRIMARY, Forward, evaluate, task_loss
+from graphattn.train.evaluation import Forward, evaluate, task_loss
 from graphattn.train.resume import resume_run, save_epoch
 from graphattn.train.runtime import build_kernels, release_free_heap, set_seed
 from graphattn.utils.files import check_out_folder
@@ -107,8 +107,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
             every checkpoint and in ``metrics.json``.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
 
-    The validation metric that drives early stopping and ``best.pt`` is the kind's primary one
-    (ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
+    The validation metric that drives early stopping and ``best.pt`` is ``config.metric`` (default
+    the kind's first: ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
     has both classes) the validation loss is used instead, with a warning. A non-finite
     training loss stops the run with a ``FloatingPointError`` naming the epoch and batch.
 
@@ -126,7 +126,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     log = log or tqdm.write  # prints above the progress bar instead of through it
     kind, epochs, progress = config.kind, config.epochs, config.progress
-    key, higher = PRIMARY[kind]
+    key, higher = config.selection
     set_seed(config.seed)
     main = D.is_main()
     if not main:
@@ -155,8 +155,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
             break
         for group in opt.param_groups:  # a function of the epoch alone: a resumed run continues it
             group["lr"] = scheduled_lr(config.lr, epoch, epochs, config.schedule, config.warmup)
-        rec = _run_epoch(model, net, train_loader, sampler, loaders, forward, opt, epoch, kind=kind,
-                         pos_weight=pos_weight, grad_clip=config.grad_clip, resumed=resumed)
+        rec = _run_epoch(model, net, train_loader, sampler, loaders, forward, opt, epoch, config,
+                         pos_weight=pos_weight, resumed=resumed)
         history.append(rec)
         improved = _update_best(best, _score(rec, key, higher, log, warned), epoch, higher, net)
         log(_epoch_line(rec, key))
@@ -165,27 +165,28 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
             save_epoch(out_dir, net, opt, epoch, history, best, meta, kind, improved)
         release_free_heap()
     bar.close()
-    return _summary(net, loaders, forward, kind, pos_weight, best, history, meta, train_loader, sampler,
+    return _summary(net, loaders, forward, config, pos_weight, best, history, meta, train_loader, sampler,
                     out_dir if main else None)
 
 
 def _run_epoch(model: nn.Module, net: nn.Module, train_loader: Iterable, sampler, loaders: Dict[str, Iterable],
-               forward: Forward, opt: torch.optim.Optimizer, epoch: int, *, kind: str, pos_weight: Optional[Tensor],
-               grad_clip: Optional[float], resumed: bool) -> Dict[str, Any]:
+               forward: Forward, opt: torch.optim.Optimizer, epoch: int, config: TrainConfig, *,
+               pos_weight: Optional[Tensor], resumed: bool) -> Dict[str, Any]:
     """Train ``model`` (``net``, or its DDP wrapper) one epoch and evaluate ``net`` on the ``val``
     and ``test`` loaders: the epoch's record ``{"epoch", "loss", "seconds", "val", "test"}``."""
     t0 = time.perf_counter()
     model.train()
     if sampler is not None:
         sampler.set_epoch(epoch)
-    total, count = _train_epoch(model, train_loader, forward, opt, epoch, kind=kind, pos_weight=pos_weight,
-                                grad_clip=grad_clip, resumed=resumed)
+    total, count = _train_epoch(model, train_loader, forward, opt, epoch, config, pos_weight=pos_weight,
+                                resumed=resumed)
     check_weights_finite(net, epoch)
     total, count = D.all_reduce_sum(total, count)
     rec = {"epoch": epoch, "loss": total / max(count, 1), "seconds": time.perf_counter() - t0}
     for split in ("val", "test"):
         if split in loaders:
-            rec[split] = evaluate(net, loaders[split], overflow_named(forward, epoch), kind, split, pos_weight)
+            rec[split] = evaluate(net, loaders[split], overflow_named(forward, epoch), config.kind, split, pos_weight,
+                                  config.loss)
     return rec
 
 
@@ -205,9 +206,8 @@ def _epoch_line(rec: Dict[str, Any], key: str) -> str:
     return msg + f" | {rec['seconds']:.1f}s"
 
 
-def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torch.optim.Optimizer, epoch: int, *,
-                 kind: str, pos_weight: Optional[Tensor], grad_clip: Optional[float],
-                 resumed: bool) -> Tuple[float, int]:
+def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torch.optim.Optimizer, epoch: int,
+                 config: TrainConfig, *, pos_weight: Optional[Tensor], resumed: bool) -> Tuple[float, int]:
     """One pass over the training batches (loss, backward, clipping, step): the loss summed over
     the examples, and their number. A non-finite loss on any rank stops every rank."""
     total, count, batches = 0.0, 0, 0
@@ -216,7 +216,7 @@ def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torc
         # before the first optimizer step, non-finite activations come from the batch itself
         step = checked if epoch > 1 or resumed or batches > 1 else forward
         logits, y, *aux = step(model, batch, "train")
-        loss = task_loss(kind, logits, y, pos_weight)
+        loss = task_loss(config.kind, logits, y, pos_weight, config.loss)
         if aux and aux[0] is not None:
             loss = loss + aux_loss(aux[0], loss.device)
         value = float(loss.detach())
@@ -226,8 +226,8 @@ def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torc
             diverged(epoch, (batches, value) if not math.isfinite(value) else None)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         opt.step()
         total, count = total + value * y.size(0), count + y.size(0)
     if batches == 0:
@@ -235,7 +235,7 @@ def _train_epoch(model: nn.Module, loader: Iterable, forward: Forward, opt: torc
     return total, count
 
 
-def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, kind: str,
+def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config: TrainConfig,
              pos_weight: Optional[Tensor], best: Dict[str, Any], history: list, meta: Optional[Dict[str, Any]],
              train_loader, sampler, out_dir: Optional[Path]) -> Dict[str, Any]:
     """Load the best weights into ``net``, evaluate it on every split and write ``metrics.json``
@@ -248,7 +248,7 @@ def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, kin
         # a mini-batch loader sharded in place (rank r's batches): the train metrics cover every batch
         train_loader.set_shard(0, 1)
     for split, loader in loaders.items():
-        summary[split] = evaluate(net, loader, forward, kind, split, pos_weight)
+        summary[split] = evaluate(net, loader, forward, config.kind, split, pos_weight, config.loss)
     if meta:
         summary["meta"] = meta
     if out_dir is not None:

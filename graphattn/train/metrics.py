@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["masked_bce_with_logits", "consistency_loss", "compute_pos_weight", "roc_auc_per_task",
-           "pr_auc_per_task", "mean_over_valid", "accuracy"]
+           "pr_auc_per_task", "mean_over_valid", "accuracy", "regression_per_task"]
 
 ArrayLike = Union[Tensor, np.ndarray, list]
 
@@ -182,3 +182,26 @@ def accuracy(pred: ArrayLike, target: ArrayLike) -> float:
     if target.numel() == 0:
         return float("nan")
     return (pred.long() == target.long()).float().mean().item()
+
+
+def regression_per_task(y_true: ArrayLike, y_pred: ArrayLike) -> dict:
+    """``{"mae", "rmse", "r2"}``, each ``(T,)`` float64: the mean absolute error, the root mean squared
+    error and the coefficient of determination R² = 1 − SS_res / SS_tot of each task (column) over its
+    present (non-NaN) targets. A task without targets gets NaN in all three; R² is NaN for a task
+    whose present targets are all equal (SS_tot = 0). 1-D inputs are one task."""
+    y_true, y_pred = _as_2d(y_true), _as_2d(y_pred)
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"y_true and y_pred must have the same shape, got {y_true.shape} and {y_pred.shape}")
+    T = y_true.shape[1]
+    out = {m: np.full(T, np.nan) for m in ("mae", "rmse", "r2")}
+    for t in range(T):
+        present = ~np.isnan(y_true[:, t])
+        if not present.any():
+            continue
+        yt, err = y_true[present, t], y_pred[present, t] - y_true[present, t]
+        out["mae"][t] = np.abs(err).mean()
+        out["rmse"][t] = np.sqrt((err ** 2).mean())
+        tot = ((yt - yt.mean()) ** 2).sum()
+        if tot > 0:
+            out["r2"][t] = 1.0 - (err ** 2).sum() / tot
+    return out
