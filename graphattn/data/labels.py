@@ -13,7 +13,11 @@ import torch
 from graphattn.data.download import DataFileError
 from graphattn.data.rawio import MISSING_LABELS
 
-__all__ = ["is_id_column", "label_value", "parse_label", "infer_tasks", "labels_conflict"]
+__all__ = ["is_id_column", "label_value", "parse_label", "parse_split", "infer_tasks", "labels_conflict", "SPLIT_NAMES"]
+
+#: the cells of a split column (``--split-col``), case-insensitive, and the part each names
+SPLIT_NAMES = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
+               "dev": "val", "test": "test", "testing": "test"}
 
 _ID_COLUMNS = {"", "id", "mol_id", "molecule_id", "compound_id", "name", "index", "cid", "molregno", "cas",
                "cas_rn", "casrn", "cas_number", "inchi", "inchikey", "inchi_key", "title", "key", "num", "idx"}
@@ -67,13 +71,24 @@ def parse_label(text: str, path: Path, row: int, column: str, binary: bool = Tru
     return value
 
 
-def infer_tasks(header, rows, smiles_idx, binary: bool = True) -> Tuple[List[int], List[Tuple[str, str]]]:
+def parse_split(text: str, path: Path, row: int, column: str) -> str:
+    """``"train"``, ``"val"`` or ``"test"`` for a split cell (:data:`SPLIT_NAMES`), or a
+    :class:`DataFileError` naming the file, row, column and cell."""
+    part = SPLIT_NAMES.get(text.strip().lower())
+    if part is None:
+        raise DataFileError(f"{path}: row {row}, column {column!r}: split {text.strip()!r} is not one of train, val, "
+                            "test (any case; also valid, validation, dev, training, testing)")
+    return part
+
+
+def infer_tasks(header, rows, smiles_idx, binary: bool = True,
+                exclude: Tuple[int, ...] = ()) -> Tuple[List[int], List[Tuple[str, str]]]:
     """Columns whose present values are all labels (``binary``: 0/1 labels; see the module
-    doc), and ``(name, reason)`` of every other column except the SMILES one."""
+    doc), and ``(name, reason)`` of every other column except the SMILES one and ``exclude``."""
     out, skipped = [], []
     folded = [h.lower() for h in header]
     for j, name in enumerate(header):
-        if j == smiles_idx:
+        if j == smiles_idx or j in exclude:
             continue
         if is_id_column(name):
             skipped.append((name, "id/name column"))

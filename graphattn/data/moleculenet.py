@@ -55,6 +55,12 @@ class MoleculeNetSet:
         smiles_col: the SMILES column (``mol`` in BACE).
         task_type: ``"classification"`` (0/1 labels) or ``"regression"``.
         title: the name people know it by.
+        aliases: per task, the other names its column has in the accepted copies (ESOL's
+            ``measured log solubility in mols per litre`` in DeepChem's file, ``logp`` in chemprop's);
+            the dataset's ``task_names`` are always ``tasks``.
+        split_col: the column of the file that holds the set's official split (``train`` /
+            ``val`` / ``test``), used unless another split is asked for; None = no official split.
+        units: the targets' units (regression), for tables and plots.
     """
 
     files: Tuple[str, ...]
@@ -64,6 +70,16 @@ class MoleculeNetSet:
     smiles_col: str = "smiles"
     task_type: str = "classification"
     title: str = ""
+    aliases: Tuple[Tuple[str, ...], ...] = ()
+    split_col: Optional[str] = None
+    units: str = ""
+
+    def column_names(self, task: str) -> Tuple[str, ...]:
+        """The names the column of ``task`` may have: the task's own, then its aliases."""
+        if isinstance(self.tasks, int):
+            return (task,)
+        i = self.tasks.index(task)
+        return (task, *(self.aliases[i] if i < len(self.aliases) else ()))
 
     def __getitem__(self, key: str):
         """The old dict access (``TOXICITY_DATASETS[name]["tasks"]``), deprecated: use the attribute."""
@@ -88,6 +104,18 @@ MOLECULENET = {
                            title="BACE (BACE-1 inhibitors)"),
     "hiv": MoleculeNetSet(("HIV.csv", "hiv.csv.gz", "hiv.csv"), _DEEPCHEM + "HIV.csv", ("HIV_active",),
                           (41100, 41140), title="HIV (AIDS antiviral screen)"),
+    # regression sets: DeepChem's files and chemprop's copies name the target column differently
+    "esol": MoleculeNetSet(("delaney-processed.csv", "delaney.csv", "esol.csv"), _DEEPCHEM + "delaney-processed.csv",
+                           ("log_solubility",), (1120, 1130), task_type="regression",
+                           title="ESOL (Delaney aqueous solubility)", units="log10(mol/L)",
+                           aliases=(("measured log solubility in mols per litre", "logSolubility", "logp"),)),
+    "freesolv": MoleculeNetSet(("SAMPL.csv", "freesolv.csv"), _DEEPCHEM + "SAMPL.csv", ("hydration_free_energy",),
+                               (640, 645), task_type="regression", title="FreeSolv (hydration free energy)",
+                               units="kcal/mol", aliases=(("expt", "freesolv"),)),
+    "lipophilicity": MoleculeNetSet(("Lipophilicity.csv", "lipo.csv.gz", "lipo.csv", "lipophilicity.csv"),
+                                    _DEEPCHEM + "Lipophilicity.csv", ("logD",), (4195, 4205), task_type="regression",
+                                    title="Lipophilicity (octanol/water logD at pH 7.4)", units="logD",
+                                    aliases=(("exp", "lipo"),)),
 }
 
 
@@ -102,7 +130,8 @@ def _hint() -> str:
 
 
 def moleculenet_tasks(name: str, header: List[str], path: Path) -> List[str]:
-    """Task columns of a MoleculeNet file; raises :class:`DataFileError` if it is the wrong file."""
+    """Task columns of a MoleculeNet file (as the file names them: a copy may use an alias); raises
+    :class:`DataFileError` if it is the wrong file."""
     spec = MOLECULENET[name]
     n_smiles = [h.lower() for h in header].count(spec.smiles_col.lower())  # any case: a re-saved copy
     if n_smiles != 1:
@@ -114,10 +143,13 @@ def moleculenet_tasks(name: str, header: List[str], path: Path) -> List[str]:
         if len(tasks) != spec.tasks:
             raise DataFileError(f"{path}: {len(tasks)} task columns, expected {spec.tasks} for {name}; {_hint()}")
         return tasks
-    missing = [t for t in spec.tasks if t not in header]
+    columns, missing = [], []
+    for t in spec.tasks:
+        hit = next((c for c in spec.column_names(t) if c in header), None)
+        (columns.append(hit) if hit is not None else missing.append(" or ".join(repr(c) for c in spec.column_names(t))))
     if missing:
-        raise DataFileError(f"{path}: missing task columns {missing} for {name}; {_hint()}")
-    return list(spec.tasks)
+        raise DataFileError(f"{path}: missing task columns {', '.join(missing)} for {name}; {_hint()}")
+    return columns
 
 
 def _check_file(name: str) -> Callable[[Path], None]:
@@ -134,8 +166,9 @@ def _check_file(name: str) -> Callable[[Path], None]:
 
 
 class MoleculeNetDataset(SmilesCSVDataset):
-    r"""A named MoleculeNet set of :data:`MOLECULENET` (``tox21``, ``toxcast``, ``clintox``, ``sider``,
-    ``bbbp``, ``bace``, ``hiv``) as PyG graphs.
+    r"""A named MoleculeNet set of :data:`MOLECULENET` (classification: ``tox21``, ``toxcast``,
+    ``clintox``, ``sider``, ``bbbp``, ``bace``, ``hiv``; regression: ``esol``, ``freesolv``,
+    ``lipophilicity``) as PyG graphs.
 
     The raw CSV is looked up under ``<data root>/<name>/``, ``<data root>/<name>/raw/`` and the
     data root itself (data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` >
@@ -148,7 +181,7 @@ class MoleculeNetDataset(SmilesCSVDataset):
 
     Each graph has ``x`` (N, 9), ``edge_index``, ``edge_attr`` (E, 4), ``smiles`` and
     ``y`` (1, T) float with NaN for a missing label; ``task_names`` lists the T tasks
-    (canonical order). Rows whose SMILES RDKit rejects (e.g. the 8 hypervalent
+    (canonical order and names, whatever the copy calls the columns). Rows whose SMILES RDKit rejects (e.g. the 8 hypervalent
     ``[AlH3]`` rows of Tox21) are skipped with an :class:`InvalidSmilesWarning` and listed
     in ``skipped`` as ``(file row, smiles, reason)`` (row 1 = header).
 
@@ -181,12 +214,22 @@ class MoleculeNetDataset(SmilesCSVDataset):
             rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec.files]
             raw = find_file(rels, url=spec.url, root=root, check=_check_file(name), download=download)
         super().__init__(raw, name, spec.smiles_col, None, cache_root(cache_dir), transform, pre_transform,
-                         force_reload, log, limit=limit, binary=spec.task_type == "classification")
+                         force_reload, log, limit=limit, binary=spec.task_type == "classification",
+                         split_col=spec.split_col)
+
+    @property
+    def task_type(self) -> str:
+        """``"classification"`` or ``"regression"`` (:attr:`MoleculeNetSet.task_type`)."""
+        return MOLECULENET[self.name].task_type
 
     def _select_tasks(self, header, rows):
         tasks = moleculenet_tasks(self.name, header, self.raw_path)
         smiles = find_column(header, MOLECULENET[self.name].smiles_col, self.raw_path)
         return smiles, [header.index(t) for t in tasks], []
+
+    def _task_names(self, header, task_idx):
+        spec = MOLECULENET[self.name]
+        return list(spec.tasks) if not isinstance(spec.tasks, int) else [header[j] for j in task_idx]
 
 
 class ToxicityDataset(MoleculeNetDataset):

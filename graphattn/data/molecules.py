@@ -30,7 +30,7 @@ from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_l
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
                                       FEATURIZER_VERSION, InvalidSmilesError, InvalidSmilesWarning, canonical_smiles,
                                       mol_to_data, parse_smiles, smiles_to_data)
-from graphattn.data.labels import infer_tasks, labels_conflict, parse_label
+from graphattn.data.labels import infer_tasks, labels_conflict, parse_label, parse_split
 from graphattn.data.smiles_table import find_column, read_csv_table
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
 #: Part of every processed-cache key besides FEATURIZER_VERSION (which checkpoints check):
 #: bump when what ``process`` keeps changes (2: binary labels only, whitespace inside a
 #: SMILES invalid, ``limit``; 3: ``binary`` in the key, numeric labels again by default).
-_PROCESS_VERSION = 6  # 6: #N/A, ? and - cells are missing labels; 4: identifier columns (cid, *_id, CAS...) never inferred as tasks; 5: duplicates by molecule
+_PROCESS_VERSION = 7  # 7: split column; 6: #N/A, ? and - cells are missing labels; 4: identifier columns (cid, *_id, CAS...) never inferred as tasks; 5: duplicates by molecule
 
 
 class DuplicateSmilesWarning(UserWarning):
@@ -76,22 +76,26 @@ class SmilesCSVDataset(InMemoryDataset):
     sha256, the column choice, ``binary``, ``limit`` and ``repr(pre_transform)``, so any
     change re-processes into a fresh folder (a ``limit`` run never reads nor overwrites the
     cache of the whole file). ``limit``: stop after that many valid molecules. ``binary``:
-    labels must be 0/1 (else any finite number).
+    labels must be 0/1 (else any finite number). ``split_col``: a column naming each molecule's
+    part (``train`` / ``val`` / ``test``, :func:`~graphattn.data.labels.parse_split`), read into
+    :attr:`split_labels`; never a task.
     """
 
     def __init__(self, raw_path, name: str, smiles_col: str, task_cols, cache_base: Path,
                  transform, pre_transform, force_reload: bool, log: bool,
-                 limit: Optional[int] = None, rel: Optional[str] = None, binary: bool = True):
+                 limit: Optional[int] = None, rel: Optional[str] = None, binary: bool = True,
+                 split_col: Optional[str] = None):
         self.raw_path = Path(raw_path)
         self.binary = bool(binary)
         self.name = name
         if limit is not None and int(limit) < 1:
             raise ValueError(f"limit must be >= 1, got {limit}")
-        self._smiles_col, self._task_cols = smiles_col, task_cols
+        self._smiles_col, self._task_cols, self.split_col = smiles_col, task_cols, split_col
         self._limit = None if limit is None else int(limit)
         pre = re.sub(r"(<.*?)\s.*(>)", r"\1\2", repr(pre_transform))  # drop addresses
         spec = json.dumps([FEATURIZER_VERSION, _PROCESS_VERSION, sha256sum(self.raw_path), name,
-                           smiles_col, task_cols, pre, self._limit, self.binary])
+                           smiles_col, task_cols, pre, self._limit, self.binary]
+                          + ([split_col] if split_col is not None else []))
         self._key = (f"v{FEATURIZER_VERSION}-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
                      + (f"-limit{self._limit}" if self._limit else ""))
         base = writable_dir(Path(cache_base), rel or name)
@@ -105,6 +109,7 @@ class SmilesCSVDataset(InMemoryDataset):
         self.skipped: List[Tuple[int, str, str]] = [tuple(s) for s in meta["skipped"]]
         self.num_rows: int = meta["num_rows"]
         self._rows: List[int] = meta["rows"]
+        self._splits: Optional[List[str]] = meta.get("splits")
         self.skipped_columns: List[Tuple[str, str]] = [tuple(c) for c in meta.get("skipped_columns", [])]
         noted = [(c, why) for c, why in self.skipped_columns if why != "id/name column"]  # mol_id etc.: expected
         if noted:
@@ -168,25 +173,46 @@ class SmilesCSVDataset(InMemoryDataset):
         """File row (1-based, header = row 1) of each molecule in this dataset."""
         return [self._rows[i] for i in self.indices()]
 
+    @property
+    def split_labels(self) -> Optional[List[str]]:
+        """The part (``"train"``, ``"val"``, ``"test"``) of each molecule in this dataset, from
+        ``split_col``; None without a split column."""
+        return None if self._splits is None else [self._splits[i] for i in self.indices()]
+
     def _column(self, key):
         value = self._data[key]
         return [value] if isinstance(value, str) else value
 
+    def _split_index(self, header: List[str]) -> Optional[int]:
+        if self.split_col is None:
+            return None
+        return find_column(header, self.split_col, self.raw_path, flag="split_col=, CLI --split-col")
+
     def _select_tasks(self, header: List[str], rows) -> Tuple[int, List[int], List[Tuple[str, str]]]:
         """SMILES column, task columns and ``(name, reason)`` of the columns not used."""
         smiles_idx = find_column(header, self._smiles_col, self.raw_path, flag="smiles_col=, CLI --smiles-col")
+        split_idx = self._split_index(header)
         if self._task_cols is None:
-            return (smiles_idx, *infer_tasks(header, rows, smiles_idx, self.binary))
+            exclude = () if split_idx is None else (split_idx,)
+            return (smiles_idx, *infer_tasks(header, rows, smiles_idx, self.binary, exclude=exclude))
         idx = [find_column(header, t, self.raw_path) for t in self._task_cols]
         twice = sorted({header[j] for j in idx if idx.count(j) > 1})
         if twice:
             raise ValueError(f"{self.raw_path}: task column(s) {twice} given more than once")
+        if split_idx is not None and split_idx in idx:
+            raise ValueError(f"{self.raw_path}: column {header[split_idx]!r} is the split column (--split-col); "
+                             "it cannot also be a task")
         return smiles_idx, idx, []
+
+    def _task_names(self, header: List[str], task_idx: List[int]) -> List[str]:
+        """The names of the task columns ``task_idx`` (a named set may rename a copy's columns)."""
+        return [header[j] for j in task_idx]
 
     def process(self) -> None:
         header, rows = read_csv_table(self.raw_path)
         smiles_idx, task_idx, skipped_cols = self._select_tasks(header, rows)
-        data_list, skipped, kept, read = [], [], [], 0
+        split_idx = self._split_index(header)
+        data_list, skipped, kept, read, splits = [], [], [], 0, []
         first: Dict[str, Tuple[int, Any]] = {}  # canonical SMILES -> its first row and labels (repeats reported)
         duplicates: List[Tuple[int, int]] = []
         conflicting: List[Tuple[int, int]] = []
@@ -197,6 +223,7 @@ class SmilesCSVDataset(InMemoryDataset):
                 break
             read += 1
             y = [parse_label(fields[j], self.raw_path, line, header[j], self.binary) for j in task_idx]
+            part = None if split_idx is None else parse_split(fields[split_idx], self.raw_path, line, header[split_idx])
             try:
                 data = smiles_to_data(fields[smiles_idx], y)
             except InvalidSmilesError as exc:
@@ -206,6 +233,7 @@ class SmilesCSVDataset(InMemoryDataset):
                 data = self.pre_transform(data)
             data_list.append(data)
             kept.append(line)
+            splits.append(part)
             key = canonical_key(fields[smiles_idx])  # the same molecule however it is written
             labels = torch.tensor(y, dtype=torch.float64)
             if key in first:
@@ -219,7 +247,8 @@ class SmilesCSVDataset(InMemoryDataset):
         if not data_list:
             raise DataFileError(f"{self.raw_path}: none of its {read} SMILES could be "
                                 f"parsed (column {header[smiles_idx]!r})")
-        meta = {"task_names": [header[j] for j in task_idx], "skipped": skipped,
+        meta = {"task_names": self._task_names(header, task_idx), "skipped": skipped,
+                "splits": splits if split_idx is not None else None,
                 "skipped_columns": skipped_cols, "num_rows": read, "rows": kept, "duplicates": duplicates,
                 "conflicting_duplicates": conflicting,
                 "featurizer_version": FEATURIZER_VERSION, "raw_file": str(self.raw_path),
@@ -265,6 +294,9 @@ class MoleculeCSVDataset(SmilesCSVDataset):
             ``graphattn train --csv`` pipeline passes ``True``. Default ``False``: any finite
             number (regression targets, e.g. ESOL, FreeSolv, Lipophilicity). Part of the
             cache key.
+        split_col: a column naming each row's part (``train``, ``val``/``valid``, ``test``, any
+            case), read into ``split_labels``; an other value is a :class:`DataFileError`
+            naming the row. Never inferred as a task.
 
     Missing labels are NaN in ``y``. Invalid SMILES are skipped and reported in ``skipped``.
     """
@@ -272,7 +304,7 @@ class MoleculeCSVDataset(SmilesCSVDataset):
     def __init__(self, path, smiles_col: str = "smiles", task_cols=None, root=None,
                  transform=None, pre_transform=None, force_reload: bool = False,
                  cache_dir=None, log: bool = True, limit: Optional[int] = None,
-                 binary: bool = False):
+                 binary: bool = False, split_col: Optional[str] = None):
         path = Path(path).expanduser()
         if not path.is_file():
             raise DataFileError(f"{path} is a folder, not a CSV file" if path.is_dir() else f"{path}: no such file")
@@ -281,7 +313,7 @@ class MoleculeCSVDataset(SmilesCSVDataset):
         stem = re.sub(r"\.csv(\.gz)?$", "", path.name, flags=re.I) or "data"
         super().__init__(path, stem, smiles_col, None if task_cols is None else list(task_cols),
                          cache_root(cache_dir), transform, pre_transform, force_reload, log,
-                         limit=limit, rel=f"csv/{stem}", binary=binary)
+                         limit=limit, rel=f"csv/{stem}", binary=binary, split_col=split_col)
 
 
 #: names that moved to :mod:`graphattn.data.moleculenet`, still importable from here (deprecated)
