@@ -4,13 +4,14 @@ import dataclasses
 import pytest
 
 from graphattn.data import MOLECULENET, MoleculeNetDataset, moleculenet_names
-from graphattn.data.moleculenet import TOXICITY_DATASETS, MoleculeNetSet, ToxicityDataset
+from graphattn.data.moleculenet import TOXICITY_DATASETS, moleculenet_tasks, MoleculeNetSet, ToxicityDataset
 from graphattn.testing import requires_data, shared_data_dir
 
 
 def test_the_table_names_every_set_and_its_columns():
-    assert moleculenet_names() == ["bace", "bbbp", "clintox", "hiv", "sider", "tox21", "toxcast"]
-    assert moleculenet_names("classification") == moleculenet_names()
+    assert moleculenet_names("classification") == ["bace", "bbbp", "clintox", "hiv", "sider", "tox21", "toxcast"]
+    assert {"esol", "freesolv", "lipophilicity"} <= set(moleculenet_names("regression"))
+    assert moleculenet_names() == sorted(moleculenet_names("classification") + moleculenet_names("regression"))
     assert MOLECULENET["bace"].smiles_col == "mol" and MOLECULENET["bbbp"].tasks == ("p_np",)
     assert all(isinstance(s, MoleculeNetSet) and s.url.startswith("https://") for s in MOLECULENET.values())
     with pytest.raises(ValueError, match=r"name must be one of \['bace', 'bbbp'"):
@@ -60,3 +61,19 @@ def test_graphattn_train_bbbp(tmp_path, monkeypatch):
           "--data-root", str(shared_data_dir())])
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["meta"]["task_names"] == ["p_np"] and metrics["epochs_run"] == 1
+
+
+@pytest.mark.parametrize("name, task, rows", [("esol", "log_solubility", 1128), ("freesolv", "hydration_free_energy", 642),
+                                              ("lipophilicity", "logD", 4200)])
+def test_regression_sets_read_any_copy_under_their_own_task_name(name, task, rows, tmp_path):
+    pytest.importorskip("rdkit")
+    spec, data = MOLECULENET[name], shared_data_dir()
+    found = [data / name / f for f in spec.files if data is not None and (data / name / f).is_file()]
+    if not found:
+        pytest.skip(f"no local copy of {name}")
+    ds = MoleculeNetDataset(root=found[0], name=name, cache_dir=tmp_path, log=False)
+    assert ds.task_names == [task] and ds.task_type == "regression" and len(ds) == rows
+    assert ds[0].y.dtype.is_floating_point and ds.split_labels is None
+    # DeepChem's column name is an alias of the same task
+    header = ["Compound ID", spec.column_names(task)[1], "smiles"]
+    assert moleculenet_tasks(name, header, tmp_path / "x.csv") == [spec.column_names(task)[1]]
