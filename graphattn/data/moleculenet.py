@@ -146,9 +146,9 @@ def moleculenet_tasks(name: str, header: List[str], path: Path) -> List[str]:
     columns, missing = [], []
     for t in spec.tasks:
         hit = next((c for c in spec.column_names(t) if c in header), None)
-        (columns.append(hit) if hit is not None else missing.append(" or ".join(repr(c) for c in spec.column_names(t))))
+        (columns.append(hit) if hit is not None else missing.append(" or ".join(spec.column_names(t))))
     if missing:
-        raise DataFileError(f"{path}: missing task columns {', '.join(missing)} for {name}; {_hint()}")
+        raise DataFileError(f"{path}: missing task columns {missing} for {name}; {_hint()}")
     return columns
 
 
