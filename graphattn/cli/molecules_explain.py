@@ -11,7 +11,7 @@ from graphattn.cli.molecules_predict import checkpoint_inputs
 from graphattn.cli.options import usage_error
 from graphattn.tasks.molecules.attribution import molecule_attribution
 from graphattn.tasks.molecules.data import featurize, graph_options
-from graphattn.tasks.molecules.pipeline import load_model
+from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
 from graphattn.tasks.molecules.viz import MIN_COLOUR_SPAN, atom_labels, draw_molecule_attention, molecule_attention
 from graphattn.utils.files import out_path
 
@@ -53,9 +53,9 @@ def _top_atoms(labels: List[str], scores: torch.Tensor, k: int) -> str:
 def _explain_one(model, meta: dict, smiles: str, graph, path, task: Optional[int], top_k: int) -> str:
     """Draw one molecule (the rollout; with ``task`` its attribution beside it) and return the
     line that reports it."""
-    tasks = meta["task_names"]
+    tasks, regression = meta["task_names"], task_type_of(meta) == "regression"
     prob, scores = molecule_attention(model, graph)
-    lines = [f"{t} {p:.2f}" for t, p in zip(tasks, prob.tolist())]
+    lines = [f"{t} {p:.3g}" if regression else f"{t} {p:.2f}" for t, p in zip(tasks, prob.tolist())]
     spread = float((scores.max() - scores.min()) / scores.max().clamp_min(1e-12))
     key = "colour: atom score, red = highest" + (
         f"; rollout nearly uniform (spread {spread:.1%})" if spread < MIN_COLOUR_SPAN else "")
@@ -68,9 +68,13 @@ def _explain_one(model, meta: dict, smiles: str, graph, path, task: Optional[int
         said = f"; {tasks[task]} attribution (attention × gradient) {_top_atoms(labels, attribution, top_k)}"
     draw_molecule_attention(smiles, scores, path, legend=legend, title="attention rollout (every task)",
                             more=more)
-    top = ", ".join(f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), tasks), reverse=True)[:3])
     atoms = f"; most attended atoms {_top_atoms(labels, scores, top_k)}" if top_k else ""
-    return f"{smiles}: highest probabilities {top}{atoms}{said if top_k else ''}. Wrote {path}"
+    if regression:
+        shown = "predicted " + ", ".join(f"{t} {p:.4g}" for t, p in list(zip(tasks, prob.tolist()))[:3])
+    else:
+        shown = "highest probabilities " + ", ".join(
+            f"{t} {p:.3f}" for p, t in sorted(zip(prob.tolist(), tasks), reverse=True)[:3])
+    return f"{smiles}: {shown}{atoms}{said if top_k else ''}. Wrote {path}"
 
 
 def explain(args) -> int:

@@ -13,10 +13,12 @@ from torch import nn
 
 from graphattn.cli.options import usage_error
 from graphattn.data.download import DataFileError
+from graphattn.data.moleculenet import MOLECULENET
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options, load_dataset, split_indices
 from graphattn.tasks.molecules.files import spooled  # pipes: read once, into a temporary file
-from graphattn.tasks.molecules.pipeline import load_model, predict_proba, split_metrics
+from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
+from graphattn.tasks.molecules.outputs import output_metrics, outputs, predict_outputs
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
@@ -109,7 +111,7 @@ def _labelled_csv(args, meta: dict, opts: dict):
         raise ValueError(f"{args.csv} has none of the model's task columns {tasks} (columns: {header})")
     ds = load_dataset(csv_path=csv_path, smiles_col=smiles_col,
                       tasks=[t if t in header else folded[t.lower()][0] for t in present],
-                      log=not args.no_progress, **opts)
+                      log=not args.no_progress, binary=task_type_of(meta) != "regression", **opts)
     return ds, present, {"csv": ds}
 
 
@@ -120,7 +122,8 @@ def _own_split(args, meta: dict, opts: dict):
     # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
     wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
     ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, limit=d["limit"],
-                      log=not args.no_progress, **opts)
+                      log=not args.no_progress, binary=task_type_of(meta) != "regression",
+                      split_col=d.get("split_col") if d["csv"] else None, **opts)
     if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
         warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
                       "(sha256 differs): the validation/test split is rebuilt from the new "
@@ -129,8 +132,48 @@ def _own_split(args, meta: dict, opts: dict):
     return ds, tasks, {"val": ds[idx[1]], "test": ds[idx[2]]}
 
 
+def metrics_line(name: str, res: dict, task_type: str) -> str:
+    """The lines ``evaluate`` prints for one split: the means, then the metric per task."""
+    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
+    if task_type == "regression":
+        head = (f"{name}: {res['num_molecules']} molecules | MAE {fmt(res['mae'])} | RMSE {fmt(res['rmse'])} | "
+                f"R² {fmt(res['r2'])}")
+        per = res.get("mae_per_task", {})
+        return head + ("\n  MAE " + ", ".join(f"{t} {fmt(v)}" for t, v in per.items()) if len(per) > 1 else "")
+    head = (f"{name}: {res['num_molecules']} molecules | ROC-AUC {fmt(res['roc_auc'])} | "
+            f"PR-AUC {fmt(res['pr_auc'])} ({res.get('tasks_evaluated', 0)} tasks with both classes)")
+    return head + "\n  " + ", ".join(f"{t} {fmt(v)}" for t, v in res.get("roc_auc_per_task", {}).items())
+
+
+def _parity(args, meta: dict, part: str, pred, y, tasks, std):
+    """Write the parity plot of a regression checkpoint's ``part`` beside the checkpoint (``parity.png``;
+    for ``--csv`` ``parity_<csv stem>.png``); its path, or None (a note says why) without matplotlib or
+    a writable folder."""
+    from pathlib import Path
+
+    from graphattn.tasks.molecules.parity import parity_plot
+
+    stem = Path(args.csv).name.split(".")[0] if args.csv else ""
+    path = Path(args.checkpoint).resolve().parent / (f"parity_{stem}.png" if args.csv else "parity.png")
+    d = meta.get("data") or {}
+    title = f"{d.get('dataset') or Path(d.get('csv') or '').name}: {'--csv ' + stem if args.csv else part + ' split'}"
+    named = MOLECULENET.get(str(d.get("dataset") or ""))
+    try:
+        parity_plot(pred, y, tasks, path, title=title, std=std, units=named.units if named is not None else "")
+    except ImportError:
+        print("graphattn evaluate: no parity plot (matplotlib is missing: pip install graphattn[viz])", file=sys.stderr)
+        return None
+    except OSError as exc:
+        print(f"graphattn evaluate: no parity plot: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return None
+    print(f"Wrote {path}")
+    return str(path)
+
+
 def evaluate(args) -> int:
-    """Mean and per-task ROC-AUC / PR-AUC of a checkpoint on its own val/test split, or on --csv."""
+    """Mean and per-task ROC-AUC / PR-AUC (regression: MAE / RMSE / R², in the targets' units, and a
+    parity plot of the test split beside the checkpoint) of a checkpoint on its own val/test split, or
+    on --csv."""
     from torch_geometric.loader import DataLoader
 
     try:
@@ -148,13 +191,15 @@ def evaluate(args) -> int:
         # evaluate on the tasks present in the CSV only: reorder the model's outputs to them
         cols = [tasks.index(t) for t in present]
         model = _Columns(model, cols)
+    task_type = task_type_of(meta)
     for name, part in parts.items():
-        res = split_metrics(model, DataLoader(part, batch_size=256), present)
-        result[name] = res
-        fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
-        print(f"{name}: {res['num_molecules']} molecules | ROC-AUC {fmt(res['roc_auc'])} | "
-              f"PR-AUC {fmt(res['pr_auc'])} ({res.get('tasks_evaluated', 0)} tasks with both classes)")
-        print("  " + ", ".join(f"{t} {fmt(v)}" for t, v in res.get("roc_auc_per_task", {}).items()))
+        out, y = outputs(model, DataLoader(part, batch_size=256), task_type)
+        mean = out.mean(0) if out.dim() == 3 else out
+        res = result[name] = output_metrics(mean, y, present, task_type)
+        print(metrics_line(name, res, task_type))
+        if task_type == "regression" and name in ("test", "csv") and res["num_molecules"]:
+            result["parity_plot"] = _parity(args, meta, name, mean, y, present, out.std(0, unbiased=False)
+                                            if out.dim() == 3 else None)
     if args.csv and ds.skipped:
         print(f"Skipped {len(ds.skipped)} invalid SMILES (file rows {', '.join(str(s[0]) for s in ds.skipped)})")
     result["skipped_rows"] = [s[0] for s in ds.skipped]  # the file rows skipped (its own split's file, or --csv)
@@ -174,11 +219,11 @@ class _Columns(nn.Module):
 
 
 def predict(args) -> int:
-    """Per-task probabilities for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
+    """Per-task probabilities (regression: values in the targets' units) for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
     OUT is a folder; stdout without --out or with ``--out -``). Columns: ``row`` (1-based input position), with
     --csv ``file_row`` (the record's line in the file, the row number train/evaluate report),
-    ``smiles``, one probability column per task, for an ensemble checkpoint ``<task>_std``
-    columns (spread of its members' probabilities), ``error``. Every input gets a row; an
+    ``smiles``, one probability (value) column per task, for an ensemble checkpoint ``<task>_std``
+    columns (spread of its members' probabilities or values: the uncertainty), ``error``. Every input gets a row; an
     invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
     (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
     :func:`_output_columns`; a note goes to stderr)."""
@@ -190,7 +235,8 @@ def predict(args) -> int:
         smiles, lines = checkpoint_inputs(args, meta, "predict", with_lines=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return usage_error("predict", str(exc))
-    tasks = meta["task_names"]
+    tasks, task_type = meta["task_names"], task_type_of(meta)
+    digits = ".6g" if task_type == "regression" else ".6f"  # values in the targets' units, or probabilities
     # in chunks: a screening file of a million molecules is never featurized all at once
     # (~13 KB per featurized molecule), only its probabilities are kept
     errors, ok, parts = [], [], []
@@ -199,8 +245,8 @@ def predict(args) -> int:
         errors += [g if isinstance(g, str) else "" for g in graphs]
         valid = [g for g in graphs if not isinstance(g, str)]
         ok += [start + i for i, g in enumerate(graphs) if not isinstance(g, str)]
-        parts.append(predict_proba(model, valid, members=True))
-    prob = torch.cat(parts, dim=-2) if parts else predict_proba(model, [], members=True)
+        parts.append(predict_outputs(model, valid, task_type, members=True))
+    prob = torch.cat(parts, dim=-2) if parts else predict_outputs(model, [], task_type, members=True)
     # an ensemble also reports how much its members disagree: <task>_std, the standard
     # deviation of the members' probabilities (chemprop's ensemble uncertainty)
     prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
@@ -213,9 +259,9 @@ def predict(args) -> int:
              **{c: "" for c in prob_cols + std_cols}, "error": e}
             for i, (s, e) in enumerate(zip(smiles, errors))]
     for j, i in enumerate(ok):
-        rows[i].update({c: f"{float(p):.6f}" for c, p in zip(prob_cols, prob[j])})
+        rows[i].update({c: format(float(p), digits) for c, p in zip(prob_cols, prob[j])})
         if std_cols:
-            rows[i].update({c: f"{float(v):.6f}" for c, v in zip(std_cols, std[j])})
+            rows[i].update({c: format(float(v), digits) for c, v in zip(std_cols, std[j])})
     fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
     out = out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
     try:

@@ -17,15 +17,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from graphattn.cli.options import GROUPS, check_applicable, check_rerun, recipe_options, train_options, usage_error
+from graphattn.cli.molecules_summary import print_result, regression_hint
+from graphattn.cli.options import (GROUPS, check_applicable, check_objective, check_rerun, recipe_options,
+                                   train_options, usage_error)
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
+from graphattn.nn.models.regression import target_statistics
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_dataset, split_indices, unlabelled_tasks,
                                             warn_one_class_tasks)
 from graphattn.tasks.molecules.defaults import ARCH_KEYS, BASELINES, DEFAULTS
 from graphattn.tasks.molecules.finetune import load_pretrained
-from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble
+from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble, training_targets
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.runtime import resolve_device
 
@@ -33,7 +36,34 @@ __all__ = ["train"]
 
 
 def _hparams(args) -> Dict[str, Any]:
-    return {**DEFAULTS, **recipe_options(args, DEFAULTS), **train_options(args)}
+    return {**DEFAULTS, **recipe_options(args, DEFAULTS), **train_options(args), "task_type": _task_type(args)}
+
+
+def _task_type(args) -> str:
+    """``--task-type``, else the named set's, else classification; a named set's own type wins over a
+    contradicting flag with an error."""
+    named = MOLECULENET.get((args.dataset or "").lower()) if args.csv is None else None
+    given = getattr(args, "task_type", None)
+    if named is not None and given is not None and given != named.task_type:
+        raise ValueError(f"{args.dataset} is a {named.task_type} set; drop --task-type {given}")
+    return given or (named.task_type if named is not None else "classification")
+
+
+def _split(args) -> tuple:
+    """``(split, split_col)`` of the run: ``--split-col`` (or a named set's own split column, unless
+    ``--split`` is given) is the ``"column"`` split."""
+    given = getattr(args, "given_options", frozenset())
+    col = getattr(args, "split_col", None)
+    if col is not None and "split" in given:
+        raise ValueError(f"--split-col {col} and --split {args.split}: give one of them")
+    named = MOLECULENET.get((args.dataset or "").lower()) if args.csv is None else None
+    if col is not None and args.csv is None:
+        raise ValueError(f"--split-col {col} names a column of --csv; "
+                         + (f"{args.dataset} uses its own split column {named.split_col!r}"
+                            if named is not None and named.split_col else f"{args.dataset} has no split column"))
+    if col is None and named is not None and named.split_col and "split" not in given:
+        return "column", named.split_col
+    return ("column", col) if col is not None else (args.split, None)
 
 
 # ----------------------------------------------------------------------------- train
@@ -63,6 +93,10 @@ def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
         raise ValueError(f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
                          "option(s), not used for molecules")
     check_applicable(args, "molecule", baseline)
+    check_objective(args, hp["task_type"], "regression" if hp["task_type"] == "regression" else "binary")
+    if hp["task_type"] == "regression" and args.pos_weight:
+        raise ValueError("--pos-weight weighs the positive labels of binary tasks; it has no meaning for "
+                         "--task-type regression")
     if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
         raise ValueError("--readout token needs --global-tokens >= 1")
     if hp["hops"] < 1:
@@ -95,26 +129,35 @@ def _architecture(args, hp: Dict[str, Any], out: Path):
 def _load(args, name: str, descriptors, hp: Dict[str, Any], ours: bool):
     """``(dataset, split indices)`` of the run (with the PE and hop edges of ``hp`` for our model,
     ``ours``); ValueError when there is nothing to learn."""
+    regression = hp["task_type"] == "regression"
+    split, split_col = _split(args)
     ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None,
                       hp["pe_dim"] if ours else 0, args.limit, log=not args.no_progress, descriptors=descriptors,
-                      pe_kind=hp["pe_kind"], hops=hp["hops"] if ours else 1)
+                      pe_kind=hp["pe_kind"], hops=hp["hops"] if ours else 1, binary=not regression,
+                      split_col=split_col if args.csv else None)
     if not ds.task_names:
-        raise ValueError(f"{name}: no task columns of 0/1 labels found; pass --tasks")
-    warn_one_class_tasks(ds, name)
+        what = "numeric target" if regression else "0/1 label"
+        raise ValueError(f"{name}: no task columns of {what}s found; pass --tasks"
+                         + ("" if regression else regression_hint(args.csv, args.smiles_col)))
+    if not regression:
+        warn_one_class_tasks(ds, name)
     empty = unlabelled_tasks(ds) if args.tasks else []  # named by the user: nothing to learn
     if empty:
         raise ValueError(f"{name}: task column(s) {empty} hold no label for any of the {len(ds)} "
                          "molecules read (every cell empty or missing"
                          + (f"; only the first {args.limit} were read, --limit" if args.limit else "")
                          + "); leave them out of --tasks")
-    return ds, split_indices(ds, args.split, args.seed)
+    idx = split_indices(ds, split, args.seed)
+    if regression:  # a task without training values, or a constant one, is refused by name before training
+        target_statistics(training_targets(ds, idx[0]), ds.task_names)
+    return ds, idx
 
 
 def _summary(args, name: str, data: Dict[str, Any], ds, spec, baseline: str, res: Dict[str, Any]) -> Dict[str, Any]:
     """The contents of ``OUT/metrics.json``."""
     skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]
     summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
-               "pos_weight": bool(args.pos_weight),
+               "pos_weight": bool(args.pos_weight), "task_type": res["meta"]["task_type"],
                "task_names": list(ds.task_names), "num_molecules": len(ds),
                "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
                **res}
@@ -123,26 +166,16 @@ def _summary(args, name: str, data: Dict[str, Any], ds, spec, baseline: str, res
     return summary
 
 
-def _print_result(args, name: str, res: Dict[str, Any], ensemble: int, skipped, out: Path) -> None:
-    val, test = res.get("val") or {}, res.get("test") or {}
-    fmt = lambda v: "n/a" if v is None else f"{v:.4f}"  # noqa: E731
-    best = (f"best epoch {res['best_epoch']}/{res['epochs_run']}" if ensemble == 1 else
-            f"ensemble of {ensemble} (best epochs {res['best_epoch']})")
-    print(f"{name} ({args.split} split, seed {args.seed}): {best} | "
-          f"val ROC-AUC {fmt(val.get('roc_auc'))} | test ROC-AUC {fmt(test.get('roc_auc'))} | "
-          f"test PR-AUC {fmt(test.get('pr_auc'))} | {res['seconds_per_epoch']:.1f} s/epoch")
-    if skipped:
-        print(f"Skipped {len(skipped)} invalid SMILES (file rows {', '.join(str(s['row']) for s in skipped)})")
-    print(f"Wrote {out / 'metrics.json'} and {out / 'best.pt'}")
-
-
 def train(args) -> int:
     """``graphattn train`` for molecules: validate the options, load and split, build, train (one line
     per epoch), write ``OUT/metrics.json`` and print a summary."""
-    hp = _hparams(args)
+    try:
+        hp, (split, split_col) = _hparams(args), _split(args)
+    except ValueError as exc:
+        return usage_error("train", str(exc))
     baseline = getattr(args, "baseline", "none") or "none"
     name = args.dataset.lower() if args.csv is None and args.dataset else Path(args.csv or "").name
-    out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{args.split}-seed{args.seed}"
+    out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{split}-seed{args.seed}"
     try:
         _check_options(args, hp, baseline)
         check_rerun(out, args)
@@ -160,9 +193,11 @@ def train(args) -> int:
     data = {"dataset": None if args.csv else name,
             "csv": str(Path(args.csv).expanduser().resolve()) if args.csv else None,
             "smiles_col": args.smiles_col, "tasks": list(ds.task_names) if args.tasks else None,
-            "split": args.split, "seed": args.seed, "limit": args.limit, "sha256": file_sha256(ds)}
+            "split": split, "split_col": split_col, "seed": args.seed, "limit": args.limit,
+            "sha256": file_sha256(ds)}
     print(f"{name}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
-          f"{len(ds.task_names)} tasks, {args.split} split "
+          f"{len(ds.task_names)} {hp['task_type']} tasks, "
+          f"{'the split column ' + repr(split_col) if split == 'column' else split + ' split'} "
           f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
@@ -177,7 +212,7 @@ def train(args) -> int:
     res.pop("model")
     summary = _summary(args, name, data, ds, spec, baseline, res)
     write_metrics(out / "metrics.json", summary, environment=True)  # strict JSON: a one-class task's NaN AUC -> null
-    _print_result(args, name, res, ensemble, summary["skipped"]["molecules"], out)
+    print_result(args, name, res, ensemble, summary["skipped"]["molecules"], out)
     return 0
 
 

@@ -29,7 +29,9 @@ from torch import Tensor, nn
 
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
-from graphattn.tasks.molecules.viz import collect_attention, ensemble_mean, molecule_logits, readout_scores
+from graphattn.nn.models.regression import MeanEnsemble
+from graphattn.tasks.molecules.viz import (base_model, collect_attention, ensemble_mean, molecule_logits, prediction,
+                                           readout_scores)
 
 __all__ = ["collect_attention_gradients", "attention_gradients", "gradient_rollout", "molecule_attribution"]
 
@@ -149,8 +151,8 @@ def gradient_rollout(relevances: Sequence[Tuple[Tensor, Tensor]], num_nodes: int
 
 
 def molecule_attribution(model: nn.Module, data, task: int, residual: float = 0.5) -> Tuple[Tensor, Tensor]:
-    """Per-task probabilities ``(T,)`` and the atom attributions ``(N,)`` in [0, 1] for task
-    number ``task`` of one molecule: :func:`gradient_rollout` of the task's logit, read as
+    """Per-task probabilities (a regressor: values) ``(T,)`` and the atom attributions ``(N,)`` in [0, 1]
+    for task number ``task`` of one molecule: :func:`gradient_rollout` of the task's logit (value), read as
     :func:`~graphattn.tasks.molecules.viz.molecule_attention` reads the rollout (the global
     tokens' rows for ``readout="token"``, else the mean of the atom rows), scaled so the most
     relevant atom is 1 (all 0 when no attention path raises the logit). A
@@ -159,12 +161,12 @@ def molecule_attribution(model: nn.Module, data, task: int, residual: float = 0.
     T = int(getattr(model, "num_tasks", 0) or 0)
     if isinstance(task, bool) or not isinstance(task, int) or not (0 <= task < T or T == 0):
         raise ValueError(f"task must be a task number in [0, {T}), got {task!r}")
-    if isinstance(model, ProbabilityEnsemble):
+    if isinstance(model, (ProbabilityEnsemble, MeanEnsemble)):
         return ensemble_mean([molecule_attribution(m, data, task, residual) for m in model.members])
     with collect_attention_gradients(model) as probes:
         logits, data = molecule_logits(model, data)
     N = data.num_nodes
-    G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
+    G = getattr(getattr(base_model(model), "backbone", None), "num_global_tokens", 0) or 0
     R = gradient_rollout(attention_gradients(probes, logits[0, task]), N + G, residual)
     scores = readout_scores(model, R, N)
-    return torch.sigmoid(logits[0].detach()).float().cpu(), (scores / scores.max().clamp_min(1e-12)).cpu()
+    return prediction(model, logits[0].detach()).float().cpu(), (scores / scores.max().clamp_min(1e-12)).cpu()

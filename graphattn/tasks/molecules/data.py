@@ -137,7 +137,7 @@ def resolve_tasks(tasks: Union[str, Sequence[str]], known: Sequence[str], what: 
 def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smiles_col: str = "smiles",
                  tasks: Optional[Union[str, Sequence[str]]] = None, pe_dim: int = 0, limit: Optional[int] = None,
                  log: bool = True, descriptors: Optional[Sequence[str]] = None, binary: bool = True,
-                 pe_kind: str = "laplacian", hops: int = 1):
+                 pe_kind: str = "laplacian", hops: int = 1, split_col: Optional[str] = None):
     """A MoleculeNet set ``name`` or the CSV ``csv_path`` (exactly one) as a featurized dataset
     with ``task_names`` set to the tasks used and ``descriptor_names`` to ``descriptors``.
 
@@ -149,7 +149,9 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
     (cached separately from the whole file). The PE (``pe_kind``), the hop edges (``hops``; see
     :func:`pre_transform`) and the RDKit descriptors
     ``descriptors`` (``data.mol_desc``; see :mod:`graphattn.data.descriptors`) are
-    ``pre_transform`` steps (cached). Raises ``ValueError`` (``DataFileError``) for bad input.
+    ``pre_transform`` steps (cached). ``split_col``: a CSV's column of ``train`` / ``val`` / ``test``
+    (``ds.split_labels``, the ``"column"`` split of :func:`split_indices`; a named set with an official
+    split reads its own). Raises ``ValueError`` (``DataFileError``) for bad input.
     """
     if (name is None) == (csv_path is None):
         raise ValueError("give either a dataset name or a CSV file, not "
@@ -164,11 +166,17 @@ def load_dataset(name: Optional[str] = None, csv_path: Optional[str] = None, smi
         if tasks is not None:
             header, _ = read_csv_table(csv_path, header_only=True)
             smiles_idx = find_column(header, smiles_col, csv_path, flag="smiles_col=, CLI --smiles-col")
-            cols = resolve_tasks(tasks, [h for i, h in enumerate(header) if i != smiles_idx], str(csv_path))
+            split_idx = (find_column(header, split_col, csv_path, flag="--split-col")
+                         if split_col is not None else None)
+            cols = resolve_tasks(tasks, [h for i, h in enumerate(header) if i not in (smiles_idx, split_idx)],
+                                 str(csv_path))
         ds = MoleculeCSVDataset(csv_path, smiles_col, task_cols=cols, pre_transform=pre,
-                                cache_dir=cache_dir(), log=log, limit=limit, binary=binary)
+                                cache_dir=cache_dir(), log=log, limit=limit, binary=binary, split_col=split_col)
         names = list(ds.task_names)
     else:
+        if split_col is not None:
+            raise ValueError(f"--split-col names a column of --csv; the named set {name} reads its own split "
+                             "column when it has one (zinc)")
         ds = MoleculeNetDataset(name=name.lower(), pre_transform=pre, cache_dir=cache_dir(), log=log, limit=limit)
         names = list(ds.task_names)
         if tasks is not None:
@@ -223,10 +231,23 @@ def check_split(split_idx, split: str = "scaffold") -> None:
                       UserWarning, stacklevel=3)
 
 
+def column_split(ds) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(train, val, test)`` index tensors of the parts a dataset's split column names
+    (``ds.split_labels``)."""
+    labels = getattr(ds, "split_labels", None)
+    if labels is None:
+        raise ValueError(f"{getattr(ds, 'name', 'the dataset')} has no split column (--split-col COL names one of a CSV)")
+    return tuple(torch.tensor([i for i, p in enumerate(labels) if p == part], dtype=torch.long)
+                 for part in ("train", "val", "test"))
+
+
 def split_indices(ds, split: str, seed: int, check: bool = True) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(train, val, test)`` index tensors of split ``split`` (:data:`SPLITS`) of ``ds``;
-    ``check``: :func:`check_split` them (error when train is empty, warning when lopsided)."""
-    if split in ("scaffold", "deepchem_scaffold"):
+    """``(train, val, test)`` index tensors of split ``split`` (:data:`SPLITS`, or ``"column"``: the
+    dataset's split column, :func:`column_split`) of ``ds``; ``check``: :func:`check_split` them
+    (error when train is empty, warning when lopsided)."""
+    if split == "column":
+        idx = column_split(ds)
+    elif split in ("scaffold", "deepchem_scaffold"):
         idx = scaffold_split(ds.smiles, order="deepchem" if split == "deepchem_scaffold" else "chemprop")
     elif split == "balanced_scaffold":
         idx = balanced_scaffold_split(ds.smiles, seed=seed)

@@ -20,9 +20,10 @@ from torch import Tensor, nn
 from graphattn.data.featurize import parse_smiles
 from graphattn.nn.block import GraphTransformerBlock
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
+from graphattn.nn.models.regression import MeanEnsemble, StandardizedRegressor
 from graphattn.train.runtime import model_device
 
-__all__ = ["collect_attention", "ensemble_mean", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
+__all__ = ["base_model", "prediction", "collect_attention", "ensemble_mean", "attention_rollout", "molecule_logits", "readout_scores", "molecule_attention",
            "atom_labels", "molecule_figure", "draw_molecule_attention"]
 
 
@@ -84,6 +85,17 @@ def attention_rollout(attentions: Sequence[Tuple[Tensor, Tensor]], num_nodes: in
     return R
 
 
+def base_model(model: nn.Module) -> nn.Module:
+    """The model a :class:`~graphattn.nn.models.StandardizedRegressor` wraps (its backbone and readout
+    are the attention the pictures read); any other model itself."""
+    return model.model if isinstance(model, StandardizedRegressor) else model
+
+
+def prediction(model: nn.Module, out: Tensor) -> Tensor:
+    """What a model's output means to a person: values (a regressor) or probabilities (sigmoid)."""
+    return out if isinstance(model, StandardizedRegressor) else torch.sigmoid(out)
+
+
 def molecule_logits(model: nn.Module, data) -> Tuple[Tensor, object]:
     """``(logits (1, T), data on the model's device)``: one forward pass of ``model`` in eval
     mode on one molecule with every input it reads (bond features when it has an edge encoder,
@@ -96,7 +108,7 @@ def molecule_logits(model: nn.Module, data) -> Tuple[Tensor, object]:
     device = model_device(model)
     data = data.to(device)
     batch = torch.zeros(data.num_nodes, dtype=torch.long, device=device)
-    has_edge_encoder = getattr(getattr(model, "backbone", None), "edge_encoder", None) is not None
+    has_edge_encoder = getattr(getattr(base_model(model), "backbone", None), "edge_encoder", None) is not None
     gf = getattr(data, "mol_desc", None)  # (1, D) molecule descriptors, when the model reads them
     try:
         logits = model(data.x, data.edge_index, batch, data.edge_attr if has_edge_encoder else None,
@@ -112,7 +124,7 @@ def readout_scores(model: nn.Module, R: Tensor, num_atoms: int) -> Tensor:
     """Atom scores ``(N,)`` from a rollout ``R`` ``(N + G, N + G)``, read from what the
     prediction is made of: the rows of the global tokens for ``readout="token"``, the mean of
     the atom rows otherwise (mean/sum/max pooling); atom columns only."""
-    N = num_atoms
+    N, model = num_atoms, base_model(model)
     G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
     rows = R[N:N + G] if getattr(model, "readout", "mean") == "token" and G > 0 else R[:N]
     return rows.mean(0)[:N].float()
@@ -127,7 +139,8 @@ def ensemble_mean(parts: Sequence[Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tenso
 
 
 def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[Tensor, Tensor]:
-    """Per-task probabilities ``(T,)`` and atom importances ``(N,)`` in [0, 1] for one molecule.
+    """Per-task probabilities (a regressor: values) ``(T,)`` and atom importances ``(N,)`` in [0, 1]
+    for one molecule.
 
     Importance = attention rollout over all layers (heads averaged) read from what the
     prediction is made of (:func:`readout_scores`): the rows of the global tokens for
@@ -137,15 +150,15 @@ def molecule_attention(model: nn.Module, data, residual: float = 0.5) -> Tuple[T
     members) and the importances the mean of the members' (each scaled to max 1 first),
     rescaled to max 1.
     """
-    if isinstance(model, ProbabilityEnsemble):
+    if isinstance(model, (ProbabilityEnsemble, MeanEnsemble)):
         return ensemble_mean([molecule_attention(m, data, residual) for m in model.members])
     with collect_attention(model) as att:
         logits, data = molecule_logits(model, data)
     N = data.num_nodes
-    G = getattr(getattr(model, "backbone", None), "num_global_tokens", 0) or 0
+    G = getattr(getattr(base_model(model), "backbone", None), "num_global_tokens", 0) or 0
     scores = readout_scores(model, attention_rollout(att, N + G, residual), N)
     scores = scores / scores.max().clamp_min(1e-12)
-    return torch.sigmoid(logits[0]).float().cpu(), scores.cpu()
+    return prediction(model, logits[0]).float().cpu(), scores.cpu()
 
 
 #: smallest score range (a fraction of the highest score) drawn as the full white-red scale
