@@ -216,7 +216,8 @@ def check_split(split_idx, split: str = "scaffold") -> None:
     counts = [len(i) for i in split_idx]
     n, sizes = sum(counts), "/".join(str(c) for c in counts)
     if counts[0] == 0:
-        hint = "use --split random or more data" if split != "random" else "use more data"
+        hint = {"random": "use more data", "column": "give the split column training rows"}.get(
+            split, "use --split random or more data")
         raise ValueError(f"the {split} split of {n} molecule{'s' if n != 1 else ''} left no training molecules "
                          f"(train/val/test {sizes}); {hint}")
     problems = [f"no {part} molecules" for part, c in zip(("validation", "test"), counts[1:]) if c == 0]
@@ -227,7 +228,8 @@ def check_split(split_idx, split: str = "scaffold") -> None:
                   "no test molecules": "no test metrics"}
         why = "; ".join(f"{p} ({effect[p]})" if p in effect else p for p in problems)
         warnings.warn(f"the {split} split of {n} molecules is lopsided (train/val/test {sizes}): {why}; "
-                      f"{'use --split random or ' if split != 'random' else ''}more data for a meaningful evaluation",
+                      f"{'use --split random or ' if split not in ('random', 'column') else ''}more data for a "
+                      "meaningful evaluation",
                       UserWarning, stacklevel=3)
 
 
