@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 import warnings
 from typing import List, Tuple
 
@@ -19,6 +20,7 @@ from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options
 from graphattn.tasks.molecules.files import spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
 from graphattn.tasks.molecules.outputs import output_metrics, outputs, predict_outputs
+from graphattn.tasks.molecules.parity import parity_plot
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
@@ -149,10 +151,6 @@ def _parity(args, meta: dict, part: str, pred, y, tasks, std):
     """Write the parity plot of a regression checkpoint's ``part`` beside the checkpoint (``parity.png``;
     for ``--csv`` ``parity_<csv stem>.png``); its path, or None (a note says why) without matplotlib or
     a writable folder."""
-    from pathlib import Path
-
-    from graphattn.tasks.molecules.parity import parity_plot
-
     stem = Path(args.csv).name.split(".")[0] if args.csv else ""
     path = Path(args.checkpoint).resolve().parent / (f"parity_{stem}.png" if args.csv else "parity.png")
     d = meta.get("data") or {}

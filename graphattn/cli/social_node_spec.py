@@ -1,22 +1,51 @@
-"""The node-classification run of ``graphattn train`` in words and as a data spec: the spec of a named
-set or of ``--edges/--target[/--features]`` files (with the ``--max-features`` cut), and the lines a run
-starts with."""
+"""The node-classification (or node-regression) run of ``graphattn train`` in words and as a data spec: its
+task type and the options that fit it, the spec of a named set or of ``--edges/--target[/--features]`` files
+(with the ``--max-features`` cut), and the lines a run starts with."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from graphattn.cli.options import check_objective
 from graphattn.data.download import data_root, files_sha256
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.node_regression import is_regression, statistics_meta
 
-__all__ = ["node_data_spec", "feature_cut", "describe_node"]
+__all__ = ["node_data_spec", "feature_cut", "describe_node", "check_task_type", "CLASSIFICATION_ONLY", "check_classes",
+           "run_model_spec", "node_meta"]
+
+#: node options that read class labels (the label input's one-hot columns, the consistency loss's
+#: sharpened class distribution): refused with ``--task-type regression``
+CLASSIFICATION_ONLY = ("label_input", "consistency", "consistency_weight", "consistency_temperature")
+
+
+def check_task_type(args, graph_level: bool) -> str:
+    """The run's task type (``--task-type``, default classification), once ``--loss`` / ``--metric``
+    and the node options fit it (ValueError naming the option otherwise). Graph sets are classification
+    only."""
+    task_type = getattr(args, "task_type", None) or "classification"
+    regression = task_type == "regression"
+    if regression and graph_level:
+        raise ValueError("--task-type regression: graph sets are classification only (their graph labels are "
+                         "classes); regression runs on node targets (--edges/--target, or a MUSAE set with "
+                         "--target-col)")
+    check_objective(args, task_type, "regression" if regression else "multiclass")
+    given = [k for k in CLASSIFICATION_ONLY if getattr(args, k, None) not in (None, False)]
+    if regression and given:
+        raise ValueError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: classification option(s) "
+                         "(they read class labels), not for --task-type regression")
+    if regression and not args.edges and getattr(args, "target_col", None) is None:
+        raise ValueError(f"--task-type regression on {args.dataset}: name the numeric column of its target file "
+                         "with --target-col (e.g. views or days for the Twitch sets)")
+    return task_type
 
 
 def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
-                  mini_batch: Optional[str] = None) -> str:
-    """The two lines a node run starts with: the graph (sizes, classes, features, split), and the model
-    with its training (layers, width, heads, dropout, batching, epochs, learning rate)."""
+                  mini_batch: Optional[str] = None, target: Optional[str] = None) -> str:
+    """The two lines a node run starts with: the graph (sizes, classes or the regression ``target``,
+    features, split), and the model with its training (layers, width, heads, dropout, batching, epochs,
+    learning rate)."""
     kw = model_spec["kwargs"]
     what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
             f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
@@ -30,7 +59,7 @@ def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Di
     batching = {None: "full batch", "partition": "mini-batch (partitions)",
                 "neighbor": f"mini-batch (neighbour sampling {hp.get('num_neighbors')})"}[mini_batch or None]
     return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
-            f"{len(data.class_names)} classes, {data.num_features} features ({data.feature_source}); "
+            f"{target or f'{len(data.class_names)} classes'}, {data.num_features} features ({data.feature_source}); "
             f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
             f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
             f"dropout {hp['dropout']}; {batching}, "
@@ -62,6 +91,8 @@ def node_data_spec(args, name: Optional[str]) -> Dict[str, Any]:
     spec.update(feature_cut(getattr(args, "max_features", None)))
     if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:
         raise ValueError(f"--max-features cuts a MUSAE features file; {name} does not read one")
+    if getattr(args, "task_type", None) == "regression":  # the column is read as numbers, the split random
+        spec.update(task_type="regression", target_col=args.target_col)
     if name is not None:
         spec.update(name=name, display=name, root=str(data_root().resolve()))
         return spec
@@ -76,3 +107,37 @@ def node_data_spec(args, name: Optional[str]) -> Dict[str, Any]:
                 **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
     spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
     return spec
+
+
+def check_classes(spec: Dict[str, Any], data) -> None:
+    """ValueError unless a classification graph has two classes and a validation and a test split."""
+    present = data.y[data.y >= 0].unique()
+    if present.numel() < 2:
+        raise ValueError(f"{spec['display']}: every labelled node has the same class "
+                         f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
+    if not spec.get("name") and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
+        # a user's file (at training time only: checkpoints of such graphs still load)
+        raise ValueError(f"{spec['target']}: the stratified split leaves the validation or test set "
+                         f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
+                         "classes; the split is per class, so each class needs a few nodes) — does the "
+                         f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels? "
+                         "(numeric targets: --task-type regression)")
+
+
+def run_model_spec(baseline: str, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> Dict[str, Any]:
+    """The model recipe of a node run: one output per class, or per target of a regression run."""
+    outputs = len(data.task_names) if is_regression(spec) else None
+    return sn.node_model_spec(baseline, data, hp, outputs)
+
+
+def node_meta(mini_batch: Optional[str], spec: Dict[str, Any], data, model_spec: Dict[str, Any],
+              hp: Dict[str, Any], model) -> Dict[str, Any]:
+    """The checkpoint's meta: what evaluate/predict/explain rebuild the data and the model from."""
+    meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
+            "feature_source": data.feature_source, "hparams": hp,
+            # full batch, partitions or sampled neighbourhoods: a resume must not switch it
+            "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(mini_batch or "", "full")}
+    if is_regression(spec):
+        meta.update(task_type="regression", target_col=data.target_col,
+                    target_statistics=statistics_meta(model, data.task_names))
+    return meta

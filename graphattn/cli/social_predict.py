@@ -11,8 +11,8 @@ import torch
 
 from graphattn.cli.options import message_of
 from graphattn.data.download import DataFileError
-from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.node_regression import build_node_model, is_regression, metrics_line, regression_metrics
 from graphattn.tasks.social.graph import evaluate_graph, predict_graph
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
@@ -33,7 +33,7 @@ def _load(checkpoint, args=None):
     meta = ck["meta"]
     if args is not None:
         _relocate(meta["data"], args)
-    model = build_model(meta["model"])
+    model = build_node_model(meta)  # a regression model inside its StandardizedRegressor
     model.load_state_dict(ck["model"])
     model.eval()
     return ck, meta, model
@@ -92,8 +92,16 @@ def _social_command(fn):
 
 @_social_command
 def evaluate(args) -> int:
-    """Accuracy of a checkpoint on the train/val/test split it was trained with."""
+    """Accuracy (regression: MAE, RMSE and R² in the target's units) of a checkpoint on the train/val/test
+    split it was trained with."""
     ck, meta, model = _load(args.checkpoint, args)
+    if is_regression(meta):
+        res = regression_metrics(model, meta, _node_data(meta))
+        print(metrics_line(res))
+        print(json.dumps({"checkpoint": str(args.checkpoint), "task_type": "regression",
+                          "target_col": meta["target_col"],
+                          "metrics": {s: {k: (None if v != v else v) for k, v in m.items()} for s, m in res.items()}}))
+        return 0
     if meta["pipeline"] == "graph":
         res = evaluate_graph(model, meta)
     else:
@@ -119,12 +127,12 @@ def predict(args) -> int:
                                         if p}})
     if meta["pipeline"] == "graph":
         rows = predict_graph(model, meta)
+    elif is_regression(meta):
+        rows = _value_rows(model, meta, _node_data(meta))
     else:
         data = _node_data(meta)
         prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
-        split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
-                 zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
-        ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
+        split, ids = _splits_and_ids(data)
         rows = [{"node": i, "node_id": nid, "split": split[i],
                  "label": names[int(data.y[i])] if int(data.y[i]) >= 0 else "",  # "" = unlabelled
                  "predicted": names[int(prob[i].argmax())],
@@ -134,6 +142,26 @@ def predict(args) -> int:
     print(f"Wrote {len(rows)} predictions to " + ("standard output" if out == "-" else str(out)),
           file=sys.stderr if out == "-" else sys.stdout)
     return 0
+
+
+def _splits_and_ids(data):
+    """Each node's split (``""``: in none) and its id in the input files (the row without ids)."""
+    split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
+             zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
+    ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
+    return split, ids
+
+
+def _value_rows(model, meta: Dict[str, Any], data):
+    """One row per node of a regression checkpoint: its split, the file's value (``label``, ``""`` when
+    missing) and the predicted value in the target's units, in a column named after the target column."""
+    col = meta["target_col"]
+    name = f"predicted_{col}" if col in ("node", "node_id", "split", "label") else col
+    pred = sn.node_logits(model, meta["model"], data)[:, 0].tolist()
+    true = data.y[:, 0].tolist()
+    split, ids = _splits_and_ids(data)
+    return [{"node": i, "node_id": nid, "split": split[i], "label": "" if true[i] != true[i] else f"{true[i]:.8g}",
+             name: f"{pred[i]:.8g}"} for i, nid in enumerate(ids)]
 
 
 def _node_row(data, node: int) -> int:
@@ -180,15 +208,22 @@ def explain(args) -> int:
     else:
         node_id = args.node
         node = _node_row(data, node_id)
-    logits, edge_index, alpha = last_layer_attention(model, data, sn.node_inputs(data))
+    regression = is_regression(meta)
+    logits, edge_index, alpha = last_layer_attention(model.model if regression else model, data,
+                                                     sn.node_inputs(data))
+    if regression:  # the values in the target's units (the inner model's are standardised)
+        logits = sn.node_logits(model, meta["model"], data)
     out = (out_path(args.out, f"explain_node{node_id}.png") if args.out
            else Path(args.checkpoint).with_name(f"explain_node{node_id}.png"))
     if not out.suffix:
         out = out.with_suffix(".png")
     info = draw_ego_attention(data, node, edge_index, alpha, logits, meta["class_names"], out,
-                              hops=args.hops, top_k=top_k)
-    label = "unlabelled" if info["label"] is None else f"label {info['label']}"
-    print(f"Node {node_id}: predicted {info['predicted']} (p={info['prob']:.3f}), {label}; "
+                              hops=args.hops, top_k=top_k, value_name=meta["target_col"] if regression else None)
+    label = "unlabelled" if info["label"] is None else f"label {info['label']:.6g}" if regression \
+        else f"label {info['label']}"
+    said = (f"predicted {meta['target_col']} {info['predicted']:.6g}" if regression
+            else f"predicted {info['predicted']} (p={info['prob']:.3f})")
+    print(f"Node {node_id}: {said}, {label}; "
           f"{info['nodes']} nodes / {info['edges']} edges drawn"
           + (f" (of the {info['ego_nodes']} nodes within {args.hops} hops)"
              if info["ego_nodes"] > info["nodes"] else "")

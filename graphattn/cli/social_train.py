@@ -5,7 +5,9 @@ graphs (IMDB, REDDIT, COLLAB, ... in the DGCNN/GIN text format, k-fold cross-val
 ``graphattn train karate`` trains our :class:`~graphattn.NodeClassifier` full-batch,
 ``--mini-batch`` switches to partition mini-batches (:mod:`graphattn.loader.partition`),
 ``--baseline gcn|gat|transformer|gin`` trains a PyG model of the same depth and width instead,
-``imdb-binary --folds 10`` trains a :class:`~graphattn.GraphClassifier` per fold. Every run
+``imdb-binary --folds 10`` trains a :class:`~graphattn.GraphClassifier` per fold, and
+``--task-type regression`` a node model on a numeric target column
+(:mod:`graphattn.tasks.social.node_regression`). Every run
 goes through the one loop :func:`graphattn.train.fit` and writes ``OUT/metrics.json`` and
 ``OUT/best.pt``; the checkpoint's ``meta`` holds everything needed to rebuild the data and
 the model (``pipeline``, ``model``, ``data``, ``class_names``) for evaluate/predict/explain.
@@ -16,16 +18,21 @@ import sys
 from typing import Any, Dict, Optional
 
 from graphattn.cli.options import applied_defaults, check_applicable, check_rerun, out_dir_for, social_hparams
-from graphattn.cli.social_node_spec import describe_node, node_data_spec
-from graphattn.cli.social_predict import build_model, message_of, node_accuracy
+from graphattn.cli.social_node_spec import (CLASSIFICATION_ONLY, check_classes, check_task_type, describe_node,
+                                            node_data_spec, node_meta, run_model_spec)
+from graphattn.cli.social_predict import message_of, node_accuracy
 from graphattn.cli.social_train_graph import prepare_graph, run_graph
 from graphattn.data.download import DataFileError
 from graphattn.data.social import SOCIAL_NODE_ALIASES
 from graphattn.data.tu import SOCIAL_GRAPH_ALIASES
+from graphattn.nn.models.registry import build_model
+from graphattn.nn.models.regression import StandardizedRegressor
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
+from graphattn.tasks.social.node_regression import (check_targets, format_value, is_regression, metrics_line,
+                                                    regression_forward, regression_metrics)
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.config import TrainConfig
@@ -58,6 +65,7 @@ def train(args) -> int:
     graph_level = bool(args.tu_text) or (name is not None and not args.edges and DATASETS[name] == "graph")
     try:  # everything that depends on the user's input; training errors keep their traceback
         _check_inputs(args)
+        check_task_type(args, graph_level)
         if (args.baseline or "none") not in SOCIAL_BASELINES:
             raise ValueError(f"--baseline must be one of {', '.join(SOCIAL_BASELINES)} for social networks, "
                              f"got {args.baseline!r}")
@@ -126,10 +134,12 @@ def _check_inputs(args) -> None:
         raise ValueError(f"give one input: {' or '.join(given)}, not both")
     if args.edges and not args.target:
         raise ValueError("--edges needs --target (the node id + label CSV)")
+    regression = getattr(args, "task_type", None) == "regression"
     for flag, val in (("--target", args.target), ("--target-col", args.target_col),
                       ("--id-col", getattr(args, "id_col", None))):
-        if val and not args.edges:
-            raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels)")
+        if val and not args.edges and not (flag == "--target-col" and regression and args.dataset):
+            raise ValueError(f"{flag} goes with --edges (named datasets and --tu-text bring their own labels; "
+                             "--target-col names a numeric column of a named set with --task-type regression)")
 
 
 def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
@@ -153,21 +163,22 @@ def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
         spec["max_features"] = int(old["max_features"])
 
 
+def _check_targets(spec: Dict[str, Any], data):
+    """Regression: ``(mean, std)`` of the training targets, and the column read (also a recognised one)
+    pinned in the spec; classification: its checks, and None."""
+    if not is_regression(spec):
+        check_classes(spec, data)
+        return None
+    spec["target_col"] = data.target_col
+    return check_targets(spec["display"], data)
+
+
 def _prepare_node(args, spec: Dict[str, Any]):
     """(data spec, graph, hyperparameters, model) of a node-classification run; every input error raises
     ``ValueError`` here, before anything is written. The model is built once, from ``--seed``."""
     _resumed_feature_cut(args, spec)
     data = sn.load_node_graph(spec)
-    present = data.y[data.y >= 0].unique()
-    if present.numel() < 2:
-        raise ValueError(f"{spec['display']}: every labelled node has the same class "
-                         f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
-    if not spec.get("name") and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
-        # a user's file (at training time only: checkpoints of such graphs still load)
-        raise ValueError(f"{spec['target']}: the stratified split leaves the validation or test set "
-                         f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
-                         "classes; the split is per class, so each class needs a few nodes) — does the "
-                         f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels?")
+    stats = _check_targets(spec, data)
     if getattr(args, "max_features", None) is not None and data.base_feature_source == "structural":
         raise ValueError(f"--max-features cuts a features file; {spec['display']} has none here (its features "
                          "are structural)")
@@ -178,6 +189,8 @@ def _prepare_node(args, spec: Dict[str, Any]):
         spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
     hp = social_hparams(args, sn.node_defaults(spec.get("name") or "", data.num_nodes),
                         full_batch=not args.mini_batch)
+    if stats is not None:  # a recipe's label input / consistency loss read class labels (given ones are refused)
+        hp.update(label_input=False, consistency=0)
     if args.baseline != "none":
         hp["pe_dim"] = 0
     if args.mini_batch and hp.get("label_input"):
@@ -213,21 +226,25 @@ def _prepare_node(args, spec: Dict[str, Any]):
     data = sn.add_node_encodings(data, spec)
     threads_for(data.edge_index.size(1), getattr(args, "threads", None))
     set_seed(args.seed)
-    model = build_model(sn.node_model_spec(args.baseline, data, hp))  # option clashes fail here, as input errors
+    model = build_model(run_model_spec(args.baseline, spec, data, hp))  # option clashes fail here, as input errors
+    if stats is not None:  # outputs in the target's units; the loss is on standardised ones
+        model = StandardizedRegressor(model, *stats)
     return spec, data, hp, model
 
 
-def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> int:
-    model_spec = sn.node_model_spec(args.baseline, data, hp)
-    device = resolve_device(getattr(args, "device", None))
-    model = model.to(device)
-    out = out_dir_for(args, spec["display"])
-    meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
-            "feature_source": data.feature_source, "hparams": hp,
-            # full batch, partitions or sampled neighbourhoods: a resume must not switch it
-            "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(args.mini_batch or "", "full")}
-    print(describe_node(spec, data, model_spec, hp, args.mini_batch))
-    applied = applied_defaults(sn.dataset_specific_defaults(spec.get("name") or ""), args, "node")
+def _announce(args, spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+              meta: Dict[str, Any]) -> None:
+    """The lines a node run starts with: the data and the model, the dataset's own defaults, a raised rate."""
+    target = None
+    if is_regression(spec):
+        st = meta["target_statistics"]
+        target = (f"target {meta['target_col']!r} (train mean {format_value(st['mean'][0])}, "
+                  f"std {format_value(st['std'][0])}; standardised for the loss)")
+    print(describe_node(spec, data, model_spec, hp, args.mini_batch, target))
+    specific = sn.dataset_specific_defaults(spec.get("name") or "")
+    if is_regression(spec):
+        specific = {k: v for k, v in specific.items() if k not in CLASSIFICATION_ONLY}
+    applied = applied_defaults(specific, args, "node")
     if applied:
         print(applied)
     recipe = sn.node_defaults(spec.get("name") or "", data.num_nodes)
@@ -235,6 +252,16 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         print(f"learning rate {hp['lr']:.3g}: the recipe's {recipe['lr']:g} is for {recipe['epochs']} epochs; "
               f"for {hp['epochs']} it is raised by sqrt({recipe['epochs']}/{hp['epochs']}) (at most "
               f"x{BUDGET_LR_CAP:g}; --lr sets it)")
+
+
+def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> int:
+    model_spec = run_model_spec(args.baseline, spec, data, hp)
+    regression = is_regression(spec)
+    device = resolve_device(getattr(args, "device", None))
+    model = model.to(device)
+    out = out_dir_for(args, spec["display"])
+    meta = node_meta(args.mini_batch, spec, data, model_spec, hp, model)
+    _announce(args, spec, data, model_spec, hp, meta)
     if args.mini_batch == "neighbor":
         loaders, forward = neighbor_loaders(data, model_spec, hp["num_neighbors"])
     elif args.mini_batch:
@@ -243,12 +270,14 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         data = data.to(device)  # one full batch: moved once
         loaders = {s: [data] for s in ("train", "val", "test")}
         forward = sn.node_forward(model_spec)
-    config = TrainConfig.from_recipe(hp, kind="multiclass", seed=args.seed, resume=args.resume,
-                                     progress=not args.no_progress)
+    if regression:
+        forward = regression_forward(forward)
+    config = TrainConfig.from_recipe(hp, kind="regression" if regression else "multiclass", seed=args.seed,
+                                     resume=args.resume, progress=not args.no_progress)
     res = fit(model, loaders, forward, config, out_dir=out, meta=meta)
-    acc = {s: res[s]["accuracy"] for s in ("train", "val", "test")}
-    print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | "
-          + " | ".join(f"{s} acc {acc[s]:.4f}" for s in acc)
+    scores = (metrics_line(res) if regression else
+              " | ".join(f"{s} acc {res[s]['accuracy']:.4f}" for s in ("train", "val", "test")))
+    print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | {scores}"
           + f" | {res['seconds_per_epoch']:.2f} s/epoch"
           + {None: "", "partition": " (on the partitions)",
              "neighbor": " (on sampled neighbourhoods)"}[args.mini_batch])
@@ -256,10 +285,10 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         # the numbers above come from the partition subgraphs (edges between parts are cut) or
         # sampled neighbourhoods;
         # evaluate / predict / explain read the whole graph, so report that too
-        full = node_accuracy(model, meta, data)
+        full = regression_metrics(model, meta, data) if regression else node_accuracy(model, meta, data)
         res["full_graph"] = full
         print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
-              + " | ".join(f"{s} acc {v:.4f}" for s, v in full.items()))
+              + (metrics_line(full) if regression else " | ".join(f"{s} acc {v:.4f}" for s, v in full.items())))
 
         if distributed.is_main():
             write_metrics(out / "metrics.json", res, environment=True)

@@ -1,4 +1,4 @@
-"""Datasets: molecules (the named MoleculeNet sets, any SMILES CSV) and social networks.
+"""Datasets: molecules (the named MoleculeNet sets and ZINC-12k, any SMILES CSV) and social networks.
 
 Raw files are read from the data root (``root=`` > ``$GRAPHATTN_DATA`` > checkout
 ``datasets/`` > ``~/.cache/graphattn``) or downloaded; processed caches go to
@@ -21,6 +21,7 @@ from graphattn.data.splits import (balanced_scaffold_split, murcko_scaffold, ran
                                    scaffold_split, stratified_split)
 from graphattn.data.tu import (SOCIAL_GRAPH_DATASETS, GraphList, add_structural_features, load_social_graph_dataset,
                                load_tu_dataset, load_tu_folder, load_tu_folds, load_tu_text, stratified_folds)
+from graphattn.data.zinc import build_zinc_subset, zinc_target
 
 __all__ = [
     "DataFileError", "cache_root", "data_root", "find_file", "canonical_label",
@@ -36,7 +37,7 @@ __all__ = [
     "SOCIAL_GRAPH_DATASETS", "GraphList", "add_structural_features", "load_social_graph_dataset",
     "load_tu_dataset", "load_tu_folder", "load_tu_folds", "load_tu_text", "stratified_folds",
     "balanced_scaffold_split", "murcko_scaffold", "random_split", "scaffold_groups", "scaffold_split",
-    "stratified_split",
+    "stratified_split", "build_zinc_subset", "zinc_target",
 ]
 
 #: transforms that moved to :mod:`graphattn.transforms`, still importable from here (deprecated)

@@ -3,8 +3,9 @@
 and ``benchmarks/molecules.py`` read the same table: a new set is one entry here.
 
 Each file is looked up under the data root (``<root>/<name>/``), else downloaded from its canonical
-public URL (DeepChem's MoleculeNet bucket) with a progress bar, and checked (SMILES and task
-columns, row count) before use; a truncated or wrong file raises :class:`DataFileError` naming it.
+public URL (DeepChem's MoleculeNet bucket) with a progress bar, or built from several public files
+(ZINC-12k, :mod:`graphattn.data.zinc`), and checked (SMILES and task columns, row count, split sizes)
+before use; a truncated or wrong file raises :class:`DataFileError` naming it.
 """
 from __future__ import annotations
 
@@ -13,15 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple, Union
 
-from graphattn.data.download import DataFileError, cache_root, find_file
-from graphattn.data.labels import is_id_column
+from graphattn.data.download import DataFileError, cache_root, data_root, find_file
+from graphattn.data.labels import is_id_column, parse_split
 from graphattn.data.molecules import SmilesCSVDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
+from graphattn.data.zinc import ZINC_FILE, ZINC_FOLDER, ZINC_TASK, build_zinc_subset
 
 __all__ = ["MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names", "moleculenet_tasks",
            "TOX21_TASKS", "SIDER_TASKS", "ToxicityDataset", "TOXICITY_DATASETS"]
 
 _DEEPCHEM = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/"
+_BGNN = "https://github.com/graphdeeplearning/benchmarking-gnns/tree/master/data/molecules"
 
 TOX21_TASKS = ["NR-AR", "NR-AR-LBD", "NR-AhR", "NR-Aromatase", "NR-ER", "NR-ER-LBD",
                "NR-PPAR-gamma", "SR-ARE", "SR-ATAD5", "SR-HSE", "SR-MMP", "SR-p53"]
@@ -46,9 +49,9 @@ class MoleculeNetSet:
     """One named MoleculeNet set.
 
     Args:
-        files: accepted file names under ``<data root>/<name>/`` (DeepChem's and chemprop's
-            copies); the first is where a download is written.
-        url: the canonical public file.
+        files: accepted file names under ``<data root>/<folder>/`` (DeepChem's and chemprop's
+            copies); the first is where a download (or ``build``) writes.
+        url: the canonical public file (with ``build``: where its source files are).
         tasks: the task columns, or the number of assay columns (ToxCast, whose 617 names are
             read from the file).
         rows: the accepted range of molecule rows (DeepChem's file and chemprop's cleaned copy).
@@ -61,6 +64,12 @@ class MoleculeNetSet:
         split_col: the column of the file that holds the set's official split (``train`` /
             ``val`` / ``test``), used unless another split is asked for; None = no official split.
         units: the targets' units (regression), for tables and plots.
+        folder: the sub-folder of the data root holding the files (default: the set's name).
+        build: for a set assembled from several public files instead of downloaded as one: a function
+            ``build(root, download=, progress=)`` that writes ``<root>/<folder>/<files[0]>`` from them
+            and returns its path; called when no accepted file exists.
+        split_sizes: the molecules per part of ``split_col`` (train, val, test) the file must have;
+            None = not checked.
     """
 
     files: Tuple[str, ...]
@@ -73,6 +82,9 @@ class MoleculeNetSet:
     aliases: Tuple[Tuple[str, ...], ...] = ()
     split_col: Optional[str] = None
     units: str = ""
+    folder: Optional[str] = None
+    build: Optional[Callable[..., Path]] = None
+    split_sizes: Optional[Tuple[int, int, int]] = None
 
     def column_names(self, task: str) -> Tuple[str, ...]:
         """The names the column of ``task`` may have: the task's own, then its aliases."""
@@ -116,6 +128,10 @@ MOLECULENET = {
                                     _DEEPCHEM + "Lipophilicity.csv", ("logD",), (4195, 4205), task_type="regression",
                                     title="Lipophilicity (octanol/water logD at pH 7.4)", units="logD",
                                     aliases=(("exp", "lipo"),)),
+    # assembled from JT-VAE's ZINC files and Benchmarking-GNNs' subset indices (graphattn.data.zinc)
+    "zinc": MoleculeNetSet((ZINC_FILE,), _BGNN, (ZINC_TASK,), (12000, 12000), task_type="regression",
+                           title="ZINC-12k (Benchmarking-GNNs subset)", split_col="split", folder=ZINC_FOLDER,
+                           build=build_zinc_subset, split_sizes=(10000, 1000, 1000)),
 }
 
 
@@ -162,22 +178,52 @@ def _check_file(name: str) -> Callable[[Path], None]:
                 f"{path}: found {len(rows)} molecule rows, expected {lo}-{hi} for {name}; the "
                 "file is truncated or not the MoleculeNet file. Delete it to re-download, or "
                 "point root= (Python), --data-root (command line) or $GRAPHATTN_DATA at a good copy")
+        if MOLECULENET[name].split_sizes is not None:
+            _check_split_sizes(name, header, rows, path)
     return check
+
+
+def _check_split_sizes(name: str, header: List[str], rows, path: Path) -> None:
+    spec = MOLECULENET[name]
+    j = find_column(header, spec.split_col, path)
+    parts = [parse_split(fields[j] if j < len(fields) else "", path, line, spec.split_col) for line, fields in rows]
+    found = tuple(parts.count(p) for p in ("train", "val", "test"))
+    if found != spec.split_sizes:
+        raise DataFileError(f"{path}: {spec.split_col!r} holds train/val/test {'/'.join(map(str, found))} molecules, "
+                            f"expected {'/'.join(map(str, spec.split_sizes))} for {name}; {_hint()}")
+
+
+def _raw_file(name: str, root, download: bool, log: bool) -> Path:
+    """The checked raw file of ``name``: ``root`` itself, found under the data root, built, or downloaded."""
+    spec, check = MOLECULENET[name], _check_file(name)
+    if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
+        check(Path(root).expanduser())
+        return Path(root).expanduser()
+    folder = spec.folder or name  # <root>/<folder>/, PyG's <root>/<folder>/raw/, or the root itself
+    rels = [f"{d}{f}" for d in (f"{folder}/", f"{folder}/raw/", "") for f in spec.files]
+    if spec.build is not None and not any((data_root(root) / r).is_file() for r in rels):
+        built = spec.build(root, download=download, progress=log)
+        check(built)
+        return built
+    return find_file(rels, url=spec.url, root=root, check=check, download=download)
 
 
 class MoleculeNetDataset(SmilesCSVDataset):
     r"""A named MoleculeNet set of :data:`MOLECULENET` (classification: ``tox21``, ``toxcast``,
     ``clintox``, ``sider``, ``bbbp``, ``bace``, ``hiv``; regression: ``esol``, ``freesolv``,
-    ``lipophilicity``) as PyG graphs.
+    ``lipophilicity``, ``zinc``) as PyG graphs.
 
-    The raw CSV is looked up under ``<data root>/<name>/``, ``<data root>/<name>/raw/`` and the
+    The raw CSV is looked up under ``<data root>/<folder>/`` (the set's name, or
+    :attr:`MoleculeNetSet.folder`: ``zinc_subset`` for ``zinc``), ``<data root>/<folder>/raw/`` and the
     data root itself (data root: ``root`` > ``$GRAPHATTN_DATA`` > checkout ``datasets/`` >
     ``~/.cache/graphattn``; ``root`` may also be the CSV file itself) under both the
     DeepChem names (``tox21.csv.gz``, ``toxcast_data.csv.gz``, ``BBBP.csv``, ...; with DeepChem's
     extra ``mol_id`` / ``name`` columns) and the chemprop copies (``toxcast.csv.gz``, ``bbbp.csv``,
-    no id columns); if absent it is downloaded from DeepChem's MoleculeNet bucket. Every file is
-    checked (task columns, row count) and a truncated or wrong file raises :class:`DataFileError`
-    naming it.
+    no id columns); if absent it is downloaded from DeepChem's MoleculeNet bucket, or, for ``zinc``,
+    built from its public source files (:func:`~graphattn.data.zinc.build_zinc_subset`). Every file is
+    checked (task columns, row count, split sizes) and a truncated or wrong file raises
+    :class:`DataFileError` naming it. A set with a split column (``zinc``: ``split``) has each
+    molecule's part in ``split_labels``.
 
     Each graph has ``x`` (N, 9), ``edge_index``, ``edge_attr`` (E, 4), ``smiles`` and
     ``y`` (1, T) float with NaN for a missing label; ``task_names`` lists the T tasks
@@ -194,7 +240,7 @@ class MoleculeNetDataset(SmilesCSVDataset):
             i.e. ``$GRAPHATTN_CACHE`` or ``~/.cache/graphattn``, never the data root; falls back
             to ``~/.cache/graphattn`` when that is not writable).
         download: allow downloading when no local copy exists.
-        log: show the tqdm bar while featurizing.
+        log: show the tqdm bars while building and featurizing.
         limit: featurize only the first ``limit`` valid molecules (rows after the last one
             are not read; ``skipped`` and ``num_rows`` cover the rows read). Cached apart
             from the whole file.
@@ -207,12 +253,7 @@ class MoleculeNetDataset(SmilesCSVDataset):
         if name not in MOLECULENET:
             raise ValueError(f"name must be one of {moleculenet_names()}, got {name!r}")
         spec = MOLECULENET[name]
-        if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
-            raw = Path(root).expanduser()
-            _check_file(name)(raw)
-        else:  # <root>/<name>/, PyG's <root>/<name>/raw/, or the root itself (the download goes to the 1st)
-            rels = [f"{d}{f}" for d in (f"{name}/", f"{name}/raw/", "") for f in spec.files]
-            raw = find_file(rels, url=spec.url, root=root, check=_check_file(name), download=download)
+        raw = _raw_file(name, root, download, log)
         super().__init__(raw, name, spec.smiles_col, None, cache_root(cache_dir), transform, pre_transform,
                          force_reload, log, limit=limit, binary=spec.task_type == "classification",
                          split_col=spec.split_col)

@@ -15,6 +15,7 @@ ones by name.
 """
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from itertools import chain
@@ -26,10 +27,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
-from graphattn.data.rawio import (JSONObject, csv_rows, delimiter_hint, label_codes, parse_int_tokens, parse_json,
-                                  read_bytes, read_text, sorted_unique, undirected_edge_index)
+from graphattn.data.rawio import (MISSING_LABELS, JSONObject, csv_rows, delimiter_hint, label_codes, parse_int_tokens,
+                                  parse_json, read_bytes, read_text, sorted_unique, undirected_edge_index)
 
-__all__ = ["load_musae", "check_max_features", "read_target"]
+__all__ = ["load_musae", "check_max_features", "read_target", "numeric_targets"]
 
 
 def _edge_row_problem(line: bytes) -> Optional[str]:
@@ -129,11 +130,10 @@ def _column(path, header: List[str], name: str, what: str) -> int:
     raise DataFileError(f"{path}: no column {name!r} for the {what}s (columns: {header})")
 
 
-def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str] = None):
-    """A target CSV in file order: ``(node ids (int64), labels (0..C-1, -1 missing), class names,
-    id column name, label column name)``; the columns are named, else recognised (see
+def _target_columns(path, header: List[str], rows: List[List[str]], target_col: Optional[str],
+                    id_col: Optional[str]) -> Tuple[int, int]:
+    """``(id column, label column)`` of a target CSV: the named ones, else recognised (see
     :func:`load_musae`)."""
-    header, rows = csv_rows(read_text(path), str(path))
     lower = [h.lower() for h in header]
     if target_col is not None:
         t_col = _column(path, header, target_col, "label")
@@ -173,6 +173,39 @@ def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str]
     if id_col is None:
         raise DataFileError(f"{path}: the only column {header[t_col]!r} is the label column; a "
                             "target CSV needs a node id column too (e.g. 'id,target')")
+    return id_col, t_col
+
+
+def numeric_targets(path, column: str, cells: List[str]) -> np.ndarray:
+    """The float64 values of a numeric target column (regression), NaN where a cell is missing (empty,
+    ``nan``, ``NA``, ``N/A``, ``null``, ``None``, ``?``, ``-``); a cell that is not a finite number is a
+    :class:`DataFileError` naming its file row (the header is row 1), the column and the value."""
+    out = np.empty(len(cells), dtype=np.float64)
+    for i, cell in enumerate(cells):
+        text = cell.strip()
+        if text.lower() in MISSING_LABELS:
+            out[i] = np.nan
+            continue
+        try:
+            v = float(text)
+        except ValueError:
+            v = None
+        if v is None or not math.isfinite(v):
+            why = "is not a number" if v is None else "is infinite"
+            raise DataFileError(f"{path}: row {i + 2}, column {column!r}: {text[:40]!r} {why} (a regression "
+                                "target must be a finite number; an empty cell or nan is a missing value)")
+        out[i] = v
+    return out
+
+
+def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str] = None, *,
+                numeric: bool = False):
+    """A target CSV in file order: ``(node ids (int64), labels (0..C-1, -1 missing), class names,
+    id column name, label column name)``; the columns are named, else recognised (see
+    :func:`load_musae`). ``numeric``: the labels are the column's numbers (float64, NaN missing;
+    :func:`numeric_targets`) and there are no class names (``[]``)."""
+    header, rows = csv_rows(read_text(path), str(path))
+    id_col, t_col = _target_columns(path, header, rows, target_col, id_col)
     width = len(header)
     bad = next((i for i, r in enumerate(rows) if len(r) != width), None)
     if bad is not None:
@@ -183,9 +216,12 @@ def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str]
     except (ValueError, OverflowError) as exc:
         raise DataFileError(f"{path}: id column {header[id_col]!r} is not an int64 integer "
                             f"({exc}); name the node id column with id_col= (--id-col)") from exc
-    y, names = label_codes([r[t_col] for r in rows])
+    if numeric:
+        y, names = numeric_targets(path, header[t_col], [r[t_col] for r in rows]), []
+    else:
+        y, names = label_codes([r[t_col] for r in rows])
     ids, y, rows = drop_duplicate_ids(path, header, rows, ids, y, id_col, t_col)
-    n_missing = int(np.count_nonzero(y < 0))
+    n_missing = int(np.count_nonzero(np.isnan(y) if numeric else y < 0))
     if rows and n_missing == len(rows):
         raise DataFileError(f"{path}: every one of the {len(rows)} labels in column "
                             f"{header[t_col]!r} is missing (empty or nan; NA/N/A/#N/A/null/None/?/- too "
@@ -194,12 +230,12 @@ def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str]
     if len(names) >= 20 and len(names) * 5 > labelled:  # fewer than 5 nodes per class on average
         warnings.warn(f"{path}: column {header[t_col]!r} has {len(names)} distinct values over {labelled} "
                       "labelled nodes, each made a class; if it is a quantity to regress (e.g. the page "
-                      "traffic of MUSAE's Wikipedia sets), bin it into classes first or pass the column "
-                      "of class labels (target_col=, --target-col)", stacklevel=3)
+                      "traffic of MUSAE's Wikipedia sets), train with --task-type regression, bin it into classes, "
+                      "or pass the column of class labels (target_col=, --target-col)", stacklevel=3)
     if n_missing:
         warnings.warn(f"{path}: {n_missing} of {len(rows)} nodes have no label (empty or nan; "
-                      f"NA/N/A/#N/A/null/None/?/- among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = -1, in "
-                      "no train/val/test mask)", stacklevel=3)
+                      f"NA/N/A/#N/A/null/None/?/- among numeric or boolean labels) in column {header[t_col]!r}: they are kept unlabelled (y = "
+                      f"{'NaN' if numeric else '-1'}, in no train/val/test mask)", stacklevel=3)
     return ids, y, names, header[id_col], header[t_col]
 
 
@@ -317,7 +353,7 @@ def drop_duplicate_ids(path, header: List[str], rows: List[List[str]], ids: np.n
     differ: Dict[int, List[str]] = {}
     for i in np.flatnonzero(again).tolist():
         j = first[int(ids[i])]
-        if y[i] != y[j]:
+        if y[i] != y[j] and not (y[i] != y[i] and y[j] != y[j]):  # NaN = NaN: both missing
             raise DataFileError(f"{path}: node id {int(ids[i])} (column {header[id_col]!r}) has two labels in column "
                                 f"{header[t_col]!r}: {rows[j][t_col]!r} on row {j + 2} and {rows[i][t_col]!r} on row "
                                 f"{i + 2}; if {header[id_col]!r} is not the node id column, name it with id_col= "
@@ -337,7 +373,8 @@ def drop_duplicate_ids(path, header: List[str], rows: List[List[str]], ids: np.n
 def load_musae(edges_path: PathLike, target_path: PathLike,
                features_path: Optional[PathLike] = None, target_col: Optional[str] = None,
                *, max_features: Optional[int] = None, remove_self_loops: bool = True,
-               id_col: Optional[str] = None, max_feature_bytes: Optional[int] = None) -> Data:
+               id_col: Optional[str] = None, max_feature_bytes: Optional[int] = None,
+               numeric_target: bool = False) -> Data:
     """Read a graph in the MUSAE/FEATHER release format into a PyG ``Data``.
 
     Args:
@@ -376,6 +413,11 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     a column with 20 or more values and fewer than 5 labelled nodes per value on average (a
     quantity such as page traffic, not class labels) is loaded with a warning.
 
+    ``numeric_target`` (regression): ``y`` is the label column's numbers instead, float32 of shape
+    (N, 1), NaN where a cell is missing (:func:`numeric_targets`; a cell that is not a finite
+    number is a :class:`DataFileError` naming row, column and value), ``class_names`` is ``[]``
+    and ``task_names`` is ``[label column]``.
+
     A node id on several rows of the target file is read once when every row gives it the same
     label (a warning names it and the columns that differ); rows that disagree on the label are a
     :class:`DataFileError` naming both.
@@ -394,14 +436,17 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     if max_feature_bytes is not None and (isinstance(max_feature_bytes, bool) or not isinstance(
             max_feature_bytes, (int, np.integer)) or max_feature_bytes <= 0):
         raise ValueError(f"max_feature_bytes must be a positive integer or None, got {max_feature_bytes!r}")
-    target = read_target(target_path, target_col, id_col)  # warnings point at load_musae's caller
+    target = read_target(target_path, target_col, id_col, numeric=numeric_target)  # warnings: at our caller
     ids, y, class_names, id_name, t_name = _sorted_nodes(target_path, *target)
     n = int(ids.size)
     s, d = _edges_as_node_indices(edges_path, target_path, ids, id_name)
     edge_index, n_loops = undirected_edge_index(s, d, n, remove_self_loops=remove_self_loops)
-    data = Data(edge_index=torch.from_numpy(edge_index), y=torch.from_numpy(y), num_nodes=n)
+    y = torch.from_numpy(y).float().view(-1, 1) if numeric_target else torch.from_numpy(y)  # (N, 1) or (N,)
+    data = Data(edge_index=torch.from_numpy(edge_index), y=y, num_nodes=n)
     data.class_names = list(class_names)
     data.target_col = t_name
+    if numeric_target:
+        data.task_names = [t_name]
     data.node_id = torch.from_numpy(ids)
     data.num_self_loops_removed = n_loops if remove_self_loops else 0
     data.x, data.has_features, data.feature_source = None, False, "none"

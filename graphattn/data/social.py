@@ -34,7 +34,7 @@ from graphattn.data.structural import random_walk_pe, structural_node_features
 __all__ = [
     "load_musae", "load_social_node_dataset", "load_karate", "load_cora", "load_planetoid",
     "stratified_masks", "structural_node_features", "random_walk_pe",
-    "undirected_edge_index", "sorted_unique", "SOCIAL_NODE_DATASETS", "SOCIAL_NODE_ALIASES",
+    "undirected_edge_index", "sorted_unique", "SOCIAL_NODE_DATASETS", "SOCIAL_NODE_ALIASES", "random_masks",
 ]
 
 _DS = "https://raw.githubusercontent.com/benedekrozemberczki/datasets"
@@ -190,6 +190,16 @@ def _get(spec: dict, kind: str, root, download: bool) -> Path:
         raise
 
 
+def random_masks(y: torch.Tensor, train: float = 0.6, val: float = 0.2, seed: int = 0
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded random train/val/test boolean masks of the nodes with a numeric target (regression: no
+    classes to stratify by); nodes whose targets ``y (N,)`` or ``(N, T)`` are all NaN are in no mask.
+    The sizes are those of :func:`stratified_masks` for a single class."""
+    y = torch.as_tensor(y)
+    present = ~torch.isnan(y.view(y.size(0), -1).float()).all(1)
+    return stratified_masks(torch.where(present, 0, -1), train, val, seed=seed)
+
+
 def load_karate(structural_features: bool = True, rw_steps: int = 16) -> Data:
     """Zachary's karate club (networkx): 34 nodes, 78 edges, classes 0='Mr. Hi', 1='Officer'."""
     import networkx as nx  # networkx takes ~0.4 s to import: only the karate club needs it
@@ -214,7 +224,8 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
                              features: bool = True, structural_features: Union[str, bool] = "auto",
                              rw_steps: int = 16, max_features: Optional[int] = None,
                              max_feature_bytes: Optional[int] = None,
-                             split: Tuple[float, float] = (0.6, 0.2), seed: int = 0) -> Data:
+                             split: Tuple[float, float] = (0.6, 0.2), seed: int = 0,
+                             target_col: Optional[str] = None, numeric_target: bool = False) -> Data:
     """A published node-classification social graph by name, with stratified masks.
 
     Names: ``karate``, ``facebook``, ``lastfm_asia``, ``github``, ``deezer_europe``,
@@ -242,9 +253,17 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
     wide feature files (see :func:`load_musae`).
     ``split``: (train, val) fractions per class for :func:`stratified_masks`, test = rest;
     nodes with a missing label (``y = -1``) are in no mask.
+    ``target_col``: the column of the target file to read (default: the release's label column);
+    ``numeric_target``: read it as numbers for regression (:func:`load_musae`; ``y`` ``(N, 1)``
+    float, NaN missing) with :func:`random_masks` — the MUSAE/FEATHER sets only (Twitch's ``days``
+    and ``views``); karate and the Planetoid sets have class labels alone (``ValueError``).
     """
     check_max_features(max_features)
     key = canonical_name(name, SOCIAL_NODE_ALIASES, (*SOCIAL_NODE_DATASETS, *PLANETOID_DATASETS, "karate"))
+    if numeric_target and key in (*PLANETOID_DATASETS, "karate"):
+        raise ValueError(f"{key}: its node labels are classes (no numeric column to regress); regression "
+                         "needs a MUSAE/FEATHER set with a numeric column (e.g. twitch-de --target-col views) "
+                         "or --edges/--target files")
     if key in PLANETOID_DATASETS:
         return load_planetoid(key, root, download=download)
     if key == "karate":
@@ -262,10 +281,10 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
             except DataFileError as exc:
                 warnings.warn(f"{key}: no node features file ({exc}); using structural features "
                               "(log-degree + random-walk PE) instead", stacklevel=2)
-        data = load_musae(paths["edges"], paths["target"], feat_path, max_features=max_features,
-                          max_feature_bytes=max_feature_bytes)
+        data = load_musae(paths["edges"], paths["target"], feat_path, target_col, max_features=max_features,
+                          max_feature_bytes=max_feature_bytes, numeric_target=numeric_target)
         n_exp, e_exp, c_exp = spec["counts"]
-        got = (data.num_nodes, data.edge_index.size(1) // 2, len(data.class_names))
+        got = (data.num_nodes, data.edge_index.size(1) // 2, c_exp if numeric_target else len(data.class_names))
         if got != (n_exp, e_exp, c_exp):
             warnings.warn(f"{key}: {got[0]} nodes / {got[1]} undirected edges / {got[2]} classes, expected "
                           f"{n_exp} / {e_exp} / {c_exp} (a different release of the files, or a cut copy?)",
@@ -278,6 +297,6 @@ def load_social_node_dataset(name: str, root: Optional[PathLike] = None, *, down
             else:
                 data.x, data.feature_source = torch.cat([data.x, s], 1), "file+structural"
     data.name = key
-    data.train_mask, data.val_mask, data.test_mask = stratified_masks(
+    data.train_mask, data.val_mask, data.test_mask = (random_masks if numeric_target else stratified_masks)(
         data.y, split[0], split[1], seed=seed)
     return data

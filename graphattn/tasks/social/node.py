@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from graphattn.data.download import DataFileError, data_root
 from graphattn.data.rawio import canonical_label
-from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social_node_dataset, stratified_masks,
-                                   structural_node_features)
+from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social_node_dataset, random_masks,
+                                   stratified_masks, structural_node_features)
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.tasks.social.inputs import warn_if_inputs_changed
 from graphattn.train.metrics import consistency_loss
@@ -151,11 +151,13 @@ def load_node_graph(spec: Dict[str, Any]):
     """
     split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
     cut = {k: spec[k] for k in ("max_features", "max_feature_bytes") if spec.get(k) is not None}
+    numeric = spec.get("task_type") == "regression"  # y (N, 1) float, NaN missing; a random split
+    target = {"target_col": spec.get("target_col"), "numeric_target": True} if numeric else {}
     if spec.get("name"):
         # a model pinned to structural features does not read (or try to download) the features file
         data = recorded_root_first(lambda **where: load_social_node_dataset(
             spec["name"], split=split, seed=seed, features=spec.get("feature_source") != "structural",
-            **cut, **where), spec.get("root"))
+            **cut, **target, **where), spec.get("root"))
     else:
         # a run that fell back to structural features never used its features file: not read again
         features = spec.get("features") if spec.get("feature_source") != "structural" else None
@@ -167,8 +169,9 @@ def load_node_graph(spec: Dict[str, Any]):
                                 f"with {', '.join('--' + k for k, _ in gone)}")
         warn_if_inputs_changed(spec)
         data = load_musae(spec["edges"], spec["target"], features, spec.get("target_col"),
-                          id_col=spec.get("id_col"), **cut)
-        data.train_mask, data.val_mask, data.test_mask = stratified_masks(data.y, *split, seed=seed)
+                          id_col=spec.get("id_col"), numeric_target=numeric, **cut)
+        masks = random_masks if numeric else stratified_masks
+        data.train_mask, data.val_mask, data.test_mask = masks(data.y, *split, seed=seed)
         if data.x is None:
             data.x = structural_node_features(data.edge_index, data.num_nodes)
             data.feature_source = "structural"
@@ -255,11 +258,13 @@ def node_inputs(data) -> Dict[str, Tensor]:
 
 
 # ----------------------------------------------------------------------------- models
-def node_model_spec(baseline: str, data, hp: Dict[str, Any]) -> Dict[str, Any]:
+def node_model_spec(baseline: str, data, hp: Dict[str, Any],
+                    out_channels: Optional[int] = None) -> Dict[str, Any]:
     """Plain-data recipe of the model (class + constructor kwargs), stored in checkpoints.
     ``label_input``: the data carries training-label columns (see :func:`label_columns`),
-    masked in training by :func:`node_forward` for every model alike."""
-    num_classes = len(data.class_names)
+    masked in training by :func:`node_forward` for every model alike. ``out_channels``: the
+    outputs per node (default one per class; regression: one per target)."""
+    num_classes = len(data.class_names) if out_channels is None else int(out_channels)
     labels = bool(hp.get("label_input", False))
     if baseline and baseline != "none":
         kwargs = dict(kind=baseline, in_channels=data.num_features, hidden_channels=hp["hidden"],

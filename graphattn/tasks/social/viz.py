@@ -22,6 +22,8 @@ __all__ = ["last_layer_attention", "ego_attention_figure", "draw_ego_attention"]
 #: colour map of the attention arrows, and their drawing order: above the nodes (networkx: 2),
 #: under the labels
 ATTENTION_CMAP, ARROW_ZORDER = "viridis", 3
+#: colour map of the nodes' predicted values (regression models)
+VALUE_CMAP = "coolwarm"
 
 
 @torch.no_grad()
@@ -105,16 +107,16 @@ def _top_sources(edge_index: Tensor, alpha: Tensor, node: int, drawn: Tensor, k:
     return list(dict.fromkeys(int(j) for j in edge_index[0, into][order].tolist()))[:max(int(k), 0)]
 
 
-def _draw_graph(ax, g, pos, node: int, pred: Tensor, labelled: List[int], name, cmap, cmap_e) -> None:
-    """Nodes coloured by predicted class (the centre larger, outlined), grey context edges, the
-    centre's incoming edges as arrows above the nodes (coloured by α, never hidden under a
-    node), and labels on ``labelled`` only, above everything."""
+def _draw_graph(ax, g, pos, node: int, colour, labelled: List[int], name, cmap_e) -> None:
+    """Nodes coloured by ``colour(row)`` (their predicted class or value; the centre larger, outlined),
+    grey context edges, the centre's incoming edges as arrows above the nodes (coloured by α, never
+    hidden under a node), and labels on ``labelled`` only, above everything."""
     import networkx as nx  # optional dependency, with matplotlib
 
     nodes = list(g.nodes)
     sizes = [420 if n == node else 160 for n in nodes]
     nx.draw_networkx_nodes(g, pos, nodelist=nodes, ax=ax, node_size=sizes,
-                           node_color=[cmap(int(pred[n]) % 10) for n in nodes],
+                           node_color=[colour(n) for n in nodes],
                            edgecolors=["black" if n == node else "white" for n in nodes], linewidths=2)
     context = sorted({tuple(sorted(e)) for e in g.edges if node not in e})  # undirected, grey
     nx.draw_networkx_edges(g, pos, edgelist=context, ax=ax, edge_color="0.8", width=0.6, arrows=False)
@@ -146,10 +148,44 @@ def _class_legend(ax, classes: List[int], class_names: List[str], cmap, centre: 
               ncol=min(len(handles), 4), fontsize=8, title_fontsize=8, frameon=False)  # below: hides no node
 
 
+def _value_colours(fig, ax, values: Tensor, subset: Tensor, value_name: str):
+    """Node colours by predicted value (a colour bar over the drawn nodes' range): ``colour(row)``."""
+    import matplotlib  # optional dependency
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    drawn = values[subset]
+    norm = Normalize(float(drawn.min()), float(drawn.max()) if float(drawn.max()) > float(drawn.min())
+                     else float(drawn.min()) + 1.0)
+    cmap = matplotlib.colormaps[VALUE_CMAP]
+    fig.colorbar(ScalarMappable(norm, cmap), ax=ax, label=f"predicted {value_name}", location="left")
+    return lambda n: cmap(norm(float(values[n])))
+
+
+def _prediction(data, node: int, logits: Tensor, class_names: List[str], value_name: Optional[str]):
+    """``(predicted, p, label, title text)`` of the centre: its class and probability, or its value
+    (``p`` None) when ``value_name`` is given; ``label`` the file's class / value, None when missing."""
+    if value_name is not None:
+        values = logits.float().view(logits.size(0), -1)[:, 0]
+        y = getattr(data, "y", None)
+        true = float(y.view(y.size(0), -1)[node, 0]) if y is not None and y.is_floating_point() else float("nan")
+        label = None if true != true else true
+        return (float(values[node]), None, label, f"predicted {value_name} {float(values[node]):.4g}"
+                + (f", label {label:.4g}" if label is not None else ""))
+    prob = torch.softmax(logits.float(), -1)
+    pred, cls = int(prob[node].argmax()), _label(data, node, class_names)
+    label = class_names[cls] if cls is not None else None
+    return (class_names[pred], float(prob[node].max()), label,
+            f"predicted {class_names[pred]} (p={float(prob[node].max()):.2f})"
+            + (f", label {label}" if label is not None else ""))
+
+
 def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
-                         class_names: List[str], hops: int = 1, max_nodes: int = 60, top_k: int = 10):
+                         class_names: List[str], hops: int = 1, max_nodes: int = 60, top_k: int = 10,
+                         value_name: Optional[str] = None):
     """``(figure, summary)``: the matplotlib ``Figure`` of :func:`draw_ego_attention` and its
-    summary dict (``"labelled"``: the node rows labelled, the centre first)."""
+    summary dict (``"labelled"``: the node rows labelled, the centre first). With ``value_name``
+    (a regression model) ``logits`` are the predicted values ``(N, 1)``: nodes are coloured by value."""
     import matplotlib  # optional dependency (graphattn[viz])
     import networkx as nx
     from matplotlib.cm import ScalarMappable
@@ -158,8 +194,7 @@ def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, log
 
     node, alpha = _check_ego_inputs(data, node, edge_index, alpha)
     subset, mask, total = _ego_subgraph(node, edge_index, alpha, int(data.num_nodes), hops, max_nodes)
-    prob = torch.softmax(logits.float(), -1)
-    pred = prob.argmax(-1)
+    pred = torch.softmax(logits.float(), -1).argmax(-1) if value_name is None else None
     ids = getattr(data, "node_id", None)
     name = (lambda n: str(int(ids[n]))) if ids is not None else str  # noqa: E731
     g = nx.DiGraph()
@@ -172,17 +207,18 @@ def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, log
     pos = nx.spring_layout(g.to_undirected(), seed=0)
     cmap = matplotlib.colormaps["tab10"]
     top = _top_sources(edge_index, alpha, node, subset, top_k)
-    _draw_graph(ax, g, pos, node, pred, [node] + top, name, cmap, matplotlib.colormaps[ATTENTION_CMAP])
-    _class_legend(ax, sorted({int(pred[n]) for n in g.nodes}), class_names, cmap, name(node))
+    colour = ((lambda n: cmap(int(pred[n]) % 10)) if pred is not None  # noqa: E731
+              else _value_colours(fig, ax, logits.float().view(logits.size(0), -1)[:, 0], subset, value_name))
+    _draw_graph(ax, g, pos, node, colour, [node] + top, name, matplotlib.colormaps[ATTENTION_CMAP])
+    if pred is not None:
+        _class_legend(ax, sorted({int(pred[n]) for n in g.nodes}), class_names, cmap, name(node))
     into = [g.edges[e]["alpha"] for e in g.edges if e[1] == node]
     if into:
         vmax = max(into) or 1.0
         fig.colorbar(ScalarMappable(Normalize(0.0, vmax), ATTENTION_CMAP), ax=ax,
                      label=f"attention α_j→{name(node)} (last layer, mean over heads)")
-    label = _label(data, node, class_names)
-    ax.set_title(f"node {name(node)}: predicted {class_names[int(pred[node])]} (p={float(prob[node].max()):.2f})"
-                 + (f", label {class_names[label]}" if label is not None else "")
-                 + f"\n{hops}-hop ego-graph"
+    predicted, p, label, said = _prediction(data, node, logits, class_names, value_name)
+    ax.set_title(f"node {name(node)}: {said}\n{hops}-hop ego-graph"
                  + (f" ({subset.numel()} of its {total} nodes: the most attended first)"
                     if total > subset.numel() else "")
                  + f"; arrows j→{name(node)} coloured by how much {name(node)} attends to j"
@@ -194,8 +230,7 @@ def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, log
     context = {tuple(sorted(e)) for e in g.edges if node not in e}
     # what the picture shows: the arrows into the centre and the other pairs once (grey, undirected)
     return fig, {"nodes": g.number_of_nodes(), "edges": len(into) + len(context), "ego_nodes": total,
-                 "predicted": class_names[int(pred[node])], "prob": float(prob[node].max()),
-                 "label": class_names[label] if label is not None else None,
+                 "predicted": predicted, "prob": p, "label": label,
                  "labelled": [node] + top,
                  "top_source": int(name(int(src[best]))) if best is not None else None,
                  "top_alpha": float(w[best]) if best is not None else float("nan")}
@@ -210,13 +245,16 @@ def _label(data, node: int, class_names: List[str]) -> Optional[int]:
 
 def draw_ego_attention(data, node: int, edge_index: Tensor, alpha: Tensor, logits: Tensor,
                        class_names: List[str], out, hops: int = 1, max_nodes: int = 60,
-                       top_k: int = 10) -> Dict[str, Any]:
+                       top_k: int = 10, value_name: Optional[str] = None) -> Dict[str, Any]:
     """Draw the ego-graph of ``node`` (a row of ``data``; at most ``max_nodes`` nodes: the
     centre's strongest sources first) to the PNG ``out``; returns a small summary dict. Nodes
     are coloured by predicted class (a legend names them); the arrows j -> centre, coloured by
     α (a colour bar), are drawn above the nodes; only the centre and the ``top_k`` nodes it
-    attends to most are labelled, with ``data.node_id`` (the ids of the input files) when present."""
-    fig, info = ego_attention_figure(data, node, edge_index, alpha, logits, class_names, hops, max_nodes, top_k)
+    attends to most are labelled, with ``data.node_id`` (the ids of the input files) when present.
+    ``value_name`` (a regression model; ``logits`` its predicted values ``(N, 1)``): nodes coloured by
+    predicted value (a second colour bar), the summary's ``predicted``/``label`` are numbers, ``prob`` None."""
+    fig, info = ego_attention_figure(data, node, edge_index, alpha, logits, class_names, hops, max_nodes, top_k,
+                                     value_name)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120, bbox_inches="tight")
