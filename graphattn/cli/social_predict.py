@@ -12,10 +12,10 @@ import torch
 from graphattn.cli.options import message_of
 from graphattn.data.download import DataFileError
 from graphattn.tasks.social import node as sn
-from graphattn.tasks.social.node_regression import build_node_model, is_regression, metrics_line, regression_metrics
 from graphattn.tasks.social.graph import evaluate_graph, predict_graph
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
+from graphattn.tasks.social.node_regression import build_node_model, is_regression, metrics_line, regression_metrics
 from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 from graphattn.train.checkpoint import load_checkpoint
 from graphattn.utils.files import check_output_not_input, out_path, write_csv

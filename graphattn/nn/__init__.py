@@ -8,6 +8,7 @@ from graphattn.nn.encodings import LapPEEncoder, sinusoidal_pe, sinusoidal_pe_2d
 from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
 from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
+from graphattn.nn.models.regression import MeanEnsemble, StandardizedRegressor
 from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
                                    SynthesizerAttention, make_global_attention)
 from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
@@ -51,4 +52,4 @@ __all__ = [
 # torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
 refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
                  NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
-                 LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)
+                 StandardizedRegressor, MeanEnsemble, LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)
