@@ -2,22 +2,25 @@
 
 The molecules of our loaded dataset (the SMILES RDKit parsed, with our labels) are written to one
 CSV with a ``split`` column (``train``/``val``/``test`` from our indices) and trained with
-``chemprop train --splits-column split`` at chemprop's defaults (``--epochs`` only when the
-benchmark sets one). Tasks are renamed ``t0, t1, ...`` in that file, so any task name passes the
-command line unchanged. The test probabilities are chemprop's own ``test_predictions.csv``; the
-validation probabilities come from ``chemprop predict`` with the saved ``best.pt``. Both are scored
-by :func:`graphattn.tasks.molecules.pipeline.probability_metrics`, as every other model is.
+``chemprop train --splits-column split -t classification|regression`` at chemprop's defaults
+(``--epochs`` only when the benchmark sets one; for regression chemprop standardises the targets on
+its training rows itself and predicts in their units). Tasks are renamed ``t0, t1, ...`` in that
+file, so any task name passes the command line unchanged. The test predictions are chemprop's own
+``test_predictions.csv``; the validation predictions come from ``chemprop predict`` with the saved
+``best.pt``. Both are scored by :func:`graphattn.tasks.molecules.outputs.output_metrics`
+(ROC-AUC / PR-AUC, or MAE / RMSE / R²), as every other model is.
 
 While chemprop trains, its Lightning ``metrics.csv`` is read every few seconds and each finished
 epoch is printed as one line; chemprop's own output goes to ``chemprop.log`` in the work folder.
-The validation ROC-AUC on those lines is chemprop's own, computed over all tasks' labels pooled
-together; the table's is the mean of the per-task values (tasks with both classes), as for every model.
+The validation ROC-AUC (regression: MSE of the standardised targets) on those lines is chemprop's own,
+computed over all tasks' labels pooled together; the table's is the mean of the per-task values (tasks with both classes), as for every model.
 """
 from __future__ import annotations
 
 import csv
 import math
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -26,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from graphattn.tasks.molecules.pipeline import probability_metrics
+from graphattn.tasks.molecules.outputs import output_metrics
 
 __all__ = ["DESCRIPTORS", "find_chemprop", "run_chemprop"]
 
@@ -45,7 +48,14 @@ def find_chemprop(path: Optional[str]) -> Optional[str]:
     return shutil.which("chemprop")
 
 
-def _write_inputs(work: Path, smiles: Sequence[str], y: torch.Tensor, split_idx) -> List[Path]:
+def _label(v: float, task_type: str) -> object:
+    """One CSV cell: empty when missing, 0/1 for classification, the exact value for regression."""
+    if math.isnan(v):
+        return ""
+    return repr(v) if task_type == "regression" else int(v)
+
+
+def _write_inputs(work: Path, smiles: Sequence[str], y: torch.Tensor, split_idx, task_type: str) -> List[Path]:
     """``data.csv`` (smiles, t0.., split) and ``val.csv`` (the validation SMILES) in ``work``."""
     part = [""] * len(smiles)
     for name, idx in zip(("train", "val", "test"), split_idx):
@@ -58,7 +68,7 @@ def _write_inputs(work: Path, smiles: Sequence[str], y: torch.Tensor, split_idx)
         w.writerow(["smiles", *tasks, "split"])
         for s, row, p in zip(smiles, y.tolist(), part):
             if p:
-                w.writerow([s, *("" if math.isnan(v) else int(v) for v in row), p])
+                w.writerow([s, *(_label(v, task_type) for v in row), p])
     with open(val, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["smiles"])
@@ -67,9 +77,9 @@ def _write_inputs(work: Path, smiles: Sequence[str], y: torch.Tensor, split_idx)
 
 
 def _train_argv(exe: str, data: Path, out: Path, num_tasks: int, seed: int, epochs: Optional[int],
-                descriptors: bool) -> List[str]:
+                descriptors: bool, task_type: str = "classification") -> List[str]:
     argv = [exe, "train", "-i", str(data), "-s", "smiles", "--target-columns", *(f"t{j}" for j in range(num_tasks)),
-            "--splits-column", "split", "-t", "classification", "--pytorch-seed", str(seed), "-o", str(out)]
+            "--splits-column", "split", "-t", task_type, "--pytorch-seed", str(seed), "-o", str(out)]
     if epochs is not None:  # chemprop refuses warm-up epochs >= epochs (default warm-up: 2)
         argv += ["--epochs", str(epochs), "--warmup-epochs", str(min(2, epochs - 1))]
     if descriptors:
@@ -107,9 +117,9 @@ def _run_logged(argv: List[str], work: Path, env: Dict[str, str], log: Callable[
                 done = False
             rows = _epochs_logged(watch) if watch is not None else []
             for r in rows[shown:]:
-                roc = r.get("val/roc")
+                own = next(((k[4:], v) for k, v in r.items() if k.startswith("val/")), None)  # roc; mse
                 log(f"Epoch {int(r['epoch']) + 1:03d} | val loss {r['val_loss']:.4f}"
-                    + (f" | val roc (chemprop's, tasks pooled) {roc:.4f}" if roc is not None else "")
+                    + (f" | val {own[0]} (chemprop's, tasks pooled) {own[1]:.4f}" if own is not None else "")
                     + f" | {time.perf_counter() - t0:.0f}s")
                 last_line = time.perf_counter()
             shown = len(rows)
@@ -126,7 +136,7 @@ def _run_logged(argv: List[str], work: Path, env: Dict[str, str], log: Callable[
 
 
 def _read_predictions(path: Path, smiles: List[str], num_tasks: int) -> torch.Tensor:
-    """``(M, T)`` probabilities of chemprop's prediction file, checked row by row against ``smiles``."""
+    """``(M, T)`` predictions of chemprop's prediction file, checked row by row against ``smiles``."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     got = [r["smiles"] for r in rows]
@@ -137,21 +147,35 @@ def _read_predictions(path: Path, smiles: List[str], num_tasks: int) -> torch.Te
     return torch.tensor([[float(r[f"t{j}"]) for j in range(num_tasks)] for r in rows], dtype=torch.float64)
 
 
+def _num_parameters(log_file: Path) -> Optional[int]:
+    """Trainable weights from Lightning's model summary in chemprop's log (``Trainable params: 318 K``:
+    three significant digits); None when there is none. The checkpoint itself holds pickled chemprop
+    classes, which this process (without chemprop) cannot read."""
+    found = re.findall(r"Trainable params:\s*([\d.]+)\s*([KMB]?)", log_file.read_text(errors="replace"))
+    if not found:
+        return None
+    value, unit = found[-1]
+    return int(float(value) * {"": 1, "K": 1e3, "M": 1e6, "B": 1e9}[unit])
+
+
 def run_chemprop(exe: str, work: Path, smiles: Sequence[str], y: torch.Tensor, split_idx, task_names: List[str], *,
                  seed: int, epochs: Optional[int] = None, descriptors: bool = False, threads: Optional[int] = None,
-                 log: Callable[[str], None] = print) -> Dict[str, object]:
-    """Train chemprop on ``split_idx`` (train/val/test indices into ``smiles`` and ``y (N, T)``,
-    NaN = missing) in the fresh folder ``work``; return our metrics of its val/test predictions,
-    ``epochs_run``, ``best_epoch`` (lowest validation loss, chemprop's checkpoint rule) and timings."""
+                 task_type: str = "classification", log: Callable[[str], None] = print) -> Dict[str, object]:
+    """Train chemprop (``task_type`` ``"classification"`` or ``"regression"``) on ``split_idx``
+    (train/val/test indices into ``smiles`` and ``y (N, T)``, NaN = missing) in the fresh folder
+    ``work``; return our metrics of its val/test predictions, ``epochs_run``, ``best_epoch`` (lowest
+    validation loss, chemprop's checkpoint rule), ``num_parameters`` and timings."""
+    work = Path(work).resolve()  # chemprop runs inside it: its paths must not be relative to here
     shutil.rmtree(work, ignore_errors=True)  # a run killed half-way leaves chemprop's folders behind
     work.mkdir(parents=True)
-    data, val_csv = _write_inputs(work, smiles, y, split_idx)
+    data, val_csv = _write_inputs(work, smiles, y, split_idx, task_type)
     env = dict(os.environ)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     out, t = work / "out", y.size(1)
     metrics_csv = out / "model_0" / "trainer_logs" / "version_0" / "metrics.csv"
-    train_s = _run_logged(_train_argv(exe, data, out, t, seed, epochs, descriptors), work, env, log, metrics_csv)
+    train_s = _run_logged(_train_argv(exe, data, out, t, seed, epochs, descriptors, task_type), work, env, log,
+                          metrics_csv)
     predict = [exe, "predict", "-i", str(val_csv), "-s", "smiles", "--model-paths", str(out / "model_0" / "best.pt"),
                "-o", str(work / "val_predictions.csv")]
     if descriptors:  # predict computes them again for its molecules
@@ -161,10 +185,11 @@ def run_chemprop(exe: str, work: Path, smiles: Sequence[str], y: torch.Tensor, s
     for part, idx, path in (("val", split_idx[1], work / "val_predictions.csv"),
                             ("test", split_idx[2], out / "model_0" / "test_predictions.csv")):
         order = idx.tolist() if part == "val" else sorted(idx.tolist())  # chemprop keeps file order for its test rows
-        prob = _read_predictions(path, [smiles[i] for i in order], t)
-        res[part] = probability_metrics(prob, y[order], task_names)
+        pred = _read_predictions(path, [smiles[i] for i in order], t)
+        res[part] = output_metrics(pred, y[order], task_names, task_type)
     epochs_log = _epochs_logged(metrics_csv)
     best = min(range(len(epochs_log)), key=lambda i: epochs_log[i]["val_loss"]) + 1 if epochs_log else None
     res.update(epochs_run=len(epochs_log), best_epoch=best, train_seconds=train_s, predict_seconds=predict_s,
-               seconds_per_epoch=train_s / max(1, len(epochs_log)), num_parameters=None)
+               seconds_per_epoch=train_s / max(1, len(epochs_log)),
+               num_parameters=_num_parameters(work / "chemprop.log"))
     return res

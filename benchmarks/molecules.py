@@ -2,6 +2,9 @@
 
     python benchmarks/molecules.py --datasets tox21 toxcast clintox bbbp bace --seeds 0 1 2 \\
         --models ours gine gat chemprop                     # the suite (hours on 2 cores)
+    python benchmarks/molecules.py --datasets esol freesolv lipophilicity --split random \\
+        --models ours gine chemprop chemprop+desc           # the regression suite (test RMSE)
+    python benchmarks/molecules.py --csv my.csv --task-type regression --tasks logS   # numeric targets
     python benchmarks/molecules.py --csv my.csv --smiles-col smiles --tasks toxic active --seeds 0 1
     python benchmarks/molecules.py --datasets bbbp --limit 300 --epochs 2 --seeds 0   # a quick look
     python benchmarks/molecules.py ... --models chemprop chemprop+desc   # chemprop without / with RDKit descriptors
@@ -12,10 +15,14 @@ Every (data set, model, seed) result is written to ``<out>/runs/`` as soon as it
 key that hashes its settings; a later run with the same settings skips it (``--only-missing``, the
 default), so the suite can be finished over several runs. Each data set is loaded once (featurized
 molecules, Laplacian PE and RDKit descriptors cached under ``$GRAPHATTN_CACHE``) and shared by every
-model and seed. chemprop (``pip install 'graphattn[bench]'``) runs through its own CLI on our split
-(``_molecules_chemprop.py``); all metrics are computed here from each model's probabilities.
-The table (``<out>/results.json`` and ``.csv``) has, per data set and model, mean ± std over seeds of
-the test ROC-AUC / PR-AUC and validation ROC-AUC, epochs and seconds per run, and the suite mean.
+model and seed. A named set's task type comes from the package's table (``MOLECULENET[name].task_type``),
+a CSV's from ``--task-type``; regressors train on targets standardised on the training split.
+chemprop (``pip install 'graphattn[bench]'``) runs through its own CLI on our split
+(``_molecules_chemprop.py``); all metrics are computed here from each model's predictions.
+The tables (``<out>/results.json`` and ``.csv``) have, per data set and model, mean ± std over seeds of
+the test ROC-AUC / PR-AUC and validation ROC-AUC with the suite mean (classification sets), or of the
+test RMSE / MAE / R² and validation RMSE with each model's mean rank (regression sets), and the
+epochs and seconds per run.
 """
 from __future__ import annotations
 
@@ -35,13 +42,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
 from _molecules_chemprop import find_chemprop, run_chemprop  # noqa: E402
-from _molecules_report import render, suite_rows, table_rows  # noqa: E402
+from _molecules_report import (REGRESSION_METRICS, rank_rows, render, render_regression,  # noqa: E402
+                               suite_rows, table_rows)
 
 from graphattn.data.download import sha256sum  # noqa: E402
-from graphattn.data.moleculenet import moleculenet_names  # noqa: E402
+from graphattn.data.moleculenet import MOLECULENET, moleculenet_names  # noqa: E402
 from graphattn.data.molecules import FEATURIZER_VERSION  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
-from graphattn.tasks.molecules import defaults as molecule_defaults
+from graphattn.tasks.molecules import defaults as molecule_defaults  # noqa: E402
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.version import __version__  # noqa: E402
 
@@ -49,9 +57,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOKE_CSV = ROOT / "tests" / "fixtures" / "molecules_tasks_train.csv"
 MODELS = ("ours", "gine", "gat", "chemprop", "chemprop+desc")  # chemprop+desc: with its RDKit 2-D descriptors
 CHEMPROP = ("chemprop", "chemprop+desc")
-#: The MoleculeNet classification sets of the package's one table (graphattn.data.MOLECULENET)
-SUITE = moleculenet_names("classification")
+#: The MoleculeNet sets of the package's one table (graphattn.data.MOLECULENET), classification and regression
+SUITE = moleculenet_names()
 DEFAULT_SUITE = ["tox21", "toxcast", "clintox", "bbbp", "bace"]
+TASK_TYPES = ("classification", "regression")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,9 +68,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", nargs="*", default=None, choices=list(SUITE),
                    help=f"MoleculeNet sets (default: {' '.join(DEFAULT_SUITE)}; none when --csv is given)")
-    p.add_argument("--csv", default=None, metavar="FILE", help="also (or only) this CSV of SMILES and 0/1 labels")
+    p.add_argument("--csv", default=None, metavar="FILE",
+                   help="also (or only) this CSV of SMILES and 0/1 labels (numeric targets: --task-type regression)")
     p.add_argument("--smiles-col", default="smiles", help="SMILES column of --csv")
-    p.add_argument("--tasks", nargs="+", default=None, help="task columns of --csv (default: every 0/1 column)")
+    p.add_argument("--tasks", nargs="+", default=None,
+                   help="task columns of --csv (default: every 0/1 column; regression: every numeric column)")
+    p.add_argument("--task-type", default="classification", choices=TASK_TYPES,
+                   help="what the --csv tasks are (a named set's task type comes from the table)")
     p.add_argument("--split", default="scaffold", choices=list(molecule_defaults.SPLITS))
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (--smoke: 0)")
     p.add_argument("--models", nargs="+", default=list(MODELS[:4]), choices=MODELS)
@@ -102,7 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _recipe(p: argparse.ArgumentParser, args) -> Dict[str, object]:
-    """The hyperparameters of ours/GINE/GAT: the package defaults, --epochs, --patience, --set."""
+    """The hyperparameters of ours/GINE/GAT: the package defaults, --epochs, --patience, --set
+    (for a regression set :func:`recipe` adds its task type)."""
     hp = dict(molecule_defaults.DEFAULTS)
     for item in args.overrides:
         key, sep, value = item.partition("=")
@@ -119,19 +133,30 @@ def _recipe(p: argparse.ArgumentParser, args) -> Dict[str, object]:
     return hp
 
 
+def recipe(source, args) -> Dict[str, object]:
+    """The recipe of ours/GINE/GAT on ``source``: ``args.hp``, for a regression set with
+    ``task_type="regression"`` (the classification recipe stays as it was: its results keep their keys)."""
+    return args.hp if source["task_type"] == "classification" else {**args.hp, "task_type": "regression"}
+
+
 # ----------------------------------------------------------------------------- data sets
 def sources(args) -> List[Dict[str, object]]:
-    """Each data set to run: its table name, ``load_dataset`` arguments and identity (hashed)."""
+    """Each data set to run: its table name, task type, ``load_dataset`` arguments and identity (hashed)."""
     out = []
     for name in args.datasets:
-        out.append({"name": name, "load": {"name": name}, "identity": {"dataset": name}})
+        out.append({"name": name, "task_type": MOLECULENET[name].task_type, "load": {"name": name},
+                    "identity": {"dataset": name}})
     if args.csv:
         path = Path(args.csv).expanduser().resolve()
         if not path.is_file():
             raise SystemExit(f"--csv {args.csv}: no such file")
         stem = re.sub(r"\.(csv|tsv|txt)(\.gz)?$", "", path.name, flags=re.I)
-        out.append({"name": stem, "load": {"csv_path": str(path), "smiles_col": args.smiles_col, "tasks": args.tasks},
-                    "identity": {"csv_sha256": sha256sum(path), "smiles_col": args.smiles_col, "tasks": args.tasks}})
+        regression = args.task_type == "regression"
+        identity = {"csv_sha256": sha256sum(path), "smiles_col": args.smiles_col, "tasks": args.tasks}
+        out.append({"name": stem, "task_type": args.task_type,
+                    "load": {"csv_path": str(path), "smiles_col": args.smiles_col, "tasks": args.tasks,
+                             "binary": not regression},
+                    "identity": identity | ({"task_type": "regression"} if regression else {})})
     return out
 
 
@@ -159,7 +184,7 @@ def settings(source, model: str, args) -> Dict[str, object]:
     if model in CHEMPROP:
         s["epochs"] = args.epochs
     else:  # recipe keys at their no-op value are left out: results from before the key existed stay valid
-        s["hparams"] = {k: v for k, v in args.hp.items() if _NO_OP.get(k, object()) != v}
+        s["hparams"] = {k: v for k, v in recipe(source, args).items() if _NO_OP.get(k, object()) != v}
     return s
 
 
@@ -179,6 +204,20 @@ def _f(v) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
+#: the metrics of the line printed when a run finishes: (split, metric, label) per task type
+_DONE_LINE = {"classification": (("val", "roc_auc", "val auc"), ("test", "roc_auc", "test auc"),
+                                 ("test", "pr_auc", "test pr-auc")),
+              "regression": (("val", "rmse", "val rmse"), ("test", "rmse", "test rmse"), ("test", "mae", "test mae"),
+                             ("test", "r2", "test r2"))}
+
+
+def done_line(rec: Dict[str, object], task_type: str) -> str:
+    """``done: best epoch 12 of 24 | val rmse 0.6120 | test rmse 0.5981 | ... | 41s``"""
+    parts = [f"{label} {_f((rec.get(split) or {}).get(metric))}"  # a split may have no molecules
+             for split, metric, label in _DONE_LINE[task_type]]
+    return f"done: best epoch {rec['best_epoch']} of {rec['epochs_run']} | {' | '.join(parts)} | {rec['seconds']:.0f}s"
+
+
 def run_one(ds, y, idx, source, model: str, seed: int, args, chemprop: Optional[str]) -> Dict[str, object]:
     """Train one model on one split; the record written to its result file."""
     tag = f"[{source['name']} {model} seed {seed}]"
@@ -187,19 +226,19 @@ def run_one(ds, y, idx, source, model: str, seed: int, args, chemprop: Optional[
     if model in CHEMPROP:
         res = run_chemprop(chemprop, args.out / "chemprop" / result_path(args.out, source, model, seed, args).stem,
                            ds.smiles, y, idx, list(ds.task_names), seed=seed, epochs=args.epochs,
-                           descriptors=model == "chemprop+desc", threads=args.threads, log=log)
+                           descriptors=model == "chemprop+desc", threads=args.threads,
+                           task_type=source["task_type"], log=log)
     else:
-        spec = mp.model_spec("none" if model == "ours" else model, len(ds.task_names), args.hp,
+        hp = recipe(source, args)
+        spec = mp.model_spec("none" if model == "ours" else model, len(ds.task_names), hp,
                              graph_feature_dim=len(ds.descriptor_names or ()))
-        res = mp.run_training(ds, idx, spec, args.hp, seed=seed, progress=False, log=log)
+        res = mp.run_training(ds, idx, spec, hp, seed=seed, progress=False, log=log)
         res.pop("model"), res.pop("meta"), res.pop("train", None)
     rec = {"dataset": source["name"], "model": model, "seed": seed, "split": args.split,
            "sizes": [len(i) for i in idx], "seconds": time.perf_counter() - t0, **res,
            "settings": settings(source, model, args), "graphattn_version": __version__,
            "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    val, test = rec.get("val") or {}, rec.get("test") or {}  # absent when the split left none
-    log(f"done: best epoch {rec['best_epoch']} of {rec['epochs_run']} | val auc {_f(val.get('roc_auc'))} | "
-        f"test auc {_f(test.get('roc_auc'))} | test pr-auc {_f(test.get('pr_auc'))} | {rec['seconds']:.0f}s")
+    log(done_line(rec, source["task_type"]))
     return rec
 
 
@@ -228,7 +267,8 @@ def run_source(source, models: List[str], args, chemprop: Optional[str]) -> int:
     for seed, model in todo:
         if seed not in splits:  # the same split for every model
             splits[seed] = md.split_indices(ds, args.split, seed)
-            warn_one_class(source["name"], ds.task_names, y, splits[seed], args.split)
+            if source["task_type"] == "classification":
+                warn_one_class(source["name"], ds.task_names, y, splits[seed], args.split)
         try:
             rec = run_one(ds, y, splits[seed], source, model, seed, args, chemprop)
         except Exception as exc:  # noqa: BLE001 (one failed run must not end hours of others)
@@ -241,8 +281,8 @@ def run_source(source, models: List[str], args, chemprop: Optional[str]) -> int:
 
 
 # ----------------------------------------------------------------------------- table
-def report(args, srcs) -> Dict[str, object]:
-    """Read every result of these settings, print the table and write results.json / .csv."""
+def _read_records(args, srcs):
+    """The result records of these settings that exist, and the names of those missing."""
     records, missing = [], []
     for src in srcs:
         for m in args.models:
@@ -252,18 +292,38 @@ def report(args, srcs) -> Dict[str, object]:
                     records.append(json.loads(path.read_text()))
                 else:
                     missing.append(f"{src['name']} {m} seed {s}")
-    names = [s["name"] for s in srcs]
-    rows, suite = table_rows(records, names, args.models), suite_rows(records, names, args.models, args.seeds)
-    brief = [{k: r.get(k) for k in ("dataset", "model", "seed", "epochs_run", "best_epoch", "seconds")}
-             | {f"{p}_{m}": (r.get(p) or {}).get(m) for p in ("val", "test") for m in ("roc_auc", "pr_auc")}
-             for r in records]
-    payload = {"command": " ".join(sys.argv), "split": args.split, "seeds": args.seeds, "datasets": names,
-               "models": args.models, "hparams": args.hp, "table": rows, "suite": suite, "runs": brief,
-               "missing": missing}
-    paths = H.write_results(args.out / "results.json", payload, rows + suite)
+    return records, missing
+
+
+def _brief(rec: Dict[str, object]) -> Dict[str, object]:
+    """One run in ``results.json``: its identity, epochs, time and headline metrics."""
+    scored = rec.get("test") or rec.get("val") or {}
+    metrics = ("roc_auc", "pr_auc") if "roc_auc" in scored else ("rmse", "mae", "r2")
+    return ({k: rec.get(k) for k in ("dataset", "model", "seed", "epochs_run", "best_epoch", "seconds", "num_parameters")}
+            | {f"{p}_{m}": (rec.get(p) or {}).get(m) for p in ("val", "test") for m in metrics})
+
+
+def report(args, srcs) -> Dict[str, object]:
+    """Read every result of these settings, print the tables (classification sets with their suite
+    mean, regression sets with each model's mean rank) and write results.json / .csv."""
+    records, missing = _read_records(args, srcs)
+    cls = [s["name"] for s in srcs if s["task_type"] == "classification"]
+    reg = [s["name"] for s in srcs if s["task_type"] == "regression"]
+    rows = table_rows(records, cls, args.models)
+    suite = suite_rows([r for r in records if r["dataset"] in cls], cls, args.models, args.seeds) if cls else []
+    reg_rows = table_rows(records, reg, args.models, REGRESSION_METRICS)
+    ranks = rank_rows(reg_rows, args.models, reg)
+    payload = {"command": " ".join(sys.argv), "split": args.split, "seeds": args.seeds, "datasets": cls + reg,
+               "models": args.models, "hparams": args.hp, "table": rows + reg_rows, "suite": suite, "ranks": ranks,
+               "runs": [_brief(r) for r in records], "missing": missing}
+    paths = H.write_results(args.out / "results.json", payload, rows + suite + reg_rows + ranks)
     print(f"\n{args.split} split, seeds {' '.join(map(str, args.seeds))}: mean ± std over seeds "
           f"({len(records)} results, {len(missing)} missing)")
-    print(render(rows, suite))
+    if cls:
+        print(render(rows, suite))
+    if reg:
+        print(("\n" if cls else "") + "regression sets (each in its own units; the mean rank is by test RMSE):")
+        print(render_regression(reg_rows, ranks))
     if missing:
         print(f"missing: {', '.join(missing[:12])}{' ...' if len(missing) > 12 else ''}")
     print(f"Wrote {', '.join(str(p) for p in paths)}")

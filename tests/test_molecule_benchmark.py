@@ -149,3 +149,27 @@ def test_absent_chemprop_is_skipped_with_a_message(smoke, rerun, tmp_path):
     out = rerun([*smoke["base"], "--chemprop-bin", str(tmp_path / "no-chemprop"), "--models", "gine", "chemprop"])
     assert "chemprop: skipped (--chemprop-bin" in out and "is not an executable file" in out
     assert "1 result(s) exist, 0 to run" in out  # gine ran before; chemprop is not attempted
+
+
+def test_regression_csv_gets_the_regression_table(smoke, rerun, tmp_path):
+    with open(ROOT / "tests" / "fixtures" / "molecules_tasks_train.csv", newline="") as f:
+        smiles = [r["smiles"] for r in csv.DictReader(f)]
+    data = tmp_path / "logs.csv"
+    with open(data, "w", newline="") as f:  # a numeric target that depends on the molecule, one missing cell
+        w = csv.writer(f)
+        w.writerow(["smiles", "logS"])
+        w.writerows([s, "" if i == 3 else f"{0.4 * len(s) - 2.5 + 0.1 * (i % 3):.3f}"] for i, s in enumerate(smiles))
+    out_dir = tmp_path / "out"
+    out = rerun(["--smoke", "--threads", "1", "--out", str(out_dir), "--csv", str(data), "--task-type", "regression",
+                 "--split", "random", "--models", "ours", "gine", "chemprop",
+                 "--chemprop-bin", smoke["args"][smoke["args"].index("--chemprop-bin") + 1]])
+    assert "regression sets (each in its own units" in out and "| mean rank (test RMSE) | ours" in out
+    payload = json.loads((out_dir / "results.json").read_text())
+    assert [r["model"] for r in payload["table"]] == ["ours", "gine", "chemprop"] and payload["suite"] == []
+    for row in payload["table"]:
+        for key in ("test_rmse_mean", "test_mae_mean", "test_r2_mean", "val_rmse_mean"):
+            assert finite(row[key]), (key, row)
+        assert row["test_rmse_mean"] >= row["test_mae_mean"]
+    ranks = [r["rank_mean"] for r in payload["ranks"]]
+    assert len(ranks) == 3 and min(ranks) == 1.0 and max(ranks) <= 3.0
+    assert all("test_rmse" in r and "test_roc_auc" not in r for r in payload["runs"])
