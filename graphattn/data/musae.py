@@ -28,21 +28,32 @@ from torch_geometric.data import Data
 
 from graphattn.data.download import DataFileError, PathLike
 from graphattn.data.rawio import (MISSING_LABELS, JSONObject, csv_rows, delimiter_hint, label_codes, parse_int_tokens,
-                                  parse_json, read_bytes, read_text, sorted_unique, undirected_edge_index)
+                                  parse_json, read_bytes, read_text, sniff_delimiter, sorted_unique,
+                                  undirected_edge_index)
 
 __all__ = ["load_musae", "check_max_features", "read_target", "numeric_targets"]
 
 
-def _edge_row_problem(line: bytes) -> Optional[str]:
-    """Why one data row of an edges CSV is not ``u,v`` (two int64 ids), or ``None``."""
-    fields = line.split(b",")
+def _fields(line: bytes, sep: Optional[bytes]) -> List[bytes]:
+    """The fields of one edge row: split at ``sep``, or at runs of whitespace when ``sep`` is None."""
+    return [f.strip() for f in line.split(sep)] if sep is not None else line.split()
+
+
+def _show(b: bytes, n: int = 60) -> str:
+    """Up to ``n`` bytes of a file as text for a message (never a bytes repr)."""
+    return repr(b[:n].decode("utf-8", "replace"))
+
+
+def _edge_row_problem(line: bytes, sep: Optional[bytes]) -> Optional[str]:
+    """Why one data row of an edge list is not two int64 ids, or ``None``."""
+    fields = _fields(line, sep)
     if len(fields) != 2:
         return f"has {len(fields)} fields"
     for f in fields:
         try:
-            v = int(f.strip())
+            v = int(f)
         except ValueError:
-            return f"field {f.strip()[:30]!r} is not an integer id"
+            return f"field {_show(f, 30)} is not an integer id"
         if not -2 ** 63 < v < 2 ** 63 - 1:
             return f"id {v} is beyond the int64 range"
     return None
@@ -50,59 +61,122 @@ def _edge_row_problem(line: bytes) -> Optional[str]:
 
 _EDGE_CHUNK = 1 << 22  # bytes of edge rows checked and parsed at a time (~20x that in temporaries:
 # a 74 MB file of 5M rows peaked at +1.39 GB read whole, +0.29 GB in chunks)
+_SPACE = np.frombuffer(b" \t\n\x0b\x0c", dtype=np.uint8)
+_COMMENT = re.compile(rb"(?m)^[ \t]*[#%][^\n]*")  # SNAP's '#' and KONECT's '%' comment lines
 
 
-def _edge_rows(path, body: bytes, start: int, end: int, first_row: int, names: List[str]) -> np.ndarray:
+def _edge_rows(path, body: bytes, start: int, end: int, first_row: int, sep: Optional[bytes],
+               like: str) -> np.ndarray:
     """The ``(rows, 2)`` ids of ``body[start:end]`` (whole lines; ``first_row``: the file's row
-    number of its first line, for errors)."""
-    # one comma per non-blank row (a 3-field row must not be re-paired with the next one),
+    number of its first line, for errors; ``sep``: the field separator, None for whitespace)."""
+    # two fields per non-blank row (a 3-field row must not be re-paired with the next one),
     # counted per line with numpy: no Python loop over millions of edge rows
     buf = np.frombuffer(body, dtype=np.uint8, count=end - start, offset=start)
     line_of = np.cumsum(buf == ord("\n"))  # line number of every byte (newlines end their line)
     n_lines = int(line_of[-1]) + 1 if buf.size else 0
-    commas = np.bincount(line_of[buf == ord(",")], minlength=n_lines)
-    text = ~np.isin(buf, np.frombuffer(b" \t\n\x0b\x0c", dtype=np.uint8))
+    text = ~np.isin(buf, _SPACE)
     nonblank = np.bincount(line_of[text], minlength=n_lines) > 0
+    if sep is not None:
+        fields = np.bincount(line_of[buf == sep[0]], minlength=n_lines) + 1
+    else:  # a field starts where text follows whitespace or the line's start
+        starts = text.copy()
+        starts[1:] &= ~text[:-1]
+        fields = np.bincount(line_of[starts], minlength=n_lines)
     del line_of, text
-    bad_rows = np.flatnonzero(nonblank & (commas != 1))
+    bad_rows = np.flatnonzero(nonblank & (fields != 2))
     if bad_rows.size:
         i = int(bad_rows[0])
         ln = body[start:end].split(b"\n")[i]
-        raise DataFileError(f"{path}: row {first_row + i} {_edge_row_problem(ln)} ({ln[:60]!r}); "
-                            f"every edge row must hold exactly two integer ids like the "
-                            f"header {','.join(names)!r}")
+        raise DataFileError(f"{path}: row {first_row + i} {_edge_row_problem(ln, sep)} ({_show(ln)}); "
+                            f"every edge row must hold exactly two integer ids like {like}")
     n_rows = int(nonblank.sum())
     try:
-        tok = parse_int_tokens(body[start:end].replace(b",", b" "), str(path))
+        tok = parse_int_tokens(body[start:end] if sep is None else body[start:end].replace(sep, b" "), str(path))
     except DataFileError:
         tok = None
     if tok is None or tok.size != 2 * n_rows:
         bad = next(((i, p) for i, ln in enumerate(body[start:end].split(b"\n")) if ln.strip()
-                    and (p := _edge_row_problem(ln)) is not None), None)
+                    and (p := _edge_row_problem(ln, sep)) is not None), None)
         where = f"row {first_row + bad[0]} {bad[1]}; " if bad else ""
         raise DataFileError(f"{path}: {where}every row must hold exactly two integer ids "
                             "(truncated or malformed file?)")
     return tok.reshape(-1, 2)
 
 
-def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
+def _is_id(field: bytes) -> bool:
+    return field.lstrip(b"+-").isdigit()
+
+
+def _edge_layout(path, raw: bytes) -> Tuple[List[str], Optional[bytes], int, int]:
+    """``(column names, separator, offset of the first edge row, its file row number)`` of an edge
+    list: comma, semicolon, tab or space separated, a header of two names or none (then the names are
+    ``source``, ``target``)."""
+    pos, row = 0, 1
+    while pos < len(raw):  # blank lines before the first row (comments are blank by now)
+        nl = raw.find(b"\n", pos)
+        nl = len(raw) if nl < 0 else nl
+        if raw[pos:nl].strip():
+            break
+        pos, row = nl + 1, row + 1
+    if pos >= len(raw):
+        return ["source", "target"], b",", len(raw), row
+    nl = raw.find(b"\n", pos)
+    first = raw[pos:] if nl < 0 else raw[pos:nl]
+    sep = next((c for c in (b",", b";") if c in first), None)  # else tabs / spaces
+    fields = _fields(first, sep)
+    if len(fields) != 2:
+        raise DataFileError(
+            f"{path}: expected two columns of node ids (comma, semicolon, tab or space separated; a header "
+            f"like 'id_1,id_2' is optional), the first row {_show(first)} has {len(fields)} field(s)")
+    after = len(raw) if nl < 0 else nl + 1
+    if all(_is_id(f) for f in fields):  # no header: this row is an edge
+        return ["source", "target"], sep, pos, row
+    if any(_is_id(f) for f in fields):
+        raise DataFileError(f"{path}: the first row {_show(first)} is neither a header of two names nor an "
+                            "edge of two integer ids")
+    return [f.decode("utf-8-sig", "replace") for f in fields], sep, after, row + 1
+
+
+def _edge_text(path: PathLike) -> bytes:
+    """An edge file's bytes with LF line ends, no quotes, no byte-order mark and its comment lines blank."""
     raw = read_bytes(path)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
     if b"\r" in raw:  # CRLF and Mac's CR-only line ends
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if b'"' in raw:  # every field quoted ("0","1"): valid CSV, and integer ids never hold a quote
         raw = raw.replace(b'"', b"")
-    nl = raw.find(b"\n")
-    header = raw if nl < 0 else raw[:nl]
-    names = [h.strip() for h in header.decode("utf-8-sig", "replace").split(",")]
-    if len(names) != 2 or any(n.lstrip("-").isdigit() for n in names):
-        raise DataFileError(f"{path}: expected a header of two id columns (e.g. 'id_1,id_2'), "
-                            f"got {header[:80]!r}")
+    if b"#" in raw or b"%" in raw:  # comment lines become blank lines: the row numbers stay the file's
+        raw = _COMMENT.sub(b"", raw)
+    return raw
+
+
+def _edge_row_number(path: PathLike, k: int) -> int:
+    """The file row (1-based) of the ``k``-th edge (0-based) of an edge file, for an error message."""
+    raw = _edge_text(path)
+    _, _, pos, row = _edge_layout(path, raw)
+    for i, line in enumerate(raw[pos:].split(b"\n")):
+        if line.strip():
+            if k == 0:
+                return row + i
+            k -= 1
+    return row
+
+
+def _read_edges_csv(path: PathLike) -> Tuple[List[str], np.ndarray, np.ndarray]:
+    """``(column names, sources, targets)`` of an edge list as people have them: a MUSAE CSV with a
+    header, a headerless CSV, a SNAP/KONECT text file (tab or space separated, ``#``/``%`` comment
+    lines), plain or gzipped, any line ends, fields quoted or not."""
+    raw = _edge_text(path)
+    names, sep, pos, row = _edge_layout(path, raw)
+    like = f"the header {(chr(sep[0]) if sep else ' ').join(names)!r}" if names != ["source", "target"] \
+        else "the first row"
     # the rows in chunks of whole lines: the per-byte checks would need ~20x the file at once
-    parts, row, pos = [], 2, (len(raw) if nl < 0 else nl + 1)
+    parts = []
     while pos < len(raw):
         cut = raw.find(b"\n", min(pos + _EDGE_CHUNK, len(raw)) - 1)
         cut = len(raw) if cut < 0 else cut + 1
-        parts.append(_edge_rows(path, raw, pos, cut, row, names))
+        parts.append(_edge_rows(path, raw, pos, cut, row, sep, like))
         row += raw.count(b"\n", pos, cut)
         pos = cut
     pairs = np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
@@ -142,6 +216,10 @@ def _target_columns(path, header: List[str], rows: List[List[str]], target_col: 
         if t_col is not None and lower.count(lower[t_col]) > 1:
             raise DataFileError(f"{path}: the label column {header[t_col]!r} appears {lower.count(lower[t_col])} "
                                 f"times in the header {header}; rename the columns (or pass target_col=)")
+        if t_col is None:  # the one column that is not named like an id (e.g. 'id,club')
+            others = [i for i, h in enumerate(header) if lower[i] not in _ID_COLUMNS and not _ID_NAME.search(h)
+                      and h and not h.startswith("Unnamed:") and (id_col is None or h.lower() != id_col.lower())]
+            t_col = others[0] if len(others) == 1 and len(header) > 1 else None
         if t_col is None:
             hint = delimiter_hint(header[0]) if len(header) == 1 else ""
             raise DataFileError(f"{path}: cannot tell the label column among {header}"
@@ -204,7 +282,8 @@ def read_target(path: PathLike, target_col: Optional[str], id_col: Optional[str]
     id column name, label column name)``; the columns are named, else recognised (see
     :func:`load_musae`). ``numeric``: the labels are the column's numbers (float64, NaN missing;
     :func:`numeric_targets`) and there are no class names (``[]``)."""
-    header, rows = csv_rows(read_text(path), str(path))
+    text = read_text(path)
+    header, rows = csv_rows(text, str(path), sniff_delimiter(text))
     id_col, t_col = _target_columns(path, header, rows, target_col, id_col)
     width = len(header)
     bad = next((i for i, r in enumerate(rows) if len(r) != width), None)
@@ -378,7 +457,8 @@ def load_musae(edges_path: PathLike, target_path: PathLike,
     """Read a graph in the MUSAE/FEATHER release format into a PyG ``Data``.
 
     Args:
-        edges_path: CSV with a two-column header and one edge per row (plain or ``.gz``);
+        edges_path: an edge list, one edge per row (plain or ``.gz``): a CSV with a two-column
+            header or none, a SNAP/KONECT text file (tab or space separated, ``#``/``%`` comments);
             every non-blank row must hold exactly two integer ids (a row with 1 or 3 fields
             is a :class:`DataFileError` naming the file and row).
         target_path: CSV with an id column (``id_col``, or auto-detected: ``new_id``,
@@ -488,7 +568,7 @@ def _edges_as_node_indices(edges_path: PathLike, target_path: PathLike, ids: np.
     if np.any(bad):
         k = int(np.flatnonzero(bad)[0])
         raise DataFileError(
-            f"{edges_path}: edge row {k + 2} ({src[k]},{dst[k]}) names a node id that is not in "
+            f"{edges_path}: edge row {_edge_row_number(edges_path, k)} ({src[k]},{dst[k]}) names a node id that is not in "
             f"column {id_name!r} of {target_path} ({int(np.count_nonzero(bad))} such rows); "
             "wrong target file, or the edges use another id column?")
     return s, d

@@ -24,7 +24,7 @@ import numpy as np
 from graphattn.data.download import DataFileError, PathLike
 
 __all__ = ["JSONObject", "read_bytes", "read_text", "parse_int_tokens", "check_int64_range", "csv_rows",
-           "parse_json", "delimiter_hint", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
+           "parse_json", "delimiter_hint", "sniff_delimiter", "MISSING_LABELS", "ALWAYS_MISSING_LABELS", "as_number", "canonical_label",
            "label_codes", "sorted_unique",
            "unique_pairs", "undirected_edge_index", "zip_check", "canonical_name"]
 
@@ -100,10 +100,20 @@ def delimiter_hint(header_line: str) -> str:
     return ""
 
 
-def csv_rows(text: str, what: str) -> Tuple[List[str], List[List[str]]]:
+def sniff_delimiter(text: str) -> str:
+    """The field separator of a small table from its first non-blank line: a comma when it has one,
+    else a tab, a semicolon, or a space (runs of spaces, as ``id label`` text files are written)."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    return next((c for c in (",", "\t", ";") if c in first), " " if " " in first.strip() else ",")
+
+
+def csv_rows(text: str, what: str, delimiter: str = ",") -> Tuple[List[str], List[List[str]]]:
     """``(header, rows)`` of CSV ``text``: blank (also whitespace-only) rows dropped, header
-    cells stripped. Any line ends (CRLF, LF, Mac's CR-only)."""
-    rows = [r for r in csv.reader(io.StringIO(text, newline="")) if r and any(c.strip() for c in r)]
+    cells stripped. Any line ends (CRLF, LF, Mac's CR-only). ``delimiter`` ``" "``: runs of spaces."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, skipinitialspace=delimiter == " ")
+    rows = [r for r in reader if r and any(c.strip() for c in r)]
+    if delimiter == " ":
+        rows = [[c for c in r if c] for r in rows]  # a trailing space is no empty field
     if not rows:
         raise DataFileError(f"{what}: empty CSV file")
     return [h.strip() for h in rows[0]], rows[1:]
