@@ -19,7 +19,26 @@ from typing import List, Optional
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_paths, usage_error
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "OPTIONAL_MODULES"]
+
+#: optional dependencies: top-level module -> (what it is for, the extra that installs it)
+OPTIONAL_MODULES = {
+    "rdkit": ("molecules (SMILES parsing, featurisation, descriptors, pictures)", "molecules"),
+    "matplotlib": ("pictures (explain, parity plots, charts)", "viz"),
+    "triton": ("the fused CUDA kernels", "gpu"),
+    "chemprop": ("the chemprop baseline of the benchmarks", "bench"),
+}
+
+
+def missing_extra_line(command: Optional[str], exc: ModuleNotFoundError) -> Optional[str]:
+    """The one line for an optional dependency that is not installed (``None`` for any other module):
+    what it is needed for and the ``pip install`` line of its extra."""
+    root = (exc.name or "").split(".")[0]
+    if root not in OPTIONAL_MODULES:
+        return None
+    what, extra = OPTIONAL_MODULES[root]
+    return (f"graphattn{' ' + command if command else ''}: this needs {root} for {what}, which is not "
+            f"installed: pip install 'graphattn[{extra}]'")
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -60,6 +79,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         _stdout_to_devnull()
         return 1
+    except ModuleNotFoundError as exc:
+        line = missing_extra_line(argv_command(argv), exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ngraphattn: interrupted" + (" (continue with the same command and --resume: every finished "
                                             "epoch is saved)" if argv_command(argv) in ("train", "pretrain") else ""),
