@@ -22,6 +22,7 @@ _HOME = {
     **dict.fromkeys(["EdgeCSR", "to_csr"], "graphattn.ops.csr"),
     **dict.fromkeys(["NeighborLoader"], "graphattn.loader.neighbor_loader"),
     **dict.fromkeys(["dense_attention", "edge_attention"], "graphattn.functional"),
+    **dict.fromkeys(["load", "MoleculeModel", "SocialModel", "Predictions"], "graphattn.tasks.trained"),
 }
 
 __all__ = ["__version__", "functional", *_HOME]

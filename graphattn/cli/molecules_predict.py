@@ -9,25 +9,22 @@ from pathlib import Path
 import warnings
 from typing import List, Tuple
 
-import torch
 from torch import nn
 
 from graphattn.cli.options import usage_error
 from graphattn.data.download import DataFileError
 from graphattn.data.moleculenet import MOLECULENET
 from graphattn.data.smiles_table import find_column, read_csv_table
-from graphattn.tasks.molecules.data import featurize, file_sha256, graph_options, load_dataset, split_indices
+from graphattn.tasks.molecules.data import file_sha256, graph_options, load_dataset, split_indices
 from graphattn.tasks.molecules.files import spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
-from graphattn.tasks.molecules.outputs import output_metrics, outputs, predict_outputs
+from graphattn.tasks.molecules.outputs import output_metrics, outputs
 from graphattn.tasks.molecules.parity import parity_plot
+from graphattn.tasks.trained import MoleculeModel
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "checkpoint_inputs"]
-
-_PREDICT_CHUNK = 10_000  # molecules featurized at a time by predict
-
 
 def _smiles_column(header: List[str], args, meta: dict, path, command: str) -> int:
     """Index of the SMILES column of --csv: ``--smiles-col``; when that was not given and the
@@ -49,14 +46,19 @@ def _smiles_column(header: List[str], args, meta: dict, path, command: str) -> i
         return j
 
 
-def _read_smiles_csv(path, args, meta: dict, command: str, with_lines: bool = False):
+def _read_smiles_csv(path, args, meta: dict, command: str, with_lines: bool = False, with_columns: bool = False):
     """The SMILES column (:func:`_smiles_column`) of a CSV / .csv.gz, read and matched as the
     datasets do (with ``with_lines``: also each record's file line, the row number
-    train/evaluate report)."""
+    train/evaluate report; with ``with_columns``: also the file's other columns, name → cells)."""
     header, rows = read_csv_table(path)
     j = _smiles_column(header, args, meta, path, command)
     smiles = [fields[j] for _, fields in rows]
-    return (smiles, [line for line, _ in rows]) if with_lines else smiles
+    if not with_lines:
+        return smiles
+    if not with_columns:
+        return smiles, [line for line, _ in rows]
+    others = {h: [fields[k] if k < len(fields) else "" for _, fields in rows] for k, h in enumerate(header) if k != j}
+    return smiles, [line for line, _ in rows], others
 
 
 def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[str]]:
@@ -77,16 +79,18 @@ def _output_columns(tasks: List[str], ensemble: bool) -> Tuple[List[str], List[s
     return prob, std
 
 
-def checkpoint_inputs(args, meta: dict, command: str, with_lines: bool = False):
-    """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None)."""
+def checkpoint_inputs(args, meta: dict, command: str, with_lines: bool = False, with_columns: bool = False):
+    """The input SMILES (with ``with_lines``: and the file lines of --csv records, else None; with
+    ``with_columns``: and --csv's other columns, name → cells, else ``{}``)."""
     if args.smiles and args.csv:
         raise ValueError(f"give either --smiles or --csv {args.csv}, not both")
     if args.smiles_col != "smiles" and not args.csv:
         raise ValueError(f"--smiles-col {args.smiles_col} names a column of --csv, which is not given")
     if args.smiles:
-        return (list(args.smiles), None) if with_lines else list(args.smiles)
+        smiles = list(args.smiles)
+        return smiles if not with_lines else (smiles, None, {}) if with_columns else (smiles, None)
     if args.csv:
-        return _read_smiles_csv(args.csv, args, meta, command, with_lines)
+        return _read_smiles_csv(args.csv, args, meta, command, with_lines, with_columns)
     raise ValueError("give --smiles SMILES [...] or --csv FILE")
 
 
@@ -219,48 +223,45 @@ class _Columns(nn.Module):
 def predict(args) -> int:
     """Per-task probabilities (regression: values in the targets' units) for --smiles or --csv; a CSV at --out (``OUT/predictions.csv`` when
     OUT is a folder; stdout without --out or with ``--out -``). Columns: ``row`` (1-based input position), with
-    --csv ``file_row`` (the record's line in the file, the row number train/evaluate report),
+    --csv ``file_row`` (the record's line in the file, the row number train/evaluate report) and the
+    file's other columns (ids, names; one named like an output column gets ``input_`` before its name),
     ``smiles``, one probability (value) column per task, for an ensemble checkpoint ``<task>_std``
     columns (spread of its members' probabilities or values: the uncertainty), ``error``. Every input gets a row; an
     invalid SMILES gets empty probabilities and an ``error``. A task whose name is taken
     (``row``, ``smiles``, ``error``, another task's ``_std``) gets ``_task`` appended (see
-    :func:`_output_columns`; a note goes to stderr)."""
+    :func:`_output_columns`; a note goes to stderr). Built on :class:`graphattn.tasks.trained.MoleculeModel`."""
     try:
         if args.out and args.out != "-":
             check_output_not_input(out_path(args.out, "predictions.csv"),
                                    {"the checkpoint": args.checkpoint, "the --csv input": args.csv})
         model, meta = load_model(args.checkpoint)
-        smiles, lines = checkpoint_inputs(args, meta, "predict", with_lines=True)
+        smiles, lines, others = checkpoint_inputs(args, meta, "predict", with_lines=True, with_columns=True)
     except (ValueError, RuntimeError, OSError) as exc:  # DataFileError is a ValueError
         return usage_error("predict", str(exc))
-    tasks, task_type = meta["task_names"], task_type_of(meta)
+    pred = MoleculeModel(model, meta).predict(smiles)
+    tasks, task_type = meta["task_names"], pred.task_type
     digits = ".6g" if task_type == "regression" else ".6f"  # values in the targets' units, or probabilities
-    # in chunks: a screening file of a million molecules is never featurized all at once
-    # (~13 KB per featurized molecule), only its probabilities are kept
-    errors, ok, parts = [], [], []
-    for start in range(0, len(smiles), _PREDICT_CHUNK):
-        graphs = featurize(smiles[start:start + _PREDICT_CHUNK], **graph_options(meta))
-        errors += [g if isinstance(g, str) else "" for g in graphs]
-        valid = [g for g in graphs if not isinstance(g, str)]
-        ok += [start + i for i, g in enumerate(graphs) if not isinstance(g, str)]
-        parts.append(predict_outputs(model, valid, task_type, members=True))
-    prob = torch.cat(parts, dim=-2) if parts else predict_outputs(model, [], task_type, members=True)
-    # an ensemble also reports how much its members disagree: <task>_std, the standard
-    # deviation of the members' probabilities (chemprop's ensemble uncertainty)
-    prob_cols, std_cols = _output_columns(tasks, prob.dim() == 3)
+    prob_cols, std_cols = _output_columns(tasks, pred.std is not None)
     for t, c in zip(tasks, prob_cols):
         if c != t:
             print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
-    std = prob.std(0, unbiased=False) if std_cols else None
-    prob = prob.mean(0) if std_cols else prob
-    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines is not None else {}), "smiles": s,
+    ours = {"row", "file_row", "smiles", *prob_cols, *std_cols, "error"}
+    extra = {}
+    for name, cells in others.items():
+        col = name
+        while col in ours or col in extra:
+            col = "input_" + col
+        extra[col] = cells
+    ok = [i for i, e in enumerate(pred.errors) if not e]
+    rows = [{"row": i + 1, **({"file_row": lines[i]} if lines is not None else {}),
+             **{c: cells[i] for c, cells in extra.items()}, "smiles": s,
              **{c: "" for c in prob_cols + std_cols}, "error": e}
-            for i, (s, e) in enumerate(zip(smiles, errors))]
-    for j, i in enumerate(ok):
-        rows[i].update({c: format(float(p), digits) for c, p in zip(prob_cols, prob[j])})
+            for i, (s, e) in enumerate(zip(smiles, pred.errors))]
+    for i in ok:
+        rows[i].update({c: format(float(p), digits) for c, p in zip(prob_cols, pred.values[i])})
         if std_cols:
-            rows[i].update({c: format(float(v), digits) for c, v in zip(std_cols, std[j])})
-    fields = ["row", *(["file_row"] if lines is not None else []), "smiles", *prob_cols, *std_cols, "error"]
+            rows[i].update({c: format(float(v), digits) for c, v in zip(std_cols, pred.std[i])})
+    fields = ["row", *(["file_row"] if lines is not None else []), *extra, "smiles", *prob_cols, *std_cols, "error"]
     out = out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
     try:
         write_csv(out, fields, rows)

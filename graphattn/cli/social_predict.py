@@ -5,63 +5,27 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict
 
-import torch
 
 from graphattn.cli.options import message_of
 from graphattn.data.download import DataFileError
 from graphattn.tasks.social import node as sn
-from graphattn.tasks.social.graph import evaluate_graph, predict_graph
+from graphattn.tasks.social.graph import evaluate_graph
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
-from graphattn.tasks.social.node_regression import build_node_model, is_regression, metrics_line, regression_metrics
+from graphattn.tasks.social.node_regression import is_regression, metrics_line, regression_metrics
+from graphattn.tasks.social.predict import RELOCATE_KEYS, load_social, node_data, prediction_rows
 from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
-from graphattn.train.checkpoint import load_checkpoint
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
 __all__ = ["evaluate", "predict", "explain"]
 
 
-#: evaluate / predict / explain flags that say where a run's own input files are now
-RELOCATE_FLAGS = ("edges", "target", "features", "tu_text")
-
-
 def _load(checkpoint, args=None):
-    """Checkpoint, meta and model; ``args``: the command's flags (files moved, see :func:`_relocate`)."""
-    ck = load_checkpoint(checkpoint)
-    meta = ck["meta"]
-    if args is not None:
-        _relocate(meta["data"], args)
-    model = build_node_model(meta)  # a regression model inside its StandardizedRegressor
-    model.load_state_dict(ck["model"])
-    model.eval()
-    return ck, meta, model
-
-
-def _relocate(spec: Dict[str, Any], args) -> None:
-    """``--edges/--target/--features/--tu-text`` of evaluate/predict/explain: the files a run was
-    trained on, moved elsewhere. The recorded sha256 still checks their contents (a warning when
-    they differ)."""
-    for key in RELOCATE_FLAGS:
-        path = getattr(args, key, None)
-        if not path:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if spec.get(key) is None:
-            what = ("a named dataset" if spec.get("name") else "--edges/--target without --features: structural "
-                    "features" if key == "features" and spec.get("edges") else "other inputs")
-            raise ValueError(f"{flag}: this model was not trained on {flag} files ({what}); nothing to relocate")
-        if not Path(path).expanduser().exists():
-            raise ValueError(f"{flag} {path}: no such file")
-        spec[key] = str(Path(path).expanduser().resolve())
-
-
-def _node_data(meta: Dict[str, Any]):
-    """The graph of a node checkpoint, checked against what the model was trained on."""
-    data = sn.load_node_data(meta["data"])
-    sn.check_matches_checkpoint(meta, data.class_names, data.num_features, "", "the input files")
-    return data
+    """Checkpoint, meta and model; ``args``: the command's flags (``--edges`` ... where the run's files
+    are now, see :func:`graphattn.tasks.social.predict.relocate`)."""
+    moved = {k: getattr(args, k, None) for k in RELOCATE_KEYS} if args is not None else None
+    return load_social(checkpoint, moved)
 
 
 def _social_command(fn):
@@ -96,7 +60,7 @@ def evaluate(args) -> int:
     split it was trained with."""
     ck, meta, model = _load(args.checkpoint, args)
     if is_regression(meta):
-        res = regression_metrics(model, meta, _node_data(meta))
+        res = regression_metrics(model, meta, node_data(meta))
         print(metrics_line(res))
         print(json.dumps({"checkpoint": str(args.checkpoint), "task_type": "regression",
                           "target_col": meta["target_col"],
@@ -105,7 +69,7 @@ def evaluate(args) -> int:
     if meta["pipeline"] == "graph":
         res = evaluate_graph(model, meta)
     else:
-        res = node_accuracy(model, meta, _node_data(meta))
+        res = node_accuracy(model, meta, node_data(meta))
     print(" | ".join(f"{s} acc {v:.4f}" for s, v in res.items()))
     print(json.dumps({"checkpoint": str(args.checkpoint),
                       "accuracy": {s: (None if v != v else v) for s, v in res.items()}}))
@@ -117,7 +81,6 @@ def predict(args) -> int:
     """Class probabilities per node (or per graph) as a CSV at --out (default: ``predictions.csv``
     beside the checkpoint; ``--out -``: standard output)."""
     ck, meta, model = _load(args.checkpoint, args)
-    names = meta["class_names"]
     out = ("-" if args.out == "-" else out_path(args.out, "predictions.csv") if args.out  # "-": stdout
            else Path(args.checkpoint).with_name("predictions.csv"))
 
@@ -125,43 +88,18 @@ def predict(args) -> int:
         check_output_not_input(out, {"the checkpoint": args.checkpoint,
                                      **{"an input file of the run": p for p in input_files(meta.get("data") or {})
                                         if p}})
-    if meta["pipeline"] == "graph":
-        rows = predict_graph(model, meta)
-    elif is_regression(meta):
-        rows = _value_rows(model, meta, _node_data(meta))
-    else:
-        data = _node_data(meta)
-        prob = torch.softmax(sn.node_logits(model, meta["model"], data), -1)
-        split, ids = _splits_and_ids(data)
-        rows = [{"node": i, "node_id": nid, "split": split[i],
-                 "label": names[int(data.y[i])] if int(data.y[i]) >= 0 else "",  # "" = unlabelled
-                 "predicted": names[int(prob[i].argmax())],
-                 **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}}
-                for i, nid in enumerate(ids)]
+    rows = [{k: _cell(k, v) for k, v in r.items()} for r in prediction_rows(model, meta)]
     write_csv(out, list(rows[0]), rows)  # makes the folder
     print(f"Wrote {len(rows)} predictions to " + ("standard output" if out == "-" else str(out)),
           file=sys.stderr if out == "-" else sys.stdout)
     return 0
 
 
-def _splits_and_ids(data):
-    """Each node's split (``""``: in none) and its id in the input files (the row without ids)."""
-    split = ["train" if a else "val" if b else "test" if c else "" for a, b, c in
-             zip(data.train_mask.tolist(), data.val_mask.tolist(), data.test_mask.tolist())]
-    ids = data.node_id.tolist() if getattr(data, "node_id", None) is not None else range(data.num_nodes)
-    return split, ids
-
-
-def _value_rows(model, meta: Dict[str, Any], data):
-    """One row per node of a regression checkpoint: its split, the file's value (``label``, ``""`` when
-    missing) and the predicted value in the target's units, in a column named after the target column."""
-    col = meta["target_col"]
-    name = f"predicted_{col}" if col in ("node", "node_id", "split", "label") else col
-    pred = sn.node_logits(model, meta["model"], data)[:, 0].tolist()
-    true = data.y[:, 0].tolist()
-    split, ids = _splits_and_ids(data)
-    return [{"node": i, "node_id": nid, "split": split[i], "label": "" if true[i] != true[i] else f"{true[i]:.8g}",
-             name: f"{pred[i]:.8g}"} for i, nid in enumerate(ids)]
+def _cell(key: str, v):
+    """A CSV cell of a prediction row: probabilities with 6 decimals, values with 8 significant digits."""
+    if not isinstance(v, float):
+        return v
+    return format(v, ".6f" if key.startswith("prob_") else ".8g")
 
 
 def _node_row(data, node: int) -> int:
@@ -201,7 +139,7 @@ def explain(args) -> int:
     if top_k < 0:
         raise ValueError(f"--top-k must be >= 0, got {top_k}")
 
-    data = _node_data(meta)
+    data = node_data(meta)
     if args.node is None:  # the first node (row 0), whatever its id in the files
         node = 0
         node_id = int(data.node_id[0]) if getattr(data, "node_id", None) is not None else 0

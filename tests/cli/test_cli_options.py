@@ -2,6 +2,7 @@
 refused instead of silently ignored; input mistakes are one-line errors (exit 2); --threads;
 predict/explain input handling; metrics.json written atomically, by rank 0 only, with the
 environment; interrupted or full-disk runs, unwritable --out and --resume messages; `bench`."""
+import csv
 import errno
 import json
 import os
@@ -16,7 +17,8 @@ import torch
 from tiny_inputs import TINY, train_csv
 from torch_geometric.data import Batch, Data
 
-import graphattn.cli.molecules_predict as mc
+import graphattn
+import graphattn.tasks.trained as trained
 from graphattn import GraphClassifier
 from graphattn.cli import main as cli
 from graphattn.cli.main import main
@@ -252,16 +254,17 @@ def test_predict_in_chunks_equals_predict_at_once(run, tmp_path, monkeypatch):
     folder, src, _ = run
     args = ["predict", "--checkpoint", str(folder / "best.pt"), "--csv", str(src)]
     assert cli.main(args + ["--out", str(tmp_path / "all.csv")]) == 0
-    monkeypatch.setattr(mc, "_PREDICT_CHUNK", 3)  # chunk edges fall on valid and invalid rows
+    monkeypatch.setattr(trained, "PREDICT_CHUNK", 3)  # chunk edges fall on valid and invalid rows
     assert cli.main(args + ["--out", str(tmp_path / "chunks.csv")]) == 0
     # the same rows, columns and errors; probabilities equal up to float rounding (another batch
     # composition sums in another order: 1e-6 in the 6th decimal happens)
-    whole, chunked = ((tmp_path / name).read_text().splitlines() for name in ("all.csv", "chunks.csv"))
-    assert len(whole) == len(chunked) and whole[0] == chunked[0]
-    for a, b in zip(whole[1:], chunked[1:]):
-        a, b = a.split(","), b.split(",")
-        assert a[:3] == b[:3] and a[-1] == b[-1]  # row, file row, SMILES; error
-        assert all(abs(float(x) - float(y)) <= 2e-6 if x else x == y for x, y in zip(a[3:-1], b[3:-1]))
+    whole, chunked = (list(csv.DictReader(open(tmp_path / name))) for name in ("all.csv", "chunks.csv"))
+    assert len(whole) == len(chunked) and list(whole[0]) == list(chunked[0])
+    tasks = graphattn.load(folder / "best.pt").task_names
+    assert tasks and set(tasks) <= set(whole[0])
+    for a, b in zip(whole, chunked):
+        assert {k: v for k, v in a.items() if k not in tasks} == {k: v for k, v in b.items() if k not in tasks}
+        assert all(abs(float(a[t]) - float(b[t])) <= 2e-6 if a[t] else a[t] == b[t] for t in tasks)
 
 
 def test_nan_features_in_a_list_of_graphs_stay_a_data_error_and_dict_labels_are_left_out():
