@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from tqdm.auto import tqdm
+from graphattn.utils.progress import progress_bar
 
 from graphattn.utils.files import plain_mode
 
@@ -145,7 +145,7 @@ def download_url(url: str, dest: PathLike, sha256: Optional[str] = None,
             total = getattr(resp, "length", None)
             if total is None and not getattr(resp, "chunked", False):
                 total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}",
+            with progress_bar(total=total, unit="B", unit_scale=True, desc=f"download {dest.name}",
                       disable=not progress) as bar:
                 while True:
                     block = resp.read(1 << 16)

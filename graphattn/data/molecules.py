@@ -24,7 +24,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch_geometric.data import InMemoryDataset
-from tqdm.auto import tqdm
 
 from graphattn.data.download import DataFileError, cache_root, pyg_progress_to_log, sha256sum, writable_dir
 from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BOND_FEATURE_DIMS, BOND_FEATURE_NAMES,
@@ -32,6 +31,7 @@ from graphattn.data.featurize import (ATOM_FEATURE_DIMS, ATOM_FEATURE_NAMES, BON
                                       mol_to_data, parse_smiles, smiles_to_data)
 from graphattn.data.labels import infer_tasks, labels_conflict, parse_label, parse_split
 from graphattn.data.smiles_table import find_column, read_csv_table
+from graphattn.utils.progress import announce, progress_bar
 
 __all__ = [
     "FEATURIZER_VERSION", "ATOM_FEATURE_NAMES", "ATOM_FEATURE_DIMS", "BOND_FEATURE_NAMES",
@@ -217,8 +217,10 @@ class SmilesCSVDataset(InMemoryDataset):
         duplicates: List[Tuple[int, int]] = []
         conflicting: List[Tuple[int, int]] = []
         total = len(rows) if self._limit is None else min(len(rows), self._limit)
-        for line, fields in tqdm(rows, desc=f"featurize {self.name}", unit="mol", total=total,
-                                 disable=not self.progress):
+        if not self.progress and total >= 2000:  # a minute or more: say once what is happening
+            announce(f"featurizing the {total:,} molecules of {self.name} (once: cached in {self.processed_dir})")
+        for line, fields in progress_bar(rows, desc=f"featurize {self.name}", unit="mol", total=total,
+                                         disable=not self.progress):
             if self._limit is not None and len(data_list) >= self._limit:
                 break
             read += 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from tqdm.auto import tqdm
+from graphattn.utils.progress import progress_bar
 
 from graphattn.data.download import DataFileError, data_root, download_url, find_file
 from graphattn.utils.files import plain_mode
@@ -248,7 +248,7 @@ def build_zinc_subset(root=None, download: bool = True, progress: bool = True) -
     paths = {part: [_source_file(s, root, download, progress) for s in pair] for part, pair in ZINC_SOURCES.items()}
     picked = [(smiles, part) for part, (smiles_path, index_path) in paths.items()
               for smiles in _select(read_smiles_lines(smiles_path), read_index(index_path), index_path)]
-    rows = [(s, f"{zinc_target(s):.6f}", part) for s, part in tqdm(picked, desc=f"score {ZINC_FILE}",
+    rows = [(s, f"{zinc_target(s):.6f}", part) for s, part in progress_bar(picked, desc=f"score {ZINC_FILE}",
                                                                   disable=not progress)]
     _write_rows(dest, rows)
     return dest

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+from tqdm.auto import tqdm  # tqdm.write: lines above a live bar
 
 from graphattn.train import distributed as D
 from graphattn.train.checkpoint import check_meta, write_metrics
@@ -32,6 +32,7 @@ from graphattn.train.evaluation import Forward, evaluate, task_loss
 from graphattn.train.resume import resume_run, save_epoch
 from graphattn.train.runtime import build_kernels, release_free_heap, set_seed
 from graphattn.utils.files import check_out_folder
+from graphattn.utils.progress import progress_bar
 
 __all__ = ["fit", "scheduled_lr"]
 
@@ -148,7 +149,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
         log(f"--resume: no {out_dir / 'last.pt'} to resume from; training from epoch 1")
     warned = set()
     build_kernels(net)  # a first-time kernel build is not timed as part of epoch 1
-    bar = tqdm(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
+    bar = progress_bar(range(start, epochs + 1), desc="train", disable=not progress, leave=False)
     for epoch in bar:
         if best["score"] is not None and config.patience is not None \
                 and epoch - best["epoch"] > max(config.patience, 1):
@@ -160,7 +161,7 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
         history.append(rec)
         improved = _update_best(best, _score(rec, key, higher, log, warned), epoch, higher, net)
         log(_epoch_line(rec, key))
-        bar.set_postfix(loss=f"{rec['loss']:.3f}", best=f"{best['score']:.3f}")
+        bar.set_postfix(loss=f"{rec['loss']:.3f}", best=f"{best['score']:.3f}", refresh=False)
         if out_dir is not None and main:
             save_epoch(out_dir, net, opt, epoch, history, best, meta, kind, improved)
         release_free_heap()

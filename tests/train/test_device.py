@@ -12,7 +12,7 @@ import graphattn.cli.pretrain
 import graphattn.cli.social_train_graph
 import graphattn.tasks.social.node
 from graphattn.cli.main import main
-from graphattn.cli.social_predict import _load, _node_data
+from graphattn.tasks.social.predict import load_social, node_data
 from graphattn.tasks.social import node as sn
 from graphattn.train import load_checkpoint, model_device, resolve_device, save_checkpoint
 from graphattn.train.checkpoint import on_cpu
@@ -110,8 +110,8 @@ def test_cuda_runs_every_training_path_and_checkpoints_are_saved_on_the_cpu(tmp_
 
 def test_whole_graph_logits_fall_back_to_the_cpu_when_the_gpu_is_full(tmp_path, monkeypatch):
     assert main(["train", "karate", "--epochs", "2", "--no-progress", "--out", str(tmp_path)]) == 0
-    _, meta, model = _load(tmp_path / "best.pt")
-    data = _node_data(meta)
+    _, meta, model = load_social(tmp_path / "best.pt")
+    data = node_data(meta)
     want = sn.node_logits(model, meta["model"], data)
     real, calls = sn.run_model, []
 

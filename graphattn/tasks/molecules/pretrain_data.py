@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from graphattn.utils.progress import progress_bar
 from graphattn.data.descriptors import descriptor_names
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.featurize import CANONICAL_MAX_ATOMS, InvalidSmilesError, canonical_smiles, parse_smiles
@@ -99,7 +100,6 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
     their rows), duplicates and excluded molecules. Featurizing is cached per file
     (:mod:`graphattn.data.molecules`).
     """
-    from tqdm.auto import tqdm
 
     if not paths:
         raise ValueError("no molecule files given (--csv FILE [FILE ...])")
@@ -120,7 +120,7 @@ def molecule_pool(paths: Sequence[str], smiles_cols: Sequence[str] = ("smiles",)
         ds = MoleculeCSVDataset(path, col, task_cols=[], pre_transform=pre_transform(pe_dim, names),
                                 cache_dir=cache_dir(), log=log, limit=limit)
         dup = exc = 0
-        for data in tqdm(ds, desc=f"pool {Path(path).name}", disable=not log, unit="mol", leave=False):
+        for data in progress_bar(ds, desc=f"pool {Path(path).name}", disable=not log, unit="mol", leave=False):
             keys = _keys(data.smiles) or (data.smiles, data.smiles)  # the dataset parsed it already
             if keys[0] in seen:
                 dup += 1
