@@ -18,6 +18,7 @@ from typing import List, Optional
 
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.options import check_paths, usage_error
+from graphattn.utils.provenance import record_command
 
 __all__ = ["main", "build_parser", "OPTIONAL_MODULES"]
 
@@ -115,6 +116,7 @@ def _stdout_to_devnull() -> None:
 def _main(argv: Optional[List[str]] = None) -> int:
     """Parse, check the paths, run the command (each command: validate -> build -> run)."""
     args = build_parser().parse_args(argv)
+    record_command(["graphattn", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_paths(args)
     except ValueError as exc:

@@ -25,6 +25,7 @@ from graphattn.ops import extension
 from graphattn.train import distributed
 from graphattn.utils.files import plain_mode
 from graphattn.version import __version__
+from graphattn.utils.provenance import command_line, source_commit
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "check_meta", "write_metrics"]
 
@@ -213,12 +214,14 @@ def json_safe(obj):
 
 
 def run_environment() -> Dict[str, Any]:
-    """What a run's numbers depend on besides its options: versions, torch CPU threads and the
+    """What a run's numbers depend on besides its options: the command line, the package's git commit
+    (from a checkout), versions, torch CPU threads and the
     edge-attention route (the C++ kernel and the pure PyTorch path give the same outputs but draw
     dropout masks from different generators, so training runs differ)."""
     route = {"disabled": "disabled (GRAPHATTN_NO_CPP): pure PyTorch path",
              "failed": "failed to build: pure PyTorch path"}.get(extension.build_state(), extension.build_state())
-    return {"graphattn": __version__, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+    return {"command": command_line(), "git_commit": source_commit(),
+            "graphattn": __version__, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
             "python": platform.python_version(), "torch_threads": torch.get_num_threads(), "cpp_kernel": route,
             "cuda": torch.version.cuda if torch.cuda.is_available() else None}
 

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm  # tqdm.write: lines above a live bar
 from graphattn.train import distributed as D
 from graphattn.train.checkpoint import check_meta, write_metrics
 from graphattn.train.config import SCHEDULES, TrainConfig
+from graphattn.train.curves import curves_plot
 from graphattn.train.divergence import aux_loss, check_weights_finite, diverged, overflow_named
 from graphattn.train.evaluation import Forward, evaluate, task_loss
 from graphattn.train.resume import resume_run, save_epoch
@@ -126,6 +127,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
         check_meta(meta)
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     log = log or tqdm.write  # prints above the progress bar instead of through it
+    if out_dir is not None and D.is_main():
+        log = _logged_to(Path(out_dir) / "train.log", log)
     kind, epochs, progress = config.kind, config.epochs, config.progress
     key, higher = config.selection
     set_seed(config.seed)
@@ -254,6 +257,28 @@ def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, con
         summary["meta"] = meta
     if out_dir is not None:
         write_metrics(out_dir / "metrics.json", summary, environment=True)
+        if history:
+            _write_curves(out_dir, history, config.selection[0], best["epoch"])
     return summary
+
+
+def _logged_to(path: Path, log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log``, each line also appended to ``path`` (the run's ``train.log``; a resumed run continues it)."""
+    def both(msg: str) -> None:
+        log(msg)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(msg.rstrip("\n") + "\n")
+
+    return both
+
+
+def _write_curves(out_dir: Path, history: list, key: str, best_epoch: int) -> None:
+    """``curves.png`` of a run, when matplotlib is there (it is an optional dependency)."""
+    try:
+        curves_plot(history, key, best_epoch, out_dir / "curves.png", title=out_dir.name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("matplotlib"):
+            raise
 
 
