@@ -14,6 +14,7 @@ import torch
 
 from graphattn.cli import molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train
 from graphattn.cli.arguments import build_parser
+from graphattn.cli.names import close_names
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.train import distributed
@@ -111,7 +112,9 @@ def run_train(args) -> int:
     except (CheckpointError, FloatingPointError, DistributedSetupError) as exc:
         return usage_error("train", str(exc))
     known = moleculenet_names() + sorted(social_train.DATASETS)
-    what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}"
+    close = close_names(args.dataset) if args.dataset is not None else []
+    what = "no dataset given" if args.dataset is None else f"unknown dataset {args.dataset!r}" + (
+        f" (did you mean {' or '.join(close)}?)" if close else "")
     return usage_error("train", f"{what}; choose one of {', '.join(known)} "
                                 "or give --csv FILE, --edges E --target T, or --tu-text FILE")
 

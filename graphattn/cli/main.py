@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from graphattn.cli.arguments import build_parser
+from graphattn.cli.names import check_dataset_name
 from graphattn.cli.options import check_paths, usage_error
 from graphattn.utils.provenance import record_command
 
@@ -119,6 +120,8 @@ def _main(argv: Optional[List[str]] = None) -> int:
     record_command(["graphattn", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_paths(args)
+        if args.command == "train":
+            check_dataset_name(args.dataset)
     except ValueError as exc:
         return usage_error(args.command, str(exc))
     warnings.formatwarning = _one_line_warning

@@ -174,13 +174,20 @@ def check_train_numbers(args) -> None:
 _PATH_OPTIONS = ("out", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude", "data_root")
 
 
+#: options that name an input which must exist (``-``: standard input)
+_INPUT_OPTIONS = ("csv", "checkpoint", "init", "edges", "target", "features", "tu_text")
+
+
 def check_paths(args) -> None:
-    """ValueError naming the option given an empty path (``--out ""``, ``--csv ""``)."""
+    """ValueError naming the option given an empty path (``--out ""``, ``--csv ""``) or an input that is
+    not there (``--csv missing.csv: no such file``), before any heavy import."""
     for name in _PATH_OPTIONS:
         val = getattr(args, name, None)
         for v in (val if isinstance(val, list) else [val]):
             if isinstance(v, str) and not v.strip():
                 raise ValueError(f"--{name.replace('_', '-')}: empty path")
+            if name in _INPUT_OPTIONS and isinstance(v, str) and v != "-" and not Path(v).expanduser().exists():
+                raise ValueError(f"--{name.replace('_', '-')} {v}: no such file")
 
 
 # ----------------------------------------------------------------------------- train
