@@ -39,6 +39,9 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--patience", type=int, default=None, help="early-stopping patience in epochs")
     g.add_argument("--seed", type=int, default=0, help="seed of initialisation, batch order and random splits "
                                                       "(default 0)")
+    g.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="one run per seed into OUT/seed_N/ and OUT/summary.json with every metric's mean ± std "
+                        "over them (needs --out)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's; small molecules and graphs are often "
                         "fastest with 1 on a busy machine)")

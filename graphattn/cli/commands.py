@@ -16,6 +16,7 @@ from graphattn.cli import molecules_explain, molecules_predict, molecules_train,
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.names import close_names
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
+from graphattn.cli.seeds import run_seeds
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
@@ -106,6 +107,8 @@ def run_train(args) -> int:
         # under torchrun only rank 0 reports (it alone writes the files); errors stay on stderr
         with quiet_unless_main():
             pipeline = train_pipeline(args)
+            if pipeline is not None and getattr(args, "seeds", None):
+                return run_seeds(args, TRAIN_PIPELINES[pipeline])
             if pipeline is not None:
                 return TRAIN_PIPELINES[pipeline](args)
     # --resume into another model's folder; divergence; ranks that cannot share the batches

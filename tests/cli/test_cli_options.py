@@ -37,7 +37,7 @@ def _fails(argv, capsys, match, tmp_path):
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["tox21", "--edges", "e.csv"], "--edges: --edges input option(s), not used for molecules"),
+    (["tox21", "--edges", __file__], "--edges: --edges input option(s), not used for molecules"),
     (["tox21", "--target-col", "y"], "--target-col"),
     (["karate", "--split", "random"], "--split: molecule option(s), not used for node classification"),
     (["karate", "--pos-weight"], "--pos-weight"),

@@ -33,3 +33,28 @@ def test_curves_plot_marks_the_best_epoch_and_skips_undefined_values(tmp_path):
     path = curves_plot(history, "mae", 4, tmp_path / "c.svg", title="run")
     text = path.read_text()
     assert "best epoch 4" in text and "MAE" in text
+
+
+def test_seeds_run_into_their_folders_and_one_summary(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["train", "karate", "--seeds", "0", "1", "--epochs", "4", "--no-progress", "--threads", "1",
+                 "--out", str(out)]) == 0
+    runs = [json.loads((out / f"seed_{s}" / "metrics.json").read_text()) for s in (0, 1)]
+    assert [r["meta"]["data"].get("seed", r["meta"].get("seed")) for r in runs] in ([0, 1], [None, None])
+    summary = json.loads((out / "summary.json").read_text())
+    acc = summary["metrics"]["test"]["accuracy"]
+    assert acc["values"] == [r["test"]["accuracy"] for r in runs]
+    assert acc["mean"] == pytest.approx(sum(acc["values"]) / 2)
+    assert summary["seeds"] == [0, 1] and "command" in summary["environment"]
+    assert "2 seeds (0 1), mean ± std:" in capsys.readouterr().out
+    assert main(["train", "karate", "--seeds", "0", "1", "--epochs", "1"]) == 2
+    assert "--seeds needs --out" in capsys.readouterr().err
+
+
+def test_seed_summary_uses_the_sample_std_and_skips_undefined_values():
+    from graphattn.cli.seeds import seed_summary
+    s = seed_summary({0: {"test": {"roc_auc": 0.7, "num_molecules": 10}},
+                      1: {"test": {"roc_auc": 0.9, "num_molecules": 10}},
+                      2: {"test": {"roc_auc": None}}})
+    assert set(s["test"]) == {"roc_auc"} and s["test"]["roc_auc"]["values"] == [0.7, 0.9]
+    assert s["test"]["roc_auc"]["std"] == pytest.approx(0.1414213, rel=1e-5)
