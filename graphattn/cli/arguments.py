@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "labelled (social, default 10)")
 
     add_pretrain_parser(sub)
+    dl = sub.add_parser("download", help="fetch named datasets into a data folder (canonical URLs, checked)")
+    dl.add_argument("names", nargs="+", metavar="NAME", help="dataset names (e.g. tox21 esol cora facebook mutag zinc)")
+    dl.add_argument("--root", default=None, metavar="DIR",
+                    help="data folder to write into (default: $GRAPHATTN_DATA, else the checkout's datasets/, "
+                         "else ~/.cache/graphattn); the tests read GRAPHATTN_DATA=DIR")
     bench = sub.add_parser("bench", help="run a benchmark script from benchmarks/")
     bench.add_argument("name", nargs="?", default="attention",
                        help="script of benchmarks/ (default attention; e.g. large_graph, tox21_epoch, variants)")

@@ -15,8 +15,9 @@ import torch
 from graphattn.cli import molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.names import close_names
-from graphattn.cli.options import check_train_numbers, given_options, usage_error
+from graphattn.cli.options import check_train_numbers, given_options, message_of, usage_error
 from graphattn.cli.seeds import run_seeds
+from graphattn.data.fetch import fetch_dataset
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
@@ -151,6 +152,23 @@ def run_checkpoint_command(args) -> int:
     return CHECKPOINT_COMMANDS["molecules" if pipeline == "molecules" else "social"][args.command](args)
 
 
+def run_download(args) -> int:
+    """``graphattn download NAME ... [--root DIR]``: each named dataset's files, downloaded and checked;
+    one line per name, exit 2 when any could not be fetched."""
+    failed = 0
+    for name in args.names:
+        try:
+            print(fetch_dataset(name, args.root), flush=True)
+        except (KeyError, OSError, ValueError) as exc:  # DataFileError is a ValueError; offline is an OSError
+            failed += 1
+            print(f"graphattn download: {name}: {message_of(exc)}", file=sys.stderr)
+    if not failed:
+        root = Path(args.root).expanduser().resolve() if args.root else None
+        print(f"Done: {len(args.names)} dataset(s)" + (f" in {root}; use it with --data-root {root} or "
+                                                       f"GRAPHATTN_DATA={root}" if root else ""))
+    return 2 if failed else 0
+
+
 #: what runs each command (after parsing and the path check)
-COMMANDS = {"train": run_train, "pretrain": pretrain.pretrain, "bench": run_bench,
+COMMANDS = {"train": run_train, "pretrain": pretrain.pretrain, "bench": run_bench, "download": run_download,
             "evaluate": run_checkpoint_command, "predict": run_checkpoint_command, "explain": run_checkpoint_command}

@@ -122,6 +122,9 @@ def _main(argv: Optional[List[str]] = None) -> int:
         check_paths(args)
         if args.command == "train":
             check_dataset_name(args.dataset)
+        if args.command == "download":
+            for name in args.names:
+                check_dataset_name(name, files=False)
     except ValueError as exc:
         return usage_error(args.command, str(exc))
     warnings.formatwarning = _one_line_warning

@@ -32,9 +32,9 @@ def close_names(name: str, n: int = 3) -> List[str]:
     return [by_norm[m] for m in difflib.get_close_matches(_norm(name), list(by_norm), n=n, cutoff=0.6)]
 
 
-def check_dataset_name(name: Optional[str]) -> None:
-    """``ValueError`` for a name ``train`` does not know, suggesting the closest ones (``None``: nothing
-    to check, the inputs are files)."""
+def check_dataset_name(name: Optional[str], files: bool = True) -> None:
+    """``ValueError`` for a name ``train`` (or ``download``) does not know, suggesting the closest ones
+    (``None``: nothing to check, the inputs are files; ``files``: mention the file options)."""
     if name is None:
         return
     accepted = {_norm(k) for k in (*MOLECULE_NAMES, *SOCIAL_NAMES, *SOCIAL_ALIASES)}
@@ -42,5 +42,5 @@ def check_dataset_name(name: Optional[str]) -> None:
         return
     close = close_names(name)
     hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-    raise ValueError(f"unknown dataset {name!r}{hint}; choose one of {', '.join([*MOLECULE_NAMES, *SOCIAL_NAMES])} "
-                     "or give --csv FILE, --edges E --target T, or --tu-text FILE")
+    raise ValueError(f"unknown dataset {name!r}{hint}; choose one of {', '.join([*MOLECULE_NAMES, *SOCIAL_NAMES])}"
+                     + (" or give --csv FILE, --edges E --target T, or --tu-text FILE" if files else ""))

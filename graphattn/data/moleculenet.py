@@ -20,7 +20,7 @@ from graphattn.data.molecules import SmilesCSVDataset
 from graphattn.data.smiles_table import find_column, read_csv_table
 from graphattn.data.zinc import ZINC_FILE, ZINC_FOLDER, ZINC_TASK, build_zinc_subset
 
-__all__ = ["MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names", "moleculenet_tasks",
+__all__ = ["MOLECULENET", "MoleculeNetSet", "MoleculeNetDataset", "moleculenet_names", "moleculenet_tasks", "moleculenet_file",
            "TOX21_TASKS", "SIDER_TASKS", "ToxicityDataset", "TOXICITY_DATASETS"]
 
 _DEEPCHEM = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/"
@@ -193,8 +193,9 @@ def _check_split_sizes(name: str, header: List[str], rows, path: Path) -> None:
                             f"expected {'/'.join(map(str, spec.split_sizes))} for {name}; {_hint()}")
 
 
-def _raw_file(name: str, root, download: bool, log: bool) -> Path:
-    """The checked raw file of ``name``: ``root`` itself, found under the data root, built, or downloaded."""
+def moleculenet_file(name: str, root=None, download: bool = True, log: bool = True) -> Path:
+    """The checked raw file of the named set ``name``: ``root`` itself, found under the data root, built
+    (ZINC), or downloaded from its canonical URL with a progress bar and checked."""
     spec, check = MOLECULENET[name], _check_file(name)
     if root is not None and Path(root).expanduser().is_file():  # root= the CSV itself
         check(Path(root).expanduser())
@@ -253,7 +254,7 @@ class MoleculeNetDataset(SmilesCSVDataset):
         if name not in MOLECULENET:
             raise ValueError(f"name must be one of {moleculenet_names()}, got {name!r}")
         spec = MOLECULENET[name]
-        raw = _raw_file(name, root, download, log)
+        raw = moleculenet_file(name, root, download, log)
         super().__init__(raw, name, spec.smiles_col, None, cache_root(cache_dir), transform, pre_transform,
                          force_reload, log, limit=limit, binary=spec.task_type == "classification",
                          split_col=spec.split_col)

@@ -75,12 +75,12 @@ def test_shared_data_dir_is_absolute_with_a_relative_variable(tmp_path, monkeypa
 
 
 def test_data_root_option_and_the_offline_error_name_it(tmp_path, capsys, monkeypatch):
+    data = shared_data_dir()  # before the variable is pointed elsewhere below
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "nowhere"))
     monkeypatch.setattr("urllib.request.urlopen", _offline)
     with pytest.raises(Exception, match=r"--data-root \(command line\) or \$GRAPHATTN_DATA"):
         find_file(["x/none.csv"], url="https://example.org/none.csv", root=tmp_path / "nowhere")
-    data = shared_data_dir()
     if data is None or not (data / "cora").is_dir():
         pytest.skip("shared Cora files not available (set GRAPHATTN_DATA)")
     rel = os.path.relpath(data, tmp_path)
