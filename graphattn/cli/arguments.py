@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                            ("--tu-text", "--tu-text file or folder")):
             p.add_argument(flag, default=None, help=f"social: where the run's {what} is now (the files moved); "
                                                      "the recorded sha256 still checks the contents")
+        if name == "predict":
+            p.add_argument("--similarity", action="store_true",
+                           help="molecules: add each input's highest Tanimoto similarity (Morgan, radius 2) to the "
+                                "model's training molecules and that molecule (train_similarity, nearest_train)")
         if name == "explain":
             p.add_argument("--node", type=int, default=None, help="social: node id whose ego-graph to draw")
             p.add_argument("--hops", type=int, default=1, help="social: ego-graph radius")

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-import warnings
 from typing import List, Tuple
 
 from torch import nn
 
-from graphattn.cli.options import usage_error
+from graphattn.cli.options import message_of, usage_error
 from graphattn.data.download import DataFileError
 from graphattn.data.moleculenet import MOLECULENET
 from graphattn.data.smiles_table import find_column, read_csv_table
-from graphattn.tasks.molecules.data import file_sha256, graph_options, load_dataset, split_indices
+from graphattn.tasks.molecules.data import graph_options, load_dataset
+from graphattn.tasks.molecules.domain import own_dataset, train_similarity, training_overlap, training_smiles
 from graphattn.tasks.molecules.files import spooled  # pipes: read once, into a temporary file
 from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
 from graphattn.tasks.molecules.outputs import output_metrics, outputs
@@ -124,18 +124,8 @@ def _labelled_csv(args, meta: dict, opts: dict):
 def _own_split(args, meta: dict, opts: dict):
     """``(dataset, tasks, {"val": ..., "test": ...})``: the checkpoint's own split, rebuilt (with a warning
     when its file changed since training)."""
-    tasks, d = meta["task_names"], meta["data"]
-    # a CSV whose tasks were inferred: the checkpoint's task names (inference rules may change)
-    wanted = d["tasks"] if d["tasks"] is not None or d["dataset"] else list(tasks)
-    ds = load_dataset(d["dataset"], d["csv"], d["smiles_col"], wanted, limit=d["limit"],
-                      log=not args.no_progress, binary=task_type_of(meta) != "regression",
-                      split_col=d.get("split_col") if d["csv"] else None, **opts)
-    if d.get("sha256") and file_sha256(ds) not in (None, d["sha256"]):
-        warnings.warn(f"{ds.raw_path}: the file changed since this checkpoint was trained "
-                      "(sha256 differs): the validation/test split is rebuilt from the new "
-                      "rows, so these numbers are not those of training", stacklevel=3)
-    idx = split_indices(ds, d["split"], d["seed"])
-    return ds, tasks, {"val": ds[idx[1]], "test": ds[idx[2]]}
+    ds, idx = own_dataset(meta, log=not args.no_progress)
+    return ds, meta["task_names"], {"val": ds[idx[1]], "test": ds[idx[2]]}
 
 
 def metrics_line(name: str, res: dict, task_type: str) -> str:
@@ -202,11 +192,29 @@ def evaluate(args) -> int:
         if task_type == "regression" and name in ("test", "csv") and res["num_molecules"]:
             result["parity_plot"] = _parity(args, meta, name, mean, y, present, out.std(0, unbiased=False)
                                             if out.dim() == 3 else None)
+    if args.csv:
+        result["in_training_split"] = _training_overlap_note(args, meta, ds)
     if args.csv and ds.skipped:
         print(f"Skipped {len(ds.skipped)} invalid SMILES (file rows {', '.join(str(s[0]) for s in ds.skipped)})")
     result["skipped_rows"] = [s[0] for s in ds.skipped]  # the file rows skipped (its own split's file, or --csv)
     print(json.dumps({k: v for k, v in result.items()}, default=str))
     return 0
+
+
+def _training_overlap_note(args, meta: dict, ds):
+    """How many of evaluate --csv's molecules the model was trained on, with a warning when any (their
+    score overstates how the model does on new molecules); None when the training file cannot be read."""
+    try:
+        train = training_smiles(meta)
+    except (DataFileError, ValueError, OSError) as exc:
+        print(f"graphattn evaluate: cannot check --csv against the training molecules ({message_of(exc)})",
+              file=sys.stderr)
+        return None
+    n = training_overlap(ds.smiles, train)
+    if n:
+        print(f"graphattn evaluate: warning: {n} of the {len(ds)} molecules of {args.csv} are in this model's "
+              "training split: the score on them overstates how the model does on new molecules", file=sys.stderr)
+    return n
 
 
 class _Columns(nn.Module):
@@ -245,7 +253,13 @@ def predict(args) -> int:
     for t, c in zip(tasks, prob_cols):
         if c != t:
             print(f"graphattn predict: task {t!r} is written as column {c!r} (its name is taken)", file=sys.stderr)
-    ours = {"row", "file_row", "smiles", *prob_cols, *std_cols, "error"}
+    sim_cols = ["train_similarity", "nearest_train"] if getattr(args, "similarity", False) else []
+    if sim_cols:
+        try:
+            sim, nearest = train_similarity(smiles, training_smiles(meta))
+        except (DataFileError, ValueError, OSError) as exc:
+            return usage_error("predict", f"--similarity needs the model's training molecules: {message_of(exc)}")
+    ours = {"row", "file_row", "smiles", *prob_cols, *std_cols, *sim_cols, "error"}
     extra = {}
     for name, cells in others.items():
         col = name
@@ -257,11 +271,15 @@ def predict(args) -> int:
              **{c: cells[i] for c, cells in extra.items()}, "smiles": s,
              **{c: "" for c in prob_cols + std_cols}, "error": e}
             for i, (s, e) in enumerate(zip(smiles, pred.errors))]
+    if sim_cols:
+        for i, r in enumerate(rows):
+            r.update(train_similarity="" if sim[i] != sim[i] else f"{sim[i]:.4f}", nearest_train=nearest[i])
     for i in ok:
         rows[i].update({c: format(float(p), digits) for c, p in zip(prob_cols, pred.values[i])})
         if std_cols:
             rows[i].update({c: format(float(v), digits) for c, v in zip(std_cols, pred.std[i])})
-    fields = ["row", *(["file_row"] if lines is not None else []), *extra, "smiles", *prob_cols, *std_cols, "error"]
+    fields = ["row", *(["file_row"] if lines is not None else []), *extra, "smiles", *prob_cols, *std_cols, *sim_cols,
+              "error"]
     out = out_path(args.out, "predictions.csv") if args.out and args.out != "-" else "-"  # "-": stdout
     try:
         write_csv(out, fields, rows)

@@ -37,7 +37,8 @@ def _social_command(fn):
         command = fn.__name__
         smiles_col = getattr(args, "smiles_col", "smiles")
         for flag, val in (("--csv", getattr(args, "csv", None)), ("--smiles", getattr(args, "smiles", None)),
-                          ("--smiles-col", smiles_col if smiles_col != "smiles" else None)):
+                          ("--smiles-col", smiles_col if smiles_col != "smiles" else None),
+                          ("--similarity", getattr(args, "similarity", False) or None)):
             if val:
                 print(f"graphattn {command}: {flag} is for molecule checkpoints; {args.checkpoint} is a "
                       "social-network model (it reads the graph it was trained on)", file=sys.stderr)
