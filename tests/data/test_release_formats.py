@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import torch
 from torch_geometric.datasets import TUDataset
 
-import graphattn.data.musae as musae
+import graphattn.data.edge_list as edge_list
 import graphattn.tasks.social.node as sn
 from graphattn.cli.main import main
 from graphattn.data import (DataFileError, load_musae, load_planetoid, load_social_graph_dataset,
@@ -690,13 +690,13 @@ def test_edges_csv_read_in_chunks_equals_read_at_once_and_names_the_first_bad_ro
     rows[100:100] = ["", "  "]  # blank lines are skipped, and counted in row numbers
     path = tmp_path / "e.csv"
     path.write_text("id_1,id_2\r\n" + "\r\n".join(rows) + "\r\n")
-    whole = musae._read_edges_csv(path)
+    whole = edge_list.read_edge_list(path)
     for chunk in (1, 5, 64, 1000):  # chunk edges inside rows and on newlines
-        monkeypatch.setattr(musae, "_EDGE_CHUNK", chunk)
-        got = musae._read_edges_csv(path)
+        monkeypatch.setattr(edge_list, "EDGE_CHUNK", chunk)
+        got = edge_list.read_edge_list(path)
         assert got[0] == whole[0] and np.array_equal(got[1], whole[1]) and np.array_equal(got[2], whole[2])
         bad = rows[:250] + ["7,8,9"] + rows[250:260] + ["1,x"] + rows[260:]
         path.write_text("id_1,id_2\n" + "\n".join(bad) + "\n")
         with pytest.raises(DataFileError, match=r"row 252 has 3 fields"):  # the first bad row, in any chunk
-            musae._read_edges_csv(path)
+            edge_list.read_edge_list(path)
         path.write_text("id_1,id_2\r\n" + "\r\n".join(rows) + "\r\n")
