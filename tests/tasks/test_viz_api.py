@@ -78,3 +78,17 @@ def test_molecule_colours_stretch_real_differences_not_near_equal_scores(tmp_pat
     assert colour_levels([1.0, 0.9]) == pytest.approx([1.0, 0.6])  # 10 % apart: 40 % of the scale
     assert colour_levels([0.0, 0.0]) == [1.0, 1.0]
     assert draw_molecule_attention("c1ccccc1", benzene, tmp_path / "b.svg").is_file()
+
+
+def test_molecule_figure_names_the_molecule_and_is_cropped_to_it():
+    pytest.importorskip("rdkit")
+    pytest.importorskip("matplotlib")
+    from graphattn.tasks.molecules.viz import molecule_figure
+    fig = molecule_figure("CCO", [("rollout", [1.0, 0.6, 0.2])])
+    assert fig.get_suptitle() == "CCO"
+    named = molecule_figure("CCO", [("rollout", [1.0, 0.6, 0.2])], title="ethanol: CCO")
+    assert named.get_suptitle() == "ethanol: CCO"
+    image = fig.axes[0].get_images()[0].get_array()
+    assert image.shape[0] < 520 and image.shape[1] < 600  # RDKit's white margins cropped
+    bar = [ax for ax in fig.axes if ax.get_label() == "colour bar"][0]
+    assert "relative to this molecule" in bar.get_xlabel()

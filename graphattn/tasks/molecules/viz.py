@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -202,7 +202,10 @@ def _molecule_png(mol, levels: List[float], size: Tuple[int, int]) -> bytes:
     bond_cols = {b.GetIdx(): _colour((levels[b.GetBeginAtomIdx()] + levels[b.GetEndAtomIdx()]) / 2)
                  for b in mol.GetBonds()}
     drawer = rdMolDraw2D.MolDraw2DCairo(*size)
-    drawer.drawOptions().addAtomIndices = True
+    opts = drawer.drawOptions()
+    opts.addAtomIndices = True
+    opts.annotationFontScale = 0.6  # small indices: they sit beside the atoms, not over their colour
+    opts.padding = 0.03
     with rdBase.BlockLogs():  # RDKit's console notes on exotic valences, as in parsing
         rdMolDraw2D.PrepareAndDrawMolecule(drawer, mol, highlightAtoms=atoms,
                                            highlightAtomColors={i: _colour(levels[i]) for i in atoms},
@@ -211,13 +214,28 @@ def _molecule_png(mol, levels: List[float], size: Tuple[int, int]) -> bytes:
     return drawer.GetDrawingText()
 
 
+def _trimmed(img, pad: int = 12):
+    """An RGB(A) image without its white margins (RDKit centres a molecule in its whole canvas), ``pad``
+    pixels kept around the drawing."""
+    import numpy as np
+
+    ink = (img[..., :3] < 0.98).any(axis=-1)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    if rows.size == 0:
+        return img
+    r0, r1 = max(rows[0] - pad, 0), min(rows[-1] + pad + 1, img.shape[0])
+    c0, c1 = max(cols[0] - pad, 0), min(cols[-1] + pad + 1, img.shape[1])
+    return img[r0:r1, c0:c1]
+
+
 def molecule_figure(smiles: str, panels: Sequence[Tuple[str, Sequence[float]]], caption: str = "",
-                    size: Tuple[int, int] = (600, 520)):
+                    size: Tuple[int, int] = (600, 520), title: Optional[str] = None):
     """A matplotlib ``Figure``: one panel per ``(title, atom_scores)`` side by side, each the
     molecule with atom ``i`` coloured by ``atom_scores[i]`` (:func:`colour_levels`: the
     molecule's highest score red, white at most :data:`MIN_COLOUR_SPAN` of it lower) and its
-    atoms labelled with their index, over a colour bar in the panel's scores (axis label
-    ``"colour bar"``); ``caption`` (may have several lines) below. A SMILES
+    atoms labelled with their index, over a colour bar in the panel's scores relative to the
+    molecule's highest (axis label ``"colour bar"``); ``title`` (default: the SMILES) above, ``caption``
+    (may have several lines) below. The drawings are cropped to the molecule. A SMILES
     :func:`graphattn.data.featurize.parse_smiles` rejects raises its ``ValueError``."""
     from matplotlib.cm import ScalarMappable  # optional dependency (graphattn[viz])
     from matplotlib.colors import ListedColormap, Normalize
@@ -225,25 +243,29 @@ def molecule_figure(smiles: str, panels: Sequence[Tuple[str, Sequence[float]]], 
     from matplotlib.image import imread
 
     mol = parse_smiles(smiles)
-    panels = [(title, [float(v) for v in scores]) for title, scores in panels]
-    for title, scores in panels:
+    panels = [(name, [float(v) for v in scores]) for name, scores in panels]
+    for name, scores in panels:
         if len(scores) != mol.GetNumAtoms():
-            raise ValueError(f"{title}: {len(scores)} atom scores but {smiles!r} has {mol.GetNumAtoms()} atoms")
-    w, h = size[0] / 100, size[1] / 100
+            raise ValueError(f"{name}: {len(scores)} atom scores but {smiles!r} has {mol.GetNumAtoms()} atoms")
+    images = [_trimmed(imread(io.BytesIO(_molecule_png(mol, colour_levels(scores), size)), format="png"))
+              for _, scores in panels]
+    w = size[0] / 100
+    h = max(min(img.shape[0] / img.shape[1] * w, size[1] / 100) for img in images)  # the drawings' own height
     lines = caption.count("\n") + 1 if caption else 0
-    fig = Figure(figsize=(w * len(panels), h + 0.8 + 0.2 * lines), dpi=100, layout="constrained")
+    fig = Figure(figsize=(w * len(panels), h + 1.3 + 0.2 * lines), dpi=100, layout="constrained")
     grid = fig.add_gridspec(2, len(panels), height_ratios=[h, 0.15])
     cmap = ListedColormap([_colour(v / 255) for v in range(256)], name="attention")
-    for k, (title, scores) in enumerate(panels):
+    for k, ((name, scores), img) in enumerate(zip(panels, images)):
         ax = fig.add_subplot(grid[0, k])
-        ax.imshow(imread(io.BytesIO(_molecule_png(mol, colour_levels(scores), size)), format="png"))
-        ax.set_title(title, fontsize=11)
+        ax.imshow(img)
+        ax.set_title(name, fontsize=11)
         ax.axis("off")
         hi = max(scores)
         span = max(hi - min(scores), MIN_COLOUR_SPAN * hi) or 1.0
         cax = fig.add_subplot(grid[1, k], label="colour bar")
         fig.colorbar(ScalarMappable(Normalize(hi - span, hi), cmap), cax=cax, orientation="horizontal")
-        cax.set_xlabel("atom score (1 = the molecule's highest)", fontsize=9)
+        cax.set_xlabel("atom score relative to this molecule (1 = its highest atom)", fontsize=9)
+    fig.suptitle(smiles if title is None else title, fontsize=12)
     if caption:
         fig.supxlabel(caption, fontsize=9)
     return fig
@@ -251,11 +273,11 @@ def molecule_figure(smiles: str, panels: Sequence[Tuple[str, Sequence[float]]], 
 
 def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, legend: str = "",
                             size: Tuple[int, int] = (600, 520), title: str = "attention rollout",
-                            more: Sequence[Tuple[str, Sequence[float]]] = ()) -> Path:
+                            more: Sequence[Tuple[str, Sequence[float]]] = (), name: Optional[str] = None) -> Path:
     """PNG (or SVG, by ``path``'s suffix) of ``smiles`` with atom ``i`` highlighted by
     ``atom_scores[i]`` under ``title``, panels ``more`` (``(title, atom_scores)``, e.g. a task's
     attribution) beside it, each over its colour bar, ``legend`` (may have several lines)
-    below: :func:`molecule_figure`. Scores closer together than :data:`MIN_COLOUR_SPAN` of the
+    below and the SMILES (with ``name`` before it) above: :func:`molecule_figure`. Scores closer together than :data:`MIN_COLOUR_SPAN` of the
     highest are not stretched to the full white-red range (benzene's six rollout scores differ
     by 0.2 %: all red, not a pattern); on Tox21 molecules the spread is 30-76 % of the highest
     (5-95 % quantiles). Needs RDKit and matplotlib.
@@ -268,7 +290,8 @@ def draw_molecule_attention(smiles: str, atom_scores: Sequence[float], path, leg
     fmt = path.suffix.lower() or ".png"
     if fmt not in (".png", ".svg"):
         raise ValueError(f"{path}: molecule pictures are written as .png or .svg, not {path.suffix}")
-    fig = molecule_figure(smiles, [(title, atom_scores), *more], legend, size)
+    fig = molecule_figure(smiles, [(title, atom_scores), *more], legend, size,
+                          title=smiles if name is None else f"{name}: {smiles}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format=fmt[1:])
     return path
