@@ -40,9 +40,8 @@ napoleon_use_rtype = False
 napoleon_custom_sections = ["Shapes", "Shape"]  # free text (lists or sentences), shown as written
 nitpicky = False
 
-html_theme = "alabaster"
+html_theme = "furo"  # a wide content column: code blocks and tables are not clipped
 html_title = f"graphattn {release}"
-html_theme_options = {"description": "Graph self-attention for PyTorch Geometric", "fixed_sidebar": True}
 
 
 def _drop_type_docstrings(app, what, name, obj, options, lines):

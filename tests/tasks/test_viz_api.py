@@ -92,3 +92,17 @@ def test_molecule_figure_names_the_molecule_and_is_cropped_to_it():
     assert image.shape[0] < 520 and image.shape[1] < 600  # RDKit's white margins cropped
     bar = [ax for ax in fig.axes if ax.get_label() == "colour bar"][0]
     assert "relative to this molecule" in bar.get_xlabel()
+
+
+def test_the_ego_graph_accounts_for_the_centres_own_attention():
+    pytest.importorskip("matplotlib")
+    import torch
+    from torch_geometric.data import Data
+    from graphattn.tasks.social.viz import ego_attention_figure
+    ei = torch.tensor([[1, 2, 3, 0, 0, 0, 1, 2], [0, 0, 0, 0, 1, 2, 1, 2]])  # into 0 from 1, 2, 3 and itself
+    alpha = torch.tensor([0.3, 0.2, 0.1, 0.4, 1.0, 1.0, 0.0, 0.0])
+    data = Data(num_nodes=4, y=torch.tensor([0, 1, 0, 1]))
+    fig, info = ego_attention_figure(data, 0, ei, alpha, torch.zeros(4, 2), ["a", "b"], 1, 60, 3)
+    assert info["self_alpha"] == pytest.approx(0.4) and info["drawn_alpha"] == pytest.approx(0.6)
+    assert info["self_alpha"] + info["drawn_alpha"] == pytest.approx(1.0)
+    assert "0 to itself: α = 0.40" in fig.axes[0].get_title()

@@ -218,11 +218,15 @@ def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, log
         fig.colorbar(ScalarMappable(Normalize(0.0, vmax), ATTENTION_CMAP), ax=ax,
                      label=f"attention α_j→{name(node)} (last layer, mean over heads)")
     predicted, p, label, said = _prediction(data, node, logits, class_names, value_name)
-    ax.set_title(f"node {name(node)}: {said}\n{hops}-hop ego-graph"
+    loop = (edge_index[0] == node) & (edge_index[1] == node)
+    own = float(alpha[loop].sum()) if bool(loop.any()) else 0.0  # the centre's attention to itself
+    c = name(node)
+    ax.set_title(f"node {c}: {said}\n{hops}-hop ego-graph"
                  + (f" ({subset.numel()} of its {total} nodes: the most attended first)"
                     if total > subset.numel() else "")
-                 + f"; arrows j→{name(node)} coloured by how much {name(node)} attends to j"
-                 + f"\nlabelled: node {name(node)} and the {len(top)} it attends to most", fontsize=10)
+                 + f"; arrows j→{c} coloured by how much {c} attends to j"
+                 + f"\narrows drawn: Σα = {sum(into):.2f}; {c} to itself: α = {own:.2f}"
+                 + f"\nlabelled: node {c} and the {len(top)} it attends to most", fontsize=10)
     ax.axis("off")
     into_all = edge_index[1] == node
     src, w = edge_index[0, into_all], alpha[into_all]
@@ -233,7 +237,8 @@ def ego_attention_figure(data, node: int, edge_index: Tensor, alpha: Tensor, log
                  "predicted": predicted, "prob": p, "label": label,
                  "labelled": [node] + top,
                  "top_source": int(name(int(src[best]))) if best is not None else None,
-                 "top_alpha": float(w[best]) if best is not None else float("nan")}
+                 "top_alpha": float(w[best]) if best is not None else float("nan"), "self_alpha": own,
+                 "drawn_alpha": float(sum(into))}
 
 
 def _label(data, node: int, class_names: List[str]) -> Optional[int]:
