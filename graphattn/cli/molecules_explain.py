@@ -60,11 +60,11 @@ def _explain_one(model, meta: dict, smiles: str, graph, path, task: Optional[int
     key = "colour: atom score, red = highest" + (
         f"; rollout nearly uniform (spread {spread:.1%})" if spread < MIN_COLOUR_SPAN else "")
     if task is not None:  # the explained task first and apart, the others after it
-        lines = [f"explained: {lines[task]}"] + ["others: " + ", ".join(lines[:task] + lines[task + 1:])] \
-            if len(lines) > 1 else [f"explained: {lines[task]}"]
-        legend = "\n".join([key, *lines])
+        explained, lines = f"explained: {lines[task]}", lines[:task] + lines[task + 1:]
+        head = [key, explained] + (["others:"] if lines else [])
     else:
-        legend = "\n".join([key] + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
+        head = [key]
+    legend = "\n".join(head + [", ".join(lines[j:j + 4]) for j in range(0, min(len(lines), 24), 4)])
     labels = atom_labels(smiles)
     more, said = [], ""
     if task is not None:

@@ -121,7 +121,7 @@ def _labelled_csv(args, meta: dict, opts: dict):
     return ds, present, {"csv": ds}
 
 
-def _own_split(args, meta: dict, opts: dict):
+def _own_split(args, meta: dict):
     """``(dataset, tasks, {"val": ..., "test": ...})``: the checkpoint's own split, rebuilt (with a warning
     when its file changed since training)."""
     ds, idx = own_dataset(meta, log=not args.no_progress)
@@ -174,7 +174,7 @@ def evaluate(args) -> int:
         return usage_error("evaluate", str(exc))
     tasks, opts = meta["task_names"], graph_options(meta)
     try:
-        ds, present, parts = (_labelled_csv(args, meta, opts) if args.csv else _own_split(args, meta, opts))
+        ds, present, parts = (_labelled_csv(args, meta, opts) if args.csv else _own_split(args, meta))
     except (DataFileError, ValueError, OSError) as exc:
         return usage_error("evaluate", str(exc))
     model = model.to(resolve_device("auto"))  # evaluate: the GPU when there is one

@@ -21,8 +21,8 @@ SOCIAL_ALIASES = ("deezer", "deezer-egos", "deezer-europe", "deezer_ego_nets", "
                   "reddit_threads", "reddit_threads_10k", "redditbinary", "twitch-en", "twitch-pt")
 
 
-def _norm(name: str) -> str:
-    return name.lower().replace(" ", "").replace("_", "-")
+def _norm(name: str) -> str:  # as the social loaders match names: "LastFM Asia" is lastfm_asia
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
 def close_names(name: str, n: int = 3) -> List[str]:

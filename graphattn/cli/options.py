@@ -165,6 +165,17 @@ def check_train_numbers(args) -> None:
     val = getattr(args, "seed", None)
     if val is not None and not 0 <= val < 2 ** 32:  # NumPy's and scikit-learn's seed range, for every pipeline
         raise ValueError(f"--seed must be in 0..{2 ** 32 - 1}, got {val}")
+    seeds = getattr(args, "seeds", None) or []
+    bad = next((s for s in seeds if not 0 <= s < 2 ** 32), None)
+    if bad is not None:
+        raise ValueError(f"--seeds: every seed must be in 0..{2 ** 32 - 1}, got {bad}")
+    if seeds and val:
+        raise ValueError(f"give --seed {val} or --seeds {' '.join(map(str, seeds))}, not both")
+    if seeds and getattr(args, "distributed", False):
+        raise ValueError("--seeds runs the seeds one after another in one process; with --distributed, launch "
+                         "one torchrun job per --seed")
+    if seeds and getattr(args, "folds", None):
+        raise ValueError("--folds already reports the mean ± std over its folds; give --seed, not --seeds")
     val, cpus = getattr(args, "threads", None), os.cpu_count() or 1
     if val is not None and val > max(256, 4 * cpus):
         raise ValueError(f"--threads {val}: far more than this machine's {cpus} CPUs")

@@ -8,7 +8,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 from graphattn.train.checkpoint import write_metrics
 

@@ -144,8 +144,10 @@ def load(checkpoint, device: Union[str, torch.device] = "cpu") -> Union[Molecule
     molecule run (``predict(smiles)``), a :class:`SocialModel` for a social-network run
     (``predict()``). Loaded with ``weights_only=True``; ``ValueError`` for a pretraining checkpoint
     (it has no task head: fine-tune it with ``graphattn train --init``)."""
-    meta = load_checkpoint(checkpoint)["meta"]
-    pipeline = meta.get("pipeline")
+    meta = load_checkpoint(checkpoint).get("meta")
+    pipeline = meta.get("pipeline") if isinstance(meta, dict) else None
+    if pipeline is None:
+        raise ValueError(f"{checkpoint} is not a graphattn training checkpoint (no 'meta.pipeline')")
     if pipeline == "molecules":
         model, meta = load_model(checkpoint)
         return MoleculeModel(model.to(device), meta)

@@ -128,6 +128,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
     check_out_folder(out_dir, "out_dir")  # a file (or one above it): refused before the first epoch
     log = log or tqdm.write  # prints above the progress bar instead of through it
     if out_dir is not None and D.is_main():
+        fresh = not (config.resume and (Path(out_dir) / "last.pt").exists())
+        if fresh:  # a new run (also --overwrite) starts its own log; a resumed one continues it
+            (Path(out_dir) / "train.log").unlink(missing_ok=True)
         log = _logged_to(Path(out_dir) / "train.log", log)
     kind, epochs, progress = config.kind, config.epochs, config.progress
     key, higher = config.selection

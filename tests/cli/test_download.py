@@ -3,7 +3,6 @@ stand-in server giving the real file) and checked; a copy already there is check
 import io
 import urllib.request
 
-import pytest
 
 from graphattn.cli.main import main
 from graphattn.data.moleculenet import MOLECULENET

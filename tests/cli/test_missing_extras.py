@@ -1,7 +1,6 @@
 """A missing optional dependency is one line naming the extra to install, not a traceback."""
 import sys
 
-import pytest
 
 from graphattn.cli.main import OPTIONAL_MODULES, main, missing_extra_line
 

@@ -18,7 +18,7 @@ def test_the_light_name_lists_equal_the_registries():
     assert names.SOCIAL_ALIASES == tuple(sorted({*SOCIAL_NODE_ALIASES, *SOCIAL_GRAPH_ALIASES}))
 
 
-@pytest.mark.parametrize("name", ["Twitch_DE", "LastFM-Asia", "IMDB_BINARY", "karate_club", "TOX21", "deezer_ego_nets"])
+@pytest.mark.parametrize("name", ["Twitch_DE", "LastFM-Asia", "LastFM Asia", "twitch de", "IMDB_BINARY", "karate_club", "TOX21", "deezer_ego_nets"])
 def test_every_accepted_spelling_passes_the_early_check(name):
     names.check_dataset_name(name)
     assert social_train.dataset_key(name) is not None or name.lower() in moleculenet_names()

@@ -40,7 +40,7 @@ def test_seeds_run_into_their_folders_and_one_summary(tmp_path, capsys):
     assert main(["train", "karate", "--seeds", "0", "1", "--epochs", "4", "--no-progress", "--threads", "1",
                  "--out", str(out)]) == 0
     runs = [json.loads((out / f"seed_{s}" / "metrics.json").read_text()) for s in (0, 1)]
-    assert [r["meta"]["data"].get("seed", r["meta"].get("seed")) for r in runs] in ([0, 1], [None, None])
+    assert [r["meta"]["data"]["split_seed"] for r in runs] == [0, 1]  # each run got its seed
     summary = json.loads((out / "summary.json").read_text())
     acc = summary["metrics"]["test"]["accuracy"]
     assert acc["values"] == [r["test"]["accuracy"] for r in runs]
@@ -58,3 +58,19 @@ def test_seed_summary_uses_the_sample_std_and_skips_undefined_values():
                       2: {"test": {"roc_auc": None}}})
     assert set(s["test"]) == {"roc_auc"} and s["test"]["roc_auc"]["values"] == [0.7, 0.9]
     assert s["test"]["roc_auc"]["std"] == pytest.approx(0.1414213, rel=1e-5)
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--seed", "3"], "give --seed 3 or --seeds 0 1, not both"),
+    (["--folds", "2"], "--folds already reports the mean"),
+    (["--seeds", "0", "-1"], "--seeds: every seed must be in"),
+])
+def test_seeds_refuse_what_they_would_ignore(extra, match, tmp_path, capsys):
+    argv = ["train", "mutag" if "--folds" in extra else "karate", "--seeds", "0", "1", "--epochs", "1",
+            "--out", str(tmp_path / "s")]
+    if extra[0] == "--seeds":
+        argv = argv[:2] + extra + argv[4:]
+    else:
+        argv += extra
+    assert main(argv) == 2
+    assert match in capsys.readouterr().err

@@ -53,7 +53,7 @@ def training_overlap(smiles: Sequence[str], train: Sequence[str]) -> int:
 
 
 def _fingerprints(smiles: Sequence[str]) -> List[Optional[Any]]:
-    from rdkit import Chem, RDLogger
+    from rdkit import Chem, RDLogger  # optional dependency (graphattn[molecules])
     from rdkit.Chem import rdFingerprintGenerator
 
     RDLogger.DisableLog("rdApp.*")
@@ -68,7 +68,7 @@ def _fingerprints(smiles: Sequence[str]) -> List[Optional[Any]]:
 def train_similarity(smiles: Sequence[str], train: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
     """For each of ``smiles``: its highest Tanimoto similarity (Morgan, radius 2, 2048 bits) to a training
     molecule and that molecule's SMILES (NaN and ``""`` for an input RDKit cannot parse)."""
-    from rdkit import DataStructs
+    from rdkit import DataStructs  # optional dependency (graphattn[molecules])
 
     train_fps = [(s, fp) for s, fp in zip(train, _fingerprints(train)) if fp is not None]
     fps = [fp for _, fp in train_fps]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -217,8 +218,6 @@ def _molecule_png(mol, levels: List[float], size: Tuple[int, int]) -> bytes:
 def _trimmed(img, pad: int = 12):
     """An RGB(A) image without its white margins (RDKit centres a molecule in its whole canvas), ``pad``
     pixels kept around the drawing."""
-    import numpy as np
-
     ink = (img[..., :3] < 0.98).any(axis=-1)
     rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
     if rows.size == 0:

@@ -174,4 +174,4 @@ def predict_graph(model, meta) -> List[Dict[str, Any]]:
     pos = pos.tolist() if pos is not None else range(len(graphs))
     return [{"graph": pos[i], "split": where[i], "label": names[int(graphs[i].y)],
              "predicted": names[int(prob[i].argmax())],
-             **{f"prob_{n}": f"{float(p):.6f}" for n, p in zip(names, prob[i])}} for i in range(len(graphs))]
+             **{f"prob_{n}": float(p) for n, p in zip(names, prob[i])}} for i in range(len(graphs))]
