@@ -107,7 +107,7 @@ def test_every_task_option_is_a_recipe_key_or_read_elsewhere(task):
 
 #: train options every pipeline reads (the run, the training settings, the model's common shape)
 COMMON = {"dataset", "out", "resume", "overwrite", "no_progress", "distributed", "device", "data_root", "threads",
-          "seed", "baseline", "heads", "task_type", *TRAIN_OPTIONS, *MODEL_OPTIONS}
+          "seed", "seeds", "baseline", "heads", "task_type", *TRAIN_OPTIONS, *MODEL_OPTIONS}
 
 
 def test_every_train_option_is_common_or_in_a_task_group():

@@ -31,8 +31,8 @@ def test_a_build_is_announced_and_a_cached_load_is_not(tmp_path, monkeypatch, ca
 def test_fit_builds_the_kernel_before_the_first_epoch(monkeypatch):
     order = []
     monkeypatch.setattr(extension, "fused_available", lambda: order.append("build") or False)
-    real_tqdm = loop.tqdm
-    monkeypatch.setattr(loop, "tqdm", lambda *a, **k: order.append("bar") or real_tqdm(*a, **k))
+    real_bar = loop.progress_bar
+    monkeypatch.setattr(loop, "progress_bar", lambda *a, **k: order.append("bar") or real_bar(*a, **k))
     layer = GraphSelfAttention(4, 4, heads=1)
     x, ei, y = torch.randn(3, 4), torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.tensor([0, 1, 0])
     head = torch.nn.Linear(4, 2)

@@ -83,7 +83,7 @@ def test_two_gloo_ranks_match_single_process(tmp_path):
     assert len(losses_2) == EPOCHS
     assert losses_2 == pytest.approx(losses_1, rel=1e-4, abs=1e-5)
     assert ddp["val"]["accuracy"] == pytest.approx(single["val"]["accuracy"])
-    assert sorted(os.listdir(tmp_path / "ddp")) == ["best.pt", "last.pt", "metrics.json"]  # rank 0 only
+    assert sorted(os.listdir(tmp_path / "ddp")) == ["best.pt", "curves.png", "last.pt", "metrics.json", "train.log"]  # rank 0 only
 
 
 def nan_worker(rank, world, store, out_dir):
