@@ -260,7 +260,7 @@ def _summary(net: nn.Module, loaders: Dict[str, Iterable], forward: Forward, con
         summary["meta"] = meta
     if out_dir is not None:
         write_metrics(out_dir / "metrics.json", summary, environment=True)
-        if history:
+        if len(history) >= 2:  # one epoch is one point: no curve to draw
             _write_curves(out_dir, history, config.selection[0], best["epoch"])
     return summary
 
