@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from graphattn.utils.files import save_figure
+
 __all__ = ["curves_plot", "METRIC_LABELS"]
 
 #: how a selection metric is named on the picture
@@ -47,9 +49,4 @@ def curves_plot(history: Sequence[Dict[str, Any]], key: str, best_epoch: int, pa
             ax.axvline(best_epoch, color="0.5", ls="--", lw=1, label=f"best epoch {best_epoch}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format=(path.suffix.lstrip(".") or "png").lower())
-    return path
+    return save_figure(fig, path, title)

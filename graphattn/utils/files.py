@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict
 
-__all__ = ["current_umask", "plain_mode", "fd_link", "is_stdout", "write_csv", "check_output_not_input",
+__all__ = ["save_figure", "current_umask", "plain_mode", "fd_link", "is_stdout", "write_csv", "check_output_not_input",
            "out_path", "check_out_folder"]
 
 
@@ -148,3 +148,14 @@ def check_out_folder(out, name: str = "--out") -> None:
     here = Path(out) if Path(out).is_dir() else parent
     if here is not None and not os.access(here, os.W_OK | os.X_OK):  # read-only mount or permissions
         raise ValueError(f"{name} {out}: {here} is not writable")
+
+
+def save_figure(fig, path, title: str = "") -> Path:
+    """Lay out a matplotlib ``Figure`` (``title`` above it) and write it to ``path`` in the format of its
+    suffix (PNG or SVG; PNG without one); the path."""
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format=(path.suffix.lstrip(".") or "png").lower())
+    return path

@@ -9,6 +9,7 @@ from typing import List, Sequence
 import numpy as np
 
 from graphattn.train.metrics import regression_per_task
+from graphattn.utils.files import save_figure
 
 __all__ = ["parity_plot"]
 
@@ -63,9 +64,4 @@ def parity_plot(pred, y, task_names: Sequence[str], path, title: str = "", units
         _panel(ax, pred[:, t], y[:, t], task, units)
     for t in range(len(tasks), rows * cols):
         axes[t // cols][t % cols].set_visible(False)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, format=(path.suffix.lstrip(".") or "png").lower())
-    return path
+    return save_figure(fig, path, title)
