@@ -7,7 +7,7 @@ import pytest
 MODULES = ["graphattn.nn.attention.layer", "graphattn.nn.attention.score", "graphattn.nn.conv.gat_conv",
            "graphattn.nn.conv.gatv2_conv", "graphattn.nn.conv.transformer_conv",
            "graphattn.nn.models.graph_transformer", "graphattn.nn.models.node_classifier", "graphattn.functional",
-           "graphattn.train.config", "graphattn.utils.registry"]
+           "graphattn.train.config", "graphattn.utils.registry", "graphattn.transforms.rrwp"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -66,8 +66,9 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--global-tokens", type=int, default=None, help="global tokens per graph")
     m.add_argument("--pe-dim", type=int, default=None, help="Laplacian PE size (0 = none)")
     m.add_argument("--pe-kind", default=None, choices=list(PE_KINDS),
-                   help="molecules: the positional encoding of size --pe-dim: Laplacian eigenvectors (default) "
-                        "or RWSE, random-walk return probabilities of --pe-dim steps")
+                   help="molecules: the positional encoding of size --pe-dim: Laplacian eigenvectors (default), "
+                        "RWSE, random-walk return probabilities of --pe-dim steps, or RRWP, the relative random-walk "
+                        "probabilities of every attended pair as edge features of every layer (GRIT's)")
     m.add_argument("--hops", type=int, default=None,
                    help="molecules: attention also between atoms up to K bonds apart, told apart by a hop-distance "
                         "edge feature (default 1: the bonds only)")

@@ -33,12 +33,18 @@ def pe_inputs(data) -> Dict[str, Optional[Tensor]]:
     ``lap_eigval``, ``lap_pe_mask``; None where absent) as the model keyword arguments ``pe``,
     ``pe_eigvals`` and ``pe_mask`` (see :meth:`graphattn.GraphTransformer.forward`); without
     ``lap_pe``, the random-walk encoding of :class:`AddRandomWalkPE` (``random_walk_pe``) as
-    ``pe`` (a model built with ``pe_kind="linear"`` reads it)."""
+    ``pe`` (a model built with ``pe_kind="linear"`` reads it), or else the diagonal of
+    :class:`~graphattn.transforms.AddRRWP` (``rrwp``). ``AddRRWP``'s per-edge vectors (``edge_rrwp``)
+    come as ``edge_pe`` (only when present: models without ``edge_pe_dim`` take no such argument)."""
+    pair = getattr(data, "edge_rrwp", None)
+    extra = {} if pair is None else {"edge_pe": pair}
     lap = getattr(data, "lap_pe", None)
     if lap is None:
-        return {"pe": getattr(data, "random_walk_pe", None), "pe_eigvals": None, "pe_mask": None}
+        node = getattr(data, "random_walk_pe", None)
+        return {"pe": getattr(data, "rrwp", None) if node is None else node, "pe_eigvals": None, "pe_mask": None,
+                **extra}
     return {"pe": lap, "pe_eigvals": getattr(data, "lap_eigval", None),
-            "pe_mask": getattr(data, "lap_pe_mask", None)}
+            "pe_mask": getattr(data, "lap_pe_mask", None), **extra}
 
 
 class LapPEEncoder(nn.Module):

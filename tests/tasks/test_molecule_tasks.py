@@ -145,6 +145,37 @@ def test_rwse_molecules_train_predict_and_evaluate_through_the_cli(tmp_path, mon
         md.featurize(["CCO"], pe_dim=4, pe_kind="linear")
 
 
+def test_rrwp_molecules_with_hops_train_and_predict_through_the_cli(tmp_path, monkeypatch, capsys):
+    """``--pe-kind rrwp --hops 3``: every attended atom pair carries its relative random-walk vector
+    (walked on the bonds only), the model reads it through ``edge_pe`` (changing it changes the
+    output), the checkpoint records the kind, and predict featurizes new molecules the same way."""
+    from graphattn.cli import main as cli
+    from graphattn.transforms import relative_random_walk
+
+    monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
+    csv_in = write_csv(tmp_path / "m.csv", ["smiles", "toxic", "active"], [(s, *molecule_labels(s)) for s in SMILES])
+    tiny = ["--hidden", "16", "--layers", "1", "--heads", "2", "--batch-size", "16", "--epochs", "1",
+            "--no-progress", "--no-descriptors", "--split", "random"]
+    assert cli.main(["train", "--csv", str(csv_in), *tiny, "--pe-kind", "rrwp", "--pe-dim", "5", "--hops", "3",
+                     "--out", str(tmp_path / "run")]) == 0
+    model, meta = mp.load_model(tmp_path / "run" / "best.pt")
+    assert meta["pe"] == {"kind": "rrwp", "k": 5} and model.backbone.edge_pe_dim == 5
+
+    g = md.featurize(["Clc1ccccc1O"], pe_dim=5, pe_kind="rrwp", hops=3)[0]
+    bonds = g.edge_index[:, g.edge_attr[:, -1] == 1]
+    diag, pairs = relative_random_walk(bonds, g.num_nodes, 5, g.edge_index)
+    assert torch.equal(g.edge_rrwp, pairs) and torch.equal(g.rrwp, diag) and not hasattr(g, "lap_pe")
+    p = mp.predict_proba(model, [g])
+    g2 = g.clone()
+    g2.edge_rrwp = torch.zeros_like(g.edge_rrwp)
+    assert not torch.allclose(mp.predict_proba(model, [g2]), p)  # the pair vectors reach the output
+    out = tmp_path / "p.csv"
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--smiles", "Clc1ccccc1O",
+                     "--out", str(out)]) == 0
+    row = out.read_text().splitlines()[1].split(",")
+    assert abs(float(row[-3]) - p[0, 0].item()) < 1e-5
+
+
 def test_hop_attention_molecules_through_the_cli(tmp_path, monkeypatch, capsys):
     """``--hops 3``: the graphs carry the atom pairs up to 3 bonds apart after the bonds, with a
     "no bond" category and the hop distance; the checkpoint records it, predict featurizes the

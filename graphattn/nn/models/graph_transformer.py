@@ -14,7 +14,8 @@ from graphattn.nn.features import FeatureEncoder, GraphFeatureNorm, graph_featur
 from graphattn.nn.global_tokens import GlobalTokens
 from graphattn.ops.csr import as_edge_index
 from graphattn.ops.padding import check_batch
-from graphattn.utils.validation import check_dtype, check_edge_index, check_int, check_model_input, scans_values
+from graphattn.utils.validation import (check_dtype, check_edge_index, check_features, check_int, check_model_input,
+                                       scans_values)
 
 __all__ = ["GraphTransformer", "GraphClassifier", "READOUTS", "PE_KINDS"]
 
@@ -52,10 +53,14 @@ class GraphTransformer(nn.Module):
         edge_dim (int, optional): edge feature columns D.
         node_vocab_sizes (list of int, optional): categorical node inputs, see :class:`FeatureEncoder`.
         edge_vocab_sizes (list of int, optional): categorical edge inputs, see :class:`FeatureEncoder`.
+        edge_pe_dim (int, default 0): R, size of a float per-edge encoding passed as ``edge_pe`` (the
+            relative random-walk vectors of :class:`~graphattn.transforms.AddRRWP`), encoded by a
+            linear layer and added to the edge features (or the edge features, without ``edge_dim``);
+            every layer's scores and values read it.
 
     Shapes:
-        x ``(N, F)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)``, pe ``(N, K)``
-        -> node states ``(N, C)`` and token states ``(B, G, C)`` (or None).
+        x ``(N, F)``, edge_index ``(2, E)``, edge_attr ``(E, D)``, batch ``(N,)``, pe ``(N, K)``,
+        edge_pe ``(E, R)`` -> node states ``(N, C)`` and token states ``(B, G, C)`` (or None).
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, num_layers: int, heads: int = 4,
@@ -65,13 +70,14 @@ class GraphTransformer(nn.Module):
                  global_attn: Optional[str] = None, global_attn_kwargs: Optional[dict] = None,
                  node_vocab_sizes: Optional[Sequence[int]] = None,
                  edge_vocab_sizes: Optional[Sequence[int]] = None, local_mpnn: Optional[str] = None,
-                 impl: str = "auto"):
+                 impl: str = "auto", edge_pe_dim: int = 0):
         super().__init__()
         if pe_kind not in PE_KINDS:
             raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
         for name, value, least in (("in_channels", in_channels, 1), ("hidden_channels", hidden_channels, 1),
                                    ("num_layers", num_layers, 0), ("heads", heads, 1),
-                                   ("num_global_tokens", num_global_tokens, 0), ("pe_dim", pe_dim, 0)):
+                                   ("num_global_tokens", num_global_tokens, 0), ("pe_dim", pe_dim, 0),
+                                   ("edge_pe_dim", edge_pe_dim, 0)):
             check_int(name, value, least)
         if edge_dim is not None:
             check_int("edge_dim", edge_dim, 1)
@@ -80,7 +86,9 @@ class GraphTransformer(nn.Module):
         self.node_encoder = FeatureEncoder(in_channels, hidden_channels, node_vocab_sizes)
         self.edge_encoder = (FeatureEncoder(edge_dim, hidden_channels, edge_vocab_sizes, name="edge_attr")
                              if edge_dim is not None else None)
-        inner_edge_dim = hidden_channels if edge_dim is not None else None
+        self.edge_pe_dim = edge_pe_dim
+        self.edge_pe_encoder = nn.Linear(edge_pe_dim, hidden_channels) if edge_pe_dim > 0 else None
+        inner_edge_dim = hidden_channels if edge_dim is not None or edge_pe_dim > 0 else None
         if pe_dim > 0 and pe_kind == "laplacian":
             self.pe_encoder = LapPEEncoder(pe_dim, hidden_channels)
         elif pe_dim > 0:
@@ -127,10 +135,30 @@ class GraphTransformer(nn.Module):
             raise_non_finite_pe(pe, pe_eigvals, pe_mask)
         return hp
 
-    def _encode_edges(self, edge_attr: Optional[Tensor],
-                      edge_index: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    def _encode_edges(self, edge_attr: Optional[Tensor], edge_index: Tensor,
+                      edge_pe: Optional[Tensor] = None) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """``(edge features, edge_attr_index)``: the encoded ``(E, C)`` features, or for categorical edges
-        the ``(U, C)`` table of distinct rows and each edge's row ``(E,)``; ``(None, None)`` without edges."""
+        the ``(U, C)`` table of distinct rows and each edge's row ``(E,)``; ``(None, None)`` without edges.
+        With ``edge_pe_dim``, the encoded ``edge_pe`` is added per edge (``(E, C)``, no table)."""
+        if self.edge_pe_encoder is None:
+            if edge_pe is not None:
+                raise ValueError(f"edge_pe of shape {tuple(edge_pe.shape)} was given, but the model was built with "
+                                 "edge_pe_dim=0: build it with edge_pe_dim=R (or pass edge_pe=None)")
+            return self._encode_edge_attr(edge_attr, edge_index)
+        if edge_pe is None or edge_pe.shape != (edge_index.size(1), self.edge_pe_dim):
+            got = None if edge_pe is None else tuple(edge_pe.shape)
+            raise ValueError(f"edge_pe of shape ({edge_index.size(1)}, {self.edge_pe_dim}) (one row per edge) is "
+                             f"required: the model was built with edge_pe_dim={self.edge_pe_dim}; got {got}")
+        check_features(edge_pe, self.edge_pe_dim, "edge_pe")
+        check_dtype(edge_pe, self.edge_pe_encoder.weight.dtype, "edge_pe", "the model")
+        out = self.edge_pe_encoder(edge_pe)
+        if self.edge_encoder is None and edge_attr is None:
+            return out, None
+        feats, index = self._encode_edge_attr(edge_attr, edge_index)
+        return out + (feats if index is None else feats[index]), None
+
+    def _encode_edge_attr(self, edge_attr: Optional[Tensor],
+                          edge_index: Tensor) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         if self.edge_encoder is None:
             if edge_attr is not None:  # silently dropping them would train without the user's edge features
                 raise ValueError(f"edge_attr of shape {tuple(edge_attr.shape)} was given, but the model has no edge "
@@ -153,9 +181,11 @@ class GraphTransformer(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Optional[Tensor] = None,
                 batch: Optional[Tensor] = None, pe: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, *, pe_eigvals: Optional[Tensor] = None,
-                pe_mask: Optional[Tensor] = None, check_range: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+                pe_mask: Optional[Tensor] = None, edge_pe: Optional[Tensor] = None,
+                check_range: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
         """``pe_eigvals`` / ``pe_mask`` ``(N, K)``: eigenvalues and padding mask stored by
-        :class:`~graphattn.transforms.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``).
+        :class:`~graphattn.transforms.AddLaplacianPE` (``data.lap_eigval``, ``data.lap_pe_mask``);
+        ``edge_pe`` ``(E, R)``: per-edge encodings (``data.edge_rrwp`` of :class:`~graphattn.transforms.AddRRWP`).
 
         ``edge_index`` is range-checked here, once per tensor (remembered, so the layers' CSR
         build and the global tokens do not scan it again). ``batch`` is shape-checked here and
@@ -163,7 +193,7 @@ class GraphTransformer(nn.Module):
         ``check_range=False``: the caller already checked them against ``num_graphs`` (as
         :class:`GraphClassifier` does), so no component repeats that per-batch sync."""
         check_model_input(x)
-        edge_index, _ = as_edge_index(edge_index, x.size(0), per_edge=(edge_attr,))  # PyG's sparse adj_t too
+        edge_index, _ = as_edge_index(edge_index, x.size(0), per_edge=(edge_attr, edge_pe))  # PyG's sparse adj_t too
         check_edge_index(edge_index, x.size(0))
         if batch is not None:
             check_batch(batch, x.size(0), num_graphs, check_range=False)
@@ -172,7 +202,7 @@ class GraphTransformer(nn.Module):
         hp = self._encode_pe(x, pe, batch, num_graphs, pe_eigvals, pe_mask, check_range)
         if hp is not None:
             h = h + hp
-        edge_attr, edge_attr_index = self._encode_edges(edge_attr, edge_index)
+        edge_attr, edge_attr_index = self._encode_edges(edge_attr, edge_index, edge_pe)
         N, E = h.size(0), edge_index.size(1)
         if self.tokens is not None:
             tg = self.tokens(h, edge_index, batch, edge_attr, num_graphs, edge_attr_index=edge_attr_index,
@@ -246,7 +276,7 @@ class GraphClassifier(nn.Module):
                 edge_attr: Optional[Tensor] = None, pe: Optional[Tensor] = None,
                 num_graphs: Optional[int] = None, graph_features: Optional[Tensor] = None,
                 **pe_kwargs) -> Tensor:
-        """``pe_kwargs``: ``pe_eigvals`` and ``pe_mask``, see :meth:`GraphTransformer.forward`."""
+        """``pe_kwargs``: ``pe_eigvals``, ``pe_mask`` and ``edge_pe``, see :meth:`GraphTransformer.forward`."""
         check_model_input(x)
         if batch is None:  # one graph (or num_graphs, the others empty): ids known, nothing to read
             num_graphs = 1 if num_graphs is None else check_int("num_graphs", num_graphs, 1 if x.size(0) else 0)

@@ -19,6 +19,7 @@ from graphattn.tasks.molecules.defaults import PE_KINDS, SPLITS
 from graphattn.tasks.molecules.files import cache_dir
 from graphattn.transforms.descriptors import AddMolDescriptors
 from graphattn.transforms.hops import AddHopEdges
+from graphattn.transforms.rrwp import AddRRWP
 from graphattn.transforms.positional import AddLaplacianPE, AddRandomWalkPE
 from graphattn.utils.validation import check_int
 
@@ -32,20 +33,23 @@ def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: 
     (names; none when None) and, for ``hops`` > 1, attention edges between the atoms up to
     ``hops`` bonds apart, composed in that order (the PE is of the molecular graph); None when
     none. ``pe_kind``: ``"laplacian"`` (the first ``k`` Laplacian eigenvectors,
-    :class:`~graphattn.transforms.AddLaplacianPE`) or ``"rwse"`` (random-walk return
+    :class:`~graphattn.transforms.AddLaplacianPE`), ``"rwse"`` (random-walk return
     probabilities of ``k`` steps, :class:`~graphattn.transforms.AddRandomWalkPE`; exact on
-    molecules). ``hops``: :class:`~graphattn.transforms.AddHopEdges` with every bond column of an
+    molecules) or ``"rrwp"`` (relative random-walk probabilities of ``k`` steps of every attended pair,
+    and their diagonal, :class:`~graphattn.transforms.AddRRWP`, last: after the hop edges). ``hops``: :class:`~graphattn.transforms.AddHopEdges` with every bond column of an
     added edge set to a "no bond" category (:func:`edge_vocab_sizes`)."""
     if pe_kind not in PE_KINDS:
         raise ValueError(f"pe_kind must be one of {PE_KINDS}, got {pe_kind!r}")
     hops = check_int("hops", hops, 1)  # 1 = the bonds only
     steps = []
-    if k:
+    if k and pe_kind != "rrwp":
         steps.append(AddLaplacianPE(k) if pe_kind == "laplacian" else AddRandomWalkPE(k))
     if descriptors is not None:
         steps.append(AddMolDescriptors(descriptors))
     if hops > 1:
         steps.append(AddHopEdges(hops, fill=BOND_FEATURE_DIMS))
+    if k and pe_kind == "rrwp":  # the walk follows the bonds (hop distance 1), not the added pairs
+        steps.append(AddRRWP(k, hop_column=-1 if hops > 1 else None))
     if len(steps) < 2:
         return steps[0] if steps else None
     from torch_geometric.transforms import Compose

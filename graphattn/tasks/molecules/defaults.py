@@ -7,8 +7,9 @@ SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
 
 
 #: positional encodings of the molecule pipeline: Laplacian eigenvectors (read by a sign-flipping
-#: LapPE encoder) or random-walk return probabilities (RWSE, read by a linear layer)
-PE_KINDS = ("laplacian", "rwse")
+#: LapPE encoder), random-walk return probabilities (RWSE, read by a linear layer) or relative
+#: random-walk probabilities of every attended pair (RRWP, GRIT's; edge features of every layer)
+PE_KINDS = ("laplacian", "rwse", "rrwp")
 
 
 BASELINES = ("none", "gine", "gat")

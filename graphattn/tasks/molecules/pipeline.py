@@ -67,8 +67,9 @@ def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_
     if baseline == "none":
         return {"class": "GraphClassifier",
                 "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
-                               pe_kind="linear" if hp["pe_kind"] == "rwse" else hp["pe_kind"],
+                               pe_kind="laplacian" if hp["pe_kind"] == "laplacian" else "linear",
                                readout=hp["readout"],
+                               **({"edge_pe_dim": hp["pe_dim"]} if hp["pe_kind"] == "rrwp" else {}),
                                **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
     if baseline in ("gine", "gat"):
         return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
