@@ -51,6 +51,7 @@ from graphattn.data.molecules import FEATURIZER_VERSION  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import defaults as molecule_defaults  # noqa: E402
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
+from graphattn.tasks.molecules.recipe import MoleculeRecipe  # noqa: E402
 from graphattn.version import __version__  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +165,7 @@ def load(source: Dict[str, object], hp: Dict[str, object], limit: Optional[int])
     """The data set with PE and descriptors (whatever the models: one cache per recipe), and its
     ``(N, T)`` labels (NaN = missing)."""
     ds = md.load_dataset(**source["load"], pe_dim=hp["pe_dim"], limit=limit, log=True,
-                         descriptors=md.descriptor_set(bool(hp["descriptors"])), pe_kind=hp["pe_kind"],
+                         descriptors=md.descriptor_set(hp["descriptors"]), pe_kind=hp["pe_kind"],
                          hops=int(hp["hops"]))
     y = torch.cat([d.y.view(1, -1) for d in ds]).double()
     print(f"{source['name']}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} rows skipped: invalid SMILES), "
@@ -229,7 +230,7 @@ def run_one(ds, y, idx, source, model: str, seed: int, args, chemprop: Optional[
                            descriptors=model == "chemprop+desc", threads=args.threads,
                            task_type=source["task_type"], log=log)
     else:
-        hp = recipe(source, args)
+        hp = MoleculeRecipe.from_dict(recipe(source, args))
         spec = mp.model_spec("none" if model == "ours" else model, len(ds.task_names), hp,
                              graph_feature_dim=len(ds.descriptor_names or ()))
         res = mp.run_training(ds, idx, spec, hp, seed=seed, progress=False, log=log)

@@ -106,8 +106,9 @@ def build_models(num_tasks: int, seed: int, which: str, hp: dict, graph_feature_
 
     from graphattn.nn.models.registry import build_model
     from graphattn.tasks.molecules.pipeline import model_spec
+    from graphattn.tasks.molecules.recipe import MoleculeRecipe
 
-    spec = model_spec("none", num_tasks, hp, graph_feature_dim=graph_feature_dim)
+    spec = model_spec("none", num_tasks, MoleculeRecipe.from_dict(hp), graph_feature_dim=graph_feature_dim)
     torch.manual_seed(seed)
     ours = build_model(spec)
     if which != "TransformerConv":

@@ -45,6 +45,7 @@ from graphattn.data.molecules import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATU
 from graphattn.tasks.molecules import data as md  # noqa: E402
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.tasks.molecules.defaults import DEFAULTS  # noqa: E402
+from graphattn.tasks.molecules.recipe import MoleculeRecipe  # noqa: E402
 from graphattn.tasks.molecules.outputs import regression_metrics  # noqa: E402
 from graphattn.version import __version__  # noqa: E402
 
@@ -162,7 +163,7 @@ def run_one(model: str, seed: int, args) -> Dict[str, object]:
         res.update(_gps_metrics(net, ds, idx))
         res["num_parameters"] = sum(p.numel() for p in net.parameters())
     else:
-        hp = args.ours if model == "ours" else args.gine
+        hp = MoleculeRecipe.from_dict(args.ours if model == "ours" else args.gine)
         spec = mp.model_spec("none" if model == "ours" else "gine", 1, hp)
         res = mp.run_training(ds, idx, spec, hp, seed=seed, out_dir=work, resume=(work / "last.pt").is_file(),
                               progress=not args.no_progress, log=log, device=args.device)

@@ -23,6 +23,7 @@ import torch
 from graphattn.tasks.molecules import data as md
 from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 
 
 def parse_args(argv=None):
@@ -100,7 +101,7 @@ def summarize(args, hp, ds, runs, t0, final: bool) -> dict:
                           "test_pr_auc_mean": _mean_std([r["test"]["pr_auc"] for r in sel])[0],
                           "epochs_mean": statistics.fmean(r["epochs_run"] for r in sel),
                           "seconds_per_epoch": statistics.fmean(r["seconds_per_epoch"] for r in sel)})
-    result = {"config": vars(args), "hparams": hp, "num_molecules": len(ds),
+    result = {"config": vars(args), "hparams": hp.to_dict(), "num_molecules": len(ds),
               "skipped_rows": [s[0] for s in ds.skipped], "table": table, "runs": runs,
               "seconds": time.time() - t0, "complete": final}
     out = Path(args.out)
@@ -123,13 +124,14 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    hp = {k: getattr(args, k) for k in molecule_defaults.DEFAULTS}
+    # the recipe's fields this script has an option for (the others: classification's defaults)
+    hp = MoleculeRecipe.from_dict({k: getattr(args, k) for k in MoleculeRecipe.fields() if hasattr(args, k)})
     if args.init:
         from graphattn.tasks.molecules.finetune import load_pretrained
 
         pre = load_pretrained(args.init)[1]["hparams"]
-        hp.update({k: pre[k] for k in molecule_defaults.ARCH_KEYS if k in pre})
-        args.pe_dim, args.pe_kind = hp["pe_dim"], hp["pe_kind"]
+        hp = hp.replace(**{k: pre[k] for k in molecule_defaults.ARCH_KEYS if k in pre})
+        args.pe_dim, args.pe_kind = hp.pe_dim, hp.pe_kind
     descriptors = md.descriptor_set(args.descriptors)
     ds = md.load_dataset("tox21", pe_dim=args.pe_dim if "ours" in args.models else 0, limit=args.limit,
                          log=args.progress, descriptors=descriptors, pe_kind=args.pe_kind, hops=args.hops)

@@ -7,6 +7,7 @@ import argparse
 from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, TASK_TYPES
 from graphattn.train.config import LOSSES, METRICS
 from graphattn.tasks.molecules.defaults import DEFAULTS, PE_KINDS
+from graphattn.tasks.molecules.recipe import DESCRIPTORS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
 from graphattn.tasks.molecules.defaults import SPLITS
 
@@ -152,10 +153,13 @@ def add_molecule_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--local-mpnn", default=None, choices=["gine", "gin"],
                    help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block "
                         "(molecules; graph sets such as imdb-binary take gin: they have no edge features)")
-    g.add_argument("--descriptors", action=argparse.BooleanOptionalAction, default=None,
-                   help="feed ~200 RDKit 2-D molecule descriptors to the head (chemprop's rdkit_2d; "
-                        "standardised on the training split, stored in the checkpoint); default: "
-                        f"{'on' if DEFAULTS['descriptors'] else 'off'}")
+    g.add_argument("--descriptors", nargs="?", const="rdkit2d", default=None, choices=list(DESCRIPTORS),
+                   help="molecule descriptors fed to the head, standardised on the training split: rdkit2d (~200 "
+                        "RDKit 2-D descriptors; the flag alone), rdkit2d_normalized (chemprop's "
+                        "v1_rdkit_2d_normalized: CDF-normalised by descriptastorus) or none; default "
+                        f"{DEFAULTS['descriptors']}")
+    g.add_argument("--no-descriptors", dest="descriptors", action="store_const", const="none",
+                   help="no molecule descriptors (--descriptors none)")
     g.add_argument("--ensemble", type=int, default=None, metavar="N",
                    help="train N models on the same split (seeds S, S+1000, ...) and average their "
                         "probabilities (chemprop's --ensemble_size); one checkpoint holds them all (default: 1)")

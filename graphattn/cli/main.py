@@ -29,6 +29,7 @@ OPTIONAL_MODULES = {
     "matplotlib": ("pictures (explain, parity plots, charts)", "viz"),
     "triton": ("the fused CUDA kernels", "gpu"),
     "chemprop": ("the chemprop baseline of the benchmarks", "bench"),
+    "descriptastorus": ("chemprop's normalised descriptors (--descriptors rdkit2d_normalized)", "molecules"),
 }
 
 

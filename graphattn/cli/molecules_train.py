@@ -15,7 +15,7 @@ version, the task names, the PE size and the data/split settings, so ``evaluate`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from graphattn.cli.molecules_summary import print_result, regression_hint
 from graphattn.cli.options import (GROUPS, check_applicable, check_objective, check_rerun, recipe_options,
@@ -29,14 +29,21 @@ from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_da
 from graphattn.tasks.molecules.defaults import ARCH_KEYS, BASELINES, DEFAULTS
 from graphattn.tasks.molecules.finetune import load_pretrained
 from graphattn.tasks.molecules.pipeline import model_spec, run_ensemble, training_targets
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.runtime import resolve_device
 
 __all__ = ["train"]
 
 
-def _hparams(args) -> Dict[str, Any]:
-    return {**DEFAULTS, **recipe_options(args, DEFAULTS), **train_options(args), "task_type": _task_type(args)}
+def _recipe(args) -> MoleculeRecipe:
+    """The run's recipe: the defaults with the options the command line gives (checked here with the
+    options' names; the recipe checks every value again)."""
+    if getattr(args, "hops", None) is not None and args.hops < 1:
+        raise ValueError(f"--hops must be >= 1 (1 = attention over the bonds only), got {args.hops}")
+    task_type = _task_type(args)
+    check_objective(args, task_type, "regression" if task_type == "regression" else "binary")
+    return MoleculeRecipe.from_dict({**recipe_options(args, DEFAULTS), **train_options(args), "task_type": task_type})
 
 
 def _task_type(args) -> str:
@@ -72,7 +79,7 @@ def _split(args) -> tuple:
 _SOCIAL_ONLY = sorted(GROUPS["node-classification"] | {"folds"})
 
 
-def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
+def _check_options(args, hp: MoleculeRecipe, baseline: str) -> None:
     """ValueError for a molecule ``train`` option that is wrong, contradicts another, or is not for molecules."""
     if baseline not in BASELINES:
         raise ValueError(f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
@@ -93,20 +100,17 @@ def _check_options(args, hp: Dict[str, Any], baseline: str) -> None:
         raise ValueError(f"{', '.join(social)} {'is a' if len(social) == 1 else 'are'} social-network "
                          "option(s), not used for molecules")
     check_applicable(args, "molecule", baseline)
-    check_objective(args, hp["task_type"], "regression" if hp["task_type"] == "regression" else "binary")
-    if hp["task_type"] == "regression" and args.pos_weight:
+    if hp.task_type == "regression" and args.pos_weight:
         raise ValueError("--pos-weight weighs the positive labels of binary tasks; it has no meaning for "
                          "--task-type regression")
-    if hp["readout"] == "token" and hp["global_tokens"] < 1 and baseline == "none":
+    if hp.readout == "token" and hp.global_tokens < 1 and baseline == "none":
         raise ValueError("--readout token needs --global-tokens >= 1")
-    if hp["hops"] < 1:
-        raise ValueError(f"--hops must be >= 1 (1 = attention over the bonds only), got {hp['hops']}")
-    if hp["hops"] > 1 and getattr(args, "init", None) is not None:
-        raise ValueError(f"--hops {hp['hops']} with --init: pretrained backbones attend over the bonds only "
+    if hp.hops > 1 and getattr(args, "init", None) is not None:
+        raise ValueError(f"--hops {hp.hops} with --init: pretrained backbones attend over the bonds only "
                          "(graphattn pretrain has no hop edges); drop --hops")
 
 
-def _architecture(args, hp: Dict[str, Any], out: Path):
+def _architecture(args, hp: MoleculeRecipe, out: Path):
     """``(hp, ensemble size, init)``: a resumed run keeps its ensemble size and backbone, a fine-tuned
     one (``--init``) the pretrained backbone's settings."""
     init = getattr(args, "init", None)
@@ -126,14 +130,14 @@ def _architecture(args, hp: Dict[str, Any], out: Path):
     return hp, ensemble, init
 
 
-def _load(args, name: str, descriptors, hp: Dict[str, Any], ours: bool):
+def _load(args, name: str, descriptors, hp: MoleculeRecipe, ours: bool):
     """``(dataset, split indices)`` of the run (with the PE and hop edges of ``hp`` for our model,
     ``ours``); ValueError when there is nothing to learn."""
-    regression = hp["task_type"] == "regression"
+    regression = hp.task_type == "regression"
     split, split_col = _split(args)
     ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None,
-                      hp["pe_dim"] if ours else 0, args.limit, log=not args.no_progress, descriptors=descriptors,
-                      pe_kind=hp["pe_kind"], hops=hp["hops"] if ours else 1, binary=not regression,
+                      hp.pe_dim if ours else 0, args.limit, log=not args.no_progress, descriptors=descriptors,
+                      pe_kind=hp.pe_kind, hops=hp.hops if ours else 1, binary=not regression,
                       split_col=split_col if args.csv else None)
     if not ds.task_names:
         what = "numeric target" if regression else "0/1 label"
@@ -170,7 +174,7 @@ def train(args) -> int:
     """``graphattn train`` for molecules: validate the options, load and split, build, train (one line
     per epoch), write ``OUT/metrics.json`` and print a summary."""
     try:
-        hp, (split, split_col) = _hparams(args), _split(args)
+        hp, (split, split_col) = _recipe(args), _split(args)
     except ValueError as exc:
         return usage_error("train", str(exc))
     baseline = getattr(args, "baseline", "none") or "none"
@@ -183,7 +187,7 @@ def train(args) -> int:
         hp, ensemble, init = _architecture(args, hp, out)
     except (ValueError, FileNotFoundError, CheckpointError) as exc:
         return usage_error("train", str(exc))
-    descriptors = descriptor_set(hp["descriptors"])
+    descriptors = descriptor_set(hp.descriptors)
     try:
         ds, split_idx = _load(args, name, descriptors, hp, ours=baseline == "none")
         spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
@@ -196,14 +200,14 @@ def train(args) -> int:
             "split": split, "split_col": split_col, "seed": args.seed, "limit": args.limit,
             "sha256": file_sha256(ds)}
     print(f"{name}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
-          f"{len(ds.task_names)} {hp['task_type']} tasks, "
+          f"{len(ds.task_names)} {hp.task_type} tasks, "
           f"{'the split column ' + repr(split_col) if split == 'column' else split + ' split'} "
           f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
-          f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp['hidden']} layers {hp['layers']}"
+          f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp.hidden} layers {hp.layers}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
     if init is not None:
-        print(f"backbone from {init}: heads {hp['heads']}, global tokens {hp['global_tokens']}, PE {hp['pe_dim']}, "
-              f"local MPNN {hp['local_mpnn'] or 'none'} (the pretrained settings; the head starts fresh)")
+        print(f"backbone from {init}: heads {hp.heads}, global tokens {hp.global_tokens}, PE {hp.pe_dim}, "
+              f"local MPNN {hp.local_mpnn or 'none'} (the pretrained settings; the head starts fresh)")
     res = run_ensemble(ds, split_idx, spec, hp, size=ensemble, seed=args.seed, pos_weight=args.pos_weight,
                        out_dir=out, resume=args.resume, progress=not args.no_progress,
                        # --pos-weight changes the loss: recorded, and a resume may not switch it
@@ -216,17 +220,17 @@ def train(args) -> int:
     return 0
 
 
-def _fixed_arch(hp: Dict[str, Any], pre: Dict[str, Any], given, what: str, short: str) -> Dict[str, Any]:
-    """``hp`` with the backbone settings of ``pre``; an option the user gave (``given``) that
-    contradicts them is an error naming ``what`` fixed them, rather than silently overridden."""
-    clash = [f"--{k.replace('_', '-')} {hp[k]} ({short}: {pre[k]})" for k in ARCH_KEYS
-             if k in given and k in pre and hp.get(k) != pre[k]]
+def _fixed_arch(hp: MoleculeRecipe, pre: Mapping[str, Any], given, what: str, short: str) -> MoleculeRecipe:
+    """``hp`` with the backbone settings of the checkpoint record ``pre``; an option the user gave
+    (``given``) that contradicts them is an error naming ``what`` fixed them, rather than silently overridden."""
+    clash = [f"--{k.replace('_', '-')} {getattr(hp, k)} ({short}: {pre[k]})" for k in ARCH_KEYS
+             if k in given and k in pre and getattr(hp, k) != pre[k]]
     if clash:
         raise ValueError(f"{what} fixes the backbone's shape; drop {', '.join(clash)}")
-    return {**hp, **{k: pre[k] for k in ARCH_KEYS if k in pre}}
+    return hp.replace(**{k: pre[k] for k in ARCH_KEYS if k in pre})
 
 
-def _pretrained_arch(hp: Dict[str, Any], init, given, resumed: bool = False) -> Dict[str, Any]:
+def _pretrained_arch(hp: MoleculeRecipe, init, given, resumed: bool = False) -> MoleculeRecipe:
     """``hp`` with the backbone settings of the pretrain checkpoint ``init`` (``resumed``: named
     by the resumed run's record, not by ``--init``)."""
     if not Path(init).exists():
@@ -289,7 +293,7 @@ def _resumed_init(out: Path, size: int) -> Optional[str]:
     return None
 
 
-def _resumed_arch(hp: Dict[str, Any], last, given) -> Dict[str, Any]:
+def _resumed_arch(hp: MoleculeRecipe, last, given) -> MoleculeRecipe:
     """``hp`` with the backbone settings of the run in ``last`` when that run was fine-tuned
     from a pretrained backbone (``--resume`` then needs neither ``--init`` nor its flags)."""
     meta = load_checkpoint(last).get("meta") or {}

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, FrozenSet, Iterable
 
+from graphattn.tasks.molecules.recipe import TASK_TYPES
 from graphattn.tasks.social.budget import budget_lr, ours_warmup
 from graphattn.train.config import LOSSES, METRICS
 
@@ -30,8 +31,6 @@ DATA_ROOT_HELP = ("folder of the raw data files (default: $GRAPHATTN_DATA, else 
 #: pipeline (:func:`train_options`); the config's other fields come from ``--seed``, ``--resume`` and
 #: ``--no-progress``, and ``kind`` from the task (tests/cli/test_config_options.py checks both directions)
 TRAIN_OPTIONS = ("epochs", "lr", "weight_decay", "patience", "grad_clip", "schedule", "warmup", "loss", "metric")
-#: ``--task-type``: what the targets are (chemprop's flag and names)
-TASK_TYPES = ("classification", "regression")
 
 
 def train_options(args) -> Dict[str, Any]:

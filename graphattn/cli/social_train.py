@@ -74,7 +74,7 @@ def train(args) -> int:
         if args.edges and not args.features and getattr(args, "max_features", None) is not None:
             raise ValueError("--max-features cuts a --features file, which is not given (the features are "
                              "structural)")
-        if getattr(args, "descriptors", None):
+        if getattr(args, "descriptors", None) not in (None, "none"):
             raise ValueError("--descriptors is a molecule option (RDKit descriptors of SMILES)")
         if getattr(args, "ensemble", None) not in (None, 1):
             raise ValueError("--ensemble is a molecule option (averaged probabilities of N models)")

@@ -16,9 +16,16 @@ counted; an overflow (``inf``) is the largest compressed float instead. The mode
 
 Which descriptors exist depends on the RDKit version; a checkpoint stores the names it was
 trained with and :func:`mol_descriptors` computes exactly those (or says which are missing).
+
+The second set, ``rdkit2d_normalized`` (:data:`DESCRIPTOR_SETS`), is chemprop's
+``v1_rdkit_2d_normalized``: 200 RDKit descriptors, each passed through its cumulative distribution
+fitted on a large reference set of molecules, by the ``descriptastorus`` package chemprop itself uses
+(values in [0, 1]; a value it cannot compute is 0, as chemprop sets it). Its names carry the prefix
+:data:`NORMALIZED_PREFIX`, so a checkpoint's list of names says which set it was trained with.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
@@ -29,7 +36,13 @@ import torch
 
 from graphattn.ops.spectral import single_thread_blas
 
-__all__ = ["descriptor_names", "mol_descriptors"]
+__all__ = ["DESCRIPTOR_SETS", "NORMALIZED_PREFIX", "descriptor_names", "mol_descriptors"]
+
+#: the descriptor sets: RDKit's 2-D descriptors (log-compressed; the model standardises them on its
+#: training molecules) and chemprop's CDF-normalised ones (descriptastorus)
+DESCRIPTOR_SETS = ("rdkit2d", "rdkit2d_normalized")
+#: the name prefix of the ``rdkit2d_normalized`` descriptors
+NORMALIZED_PREFIX = "rdkit2d_normalized:"
 
 
 #: descriptors whose cost explodes with molecule size (RDKit's Ipc expands the characteristic
@@ -53,9 +66,44 @@ def _functions() -> Dict[str, object]:
     return dict(Descriptors._descList)
 
 
-def descriptor_names() -> List[str]:
-    """All RDKit 2-D descriptor names of the installed RDKit, in RDKit's order."""
+@functools.lru_cache(maxsize=1)
+def _normalized_generator():
+    from descriptastorus.descriptors import rdNormalizedDescriptors  # optional: chemprop's normalised set only
+
+    gen = rdNormalizedDescriptors.RDKit2DNormalized()
+    return gen, {name: i for i, (name, _) in enumerate(gen.columns)}
+
+
+def descriptor_names(kind: str = "rdkit2d") -> List[str]:
+    """The descriptor names of a set (:data:`DESCRIPTOR_SETS`): ``"rdkit2d"``, all RDKit 2-D descriptors
+    of the installed RDKit in RDKit's order; ``"rdkit2d_normalized"``, descriptastorus' 200, prefixed
+    with :data:`NORMALIZED_PREFIX`."""
+    if kind not in DESCRIPTOR_SETS:
+        raise ValueError(f"descriptor set must be one of {DESCRIPTOR_SETS}, got {kind!r}")
+    if kind == "rdkit2d_normalized":
+        return [NORMALIZED_PREFIX + name for name in _normalized_generator()[1]]
     return list(_functions())
+
+
+def _normalized(mol, names: Sequence[str]) -> torch.Tensor:
+    """The ``rdkit2d_normalized`` descriptors ``names`` (prefixed) of ``mol``, ``(1, D)``."""
+    from rdkit import Chem, rdBase  # optional dependency, as above
+
+    gen, column = _normalized_generator()
+    missing = [n for n in names if n[len(NORMALIZED_PREFIX):] not in column]
+    if missing:
+        raise ValueError(f"descriptastorus has no normalised descriptor(s) {missing[:10]}: the model was trained "
+                         "with another descriptastorus version; install that one or retrain")
+    with rdBase.BlockLogs(), np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            values = gen.processMol(mol, Chem.MolToSmiles(mol))
+        except Exception:  # noqa: BLE001 (descriptastorus raises many kinds: every value is then unknown)
+            values = None
+    if not values or not values[0]:  # the first entry says whether the molecule was processed
+        return torch.zeros(1, len(names))
+    row = np.asarray([values[1 + column[n[len(NORMALIZED_PREFIX):]]] for n in names], dtype=np.float64)
+    return torch.from_numpy(np.where(np.isfinite(row), row, 0.0)).float().view(1, -1)
 
 
 def _compress(v: float) -> float:
@@ -63,7 +111,8 @@ def _compress(v: float) -> float:
 
 
 def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
-    """Descriptors ``names`` (default: all of :func:`descriptor_names`) of an RDKit molecule.
+    """Descriptors ``names`` (default: all of :func:`descriptor_names`) of an RDKit molecule; names
+    with the prefix :data:`NORMALIZED_PREFIX` are the ``rdkit2d_normalized`` set (values in [0, 1]).
 
     Returns a float32 tensor ``(1, D)`` of ``sign(v) log1p(|v|)`` values; a descriptor that
     fails or is NaN for this molecule is 0, an infinite one ``±``:data:`SATURATED` (so is ``Ipc``
@@ -73,6 +122,11 @@ def mol_descriptors(mol, names: Optional[Sequence[str]] = None) -> torch.Tensor:
     """
     from rdkit import rdBase  # optional dependency, as above
 
+    normalized = [n.startswith(NORMALIZED_PREFIX) for n in names or ()]
+    if any(normalized):
+        if not all(normalized):
+            raise ValueError("descriptor names mix the rdkit2d and rdkit2d_normalized sets; use one set")
+        return _normalized(mol, names)
     fns = _functions()
     names = list(fns) if names is None else list(names)
     missing = [n for n in names if n not in fns]

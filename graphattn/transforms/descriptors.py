@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from graphattn.data.descriptors import descriptor_names, mol_descriptors
+from graphattn.data.descriptors import NORMALIZED_PREFIX, descriptor_names, mol_descriptors
 from graphattn.data.featurize import parse_smiles
 
 __all__ = ["AddMolDescriptors"]
@@ -46,4 +46,9 @@ class AddMolDescriptors(BaseTransform):
         import rdkit  # optional dependency: only for the repr (the descriptors import it themselves)
 
         digest = hashlib.sha256("\n".join(self.names).encode()).hexdigest()[:10]
-        return f"{type(self).__name__}(rdkit={rdkit.__version__}, D={len(self.names)}, names={digest})"
+        extra = ""
+        if any(n.startswith(NORMALIZED_PREFIX) for n in self.names):  # its CDFs are descriptastorus'
+            from importlib.metadata import version
+
+            extra = f", descriptastorus={version('descriptastorus')}"
+        return f"{type(self).__name__}(rdkit={rdkit.__version__}{extra}, D={len(self.names)}, names={digest})"

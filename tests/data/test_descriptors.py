@@ -18,10 +18,10 @@ from graphattn.data import descriptors as dmod  # noqa: E402
 from graphattn.data import mol_descriptors, smiles_to_data
 from graphattn.nn import MPNNBaseline  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
-from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.train import load_checkpoint  # noqa: E402
 from graphattn.transforms import AddMolDescriptors  # noqa: E402
+from graphattn.tasks.molecules.recipe import MoleculeRecipe  # noqa: E402
 
 
 def test_descriptors_are_rdkit_values_compressed_in_the_given_order():
@@ -131,7 +131,7 @@ def test_social_tasks_refuse_descriptors(capsys):
 
 def test_pipeline_refuses_a_model_and_dataset_that_disagree_on_descriptors(molecule_csv):
     ds = md.load_dataset(csv_path=str(molecule_csv), log=False)  # no descriptors
-    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
+    hp = MoleculeRecipe(epochs=1, hidden=8, layers=1, heads=2, pe_dim=0)
     spec = mp.model_spec("none", ds.num_tasks, hp, graph_feature_dim=5)
     with pytest.raises(ValueError, match="reads 5 molecule descriptors but the dataset carries 0"):
         mp.run_training(ds, md.split_indices(ds, "random", 0), spec, hp, progress=False, log=lambda m: None)
@@ -154,3 +154,54 @@ def test_ipc_is_skipped_on_huge_molecules_and_numpy_stays_quiet(monkeypatch):
     assert dmod.mol_descriptors(mol).tolist() == [[pytest.approx(dmod.SATURATED), pytest.approx(-dmod.SATURATED), 0.0]]
     others = [j for j, n in enumerate(names) if n not in ("Ipc", "AvgIpc")]
     assert torch.equal(full[:, others], cut[:, others])
+
+
+def test_normalized_set_is_descriptastorus_values_by_name():
+    """``rdkit2d_normalized``: chemprop's CDF-normalised descriptors, computed by descriptastorus itself, in
+    the order of the names given; the names carry the set's prefix, and one list cannot mix the sets."""
+    rdn = pytest.importorskip("descriptastorus.descriptors.rdNormalizedDescriptors")
+    names = descriptor_names("rdkit2d_normalized")
+    assert len(names) == 200 and all(n.startswith(dmod.NORMALIZED_PREFIX) for n in names)
+    smiles = "CC(=O)Oc1ccccc1C(=O)O"
+    expect = rdn.RDKit2DNormalized().process(smiles)[1:]
+    got = mol_descriptors(Chem.MolFromSmiles(smiles), names)
+    assert got.shape == (1, 200) and torch.isfinite(got).all()
+    torch.testing.assert_close(got[0].double(), torch.tensor(expect, dtype=torch.float64).nan_to_num(0.0),
+                               atol=1e-6, rtol=1e-6)
+    assert 0.0 <= float(got.min()) and float(got.max()) <= 1.0
+    picked = [names[5], names[0]]
+    torch.testing.assert_close(mol_descriptors(Chem.MolFromSmiles(smiles), picked), got[:, [5, 0]])
+    with pytest.raises(ValueError, match="mix the rdkit2d and rdkit2d_normalized"):
+        mol_descriptors(Chem.MolFromSmiles(smiles), ["MolWt", names[0]])
+    with pytest.raises(ValueError, match="no normalised descriptor"):
+        mol_descriptors(Chem.MolFromSmiles(smiles), [dmod.NORMALIZED_PREFIX + "NotADescriptor"])
+    with pytest.raises(ValueError, match="descriptor set must be one of"):
+        descriptor_names("rdkit3d")
+    # the cache key of a dataset built with them differs from the rdkit2d one's
+    assert "descriptastorus=" in repr(AddMolDescriptors(names)) and "descriptastorus" not in repr(AddMolDescriptors())
+
+
+def test_cli_descriptor_flag_forms(tmp_path, molecule_csv):
+    """``--descriptors`` alone is rdkit2d, ``--descriptors rdkit2d_normalized`` chemprop's set, and
+    ``--no-descriptors`` none; predict computes the checkpoint's set for new molecules."""
+    from graphattn.cli.arguments import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["train", "tox21", "--descriptors"]).descriptors == "rdkit2d"
+    assert parse(["train", "tox21", "--no-descriptors"]).descriptors == "none"
+    assert parse(["train", "tox21"]).descriptors is None  # the recipe's default
+    pytest.importorskip("descriptastorus")
+    tiny = ["--split", "random", "--epochs", "1", "--hidden", "16", "--layers", "1", "--heads", "2", "--pe-dim", "0",
+            "--batch-size", "16", "--no-progress"]
+    assert cli.main(["train", "--csv", str(molecule_csv), *tiny, "--descriptors", "rdkit2d_normalized",
+                     "--out", str(tmp_path / "run")]) == 0
+    ck = load_checkpoint(tmp_path / "run" / "best.pt")
+    assert ck["meta"]["descriptors"] == descriptor_names("rdkit2d_normalized")
+    assert ck["meta"]["hparams"]["descriptors"] == "rdkit2d_normalized"
+    model, _ = mp.load_model(tmp_path / "run" / "best.pt")
+    g = md.featurize(["c1ccccc1O"], descriptors=ck["meta"]["descriptors"])[0]
+    assert torch.equal(g.mol_desc, mol_descriptors(Chem.MolFromSmiles("c1ccccc1O"), ck["meta"]["descriptors"]))
+    assert cli.main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--smiles", "c1ccccc1O",
+                     "--out", str(tmp_path / "p.csv")]) == 0
+    row = (tmp_path / "p.csv").read_text().splitlines()[1].split(",")
+    assert abs(float(row[2]) - mp.predict_proba(model, [g])[0, 0].item()) < 1e-5

@@ -10,9 +10,9 @@ from graphattn import ProbabilityEnsemble
 from graphattn.cli import main as cli
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules import data as md
-from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp
 from graphattn.tasks.molecules.viz import molecule_attention
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 
 
 class _Fixed(nn.Module):
@@ -51,7 +51,7 @@ def test_probability_ensemble_errors():
         ProbabilityEnsemble([_Fixed(torch.zeros(1, 2)), _Fixed(torch.zeros(1, 3))])
 
 
-_HP = dict(molecule_defaults.DEFAULTS, epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16, descriptors=False)
+_HP = MoleculeRecipe(epochs=2, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16, descriptors=False)
 
 
 def _small(molecule_csv):
@@ -151,7 +151,7 @@ def test_pos_weight_warning_given_once_per_ensemble(tmp_path, molecule_csv):
     idx, spec = md.split_indices(ds, "random", 0), mp.model_spec("none", len(ds.task_names), _HP)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        mp.run_ensemble(ds, idx, spec, dict(_HP, epochs=1), size=3, pos_weight=True, progress=False,
+        mp.run_ensemble(ds, idx, spec, _HP.replace(epochs=1), size=3, pos_weight=True, progress=False,
                         log=lambda m: None)
     said = [str(w.message) for w in caught if "--pos-weight" in str(w.message)]
     assert len(said) == 1 and "never" in said[0]

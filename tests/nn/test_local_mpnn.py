@@ -7,9 +7,9 @@ from torch_geometric.nn import GINEConv
 from graphattn import GraphClassifier, GraphTransformerBlock
 from graphattn.cli import main as cli
 from graphattn.nn.models.registry import build_model
-from graphattn.tasks.molecules.defaults import DEFAULTS
 from graphattn.tasks.molecules.pipeline import model_spec
 from graphattn.train import load_checkpoint
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 
 
 def test_block_adds_exactly_the_gine_branch():
@@ -55,7 +55,7 @@ def test_gin_branch_counts_neighbours_and_errors():
 
 def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     torch.manual_seed(2)
-    hp = {**DEFAULTS, "hidden": 16, "layers": 2, "pe_dim": 0, "local_mpnn": "gine"}
+    hp = MoleculeRecipe(hidden=16, layers=2, pe_dim=0, local_mpnn="gine")
     spec = model_spec("none", 3, hp)
     assert spec["kwargs"]["local_mpnn"] == "gine"
     model = build_model(spec).eval()
@@ -73,7 +73,7 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     again = build_model(spec)
     again.load_state_dict(model.state_dict())
     assert torch.allclose(again.eval()(x, ei, batch, ea, num_graphs=2), out)
-    assert "local_mpnn" not in model_spec("none", 3, {**hp, "local_mpnn": None})["kwargs"]  # old specs unchanged
+    assert "local_mpnn" not in model_spec("none", 3, hp.replace(local_mpnn=None))["kwargs"]  # old specs unchanged
     assert isinstance(GraphClassifier(9, 16, 2, local_mpnn="gin").backbone.blocks[1].local, torch.nn.Module)
 
 

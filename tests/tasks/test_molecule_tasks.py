@@ -12,9 +12,9 @@ from tiny_inputs import SMILES, molecule_labels, write_csv, write_file  # noqa: 
 
 from graphattn.data import MOLECULENET, SIDER_TASKS  # noqa: E402
 from graphattn.tasks.molecules import data as md  # noqa: E402
-from graphattn.tasks.molecules import defaults as molecule_defaults
 from graphattn.tasks.molecules import pipeline as mp  # noqa: E402
 from graphattn.tasks.molecules.data import load_dataset, unlabelled_tasks  # noqa: E402
+from graphattn.tasks.molecules.recipe import MoleculeRecipe  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "molecules_tasks_train.csv"
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 def test_checkpoint_round_trip_gives_identical_predictions(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHATTN_DATA", str(tmp_path / "data"))
-    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16)
+    hp = MoleculeRecipe(epochs=1, hidden=16, layers=1, heads=2, pe_dim=4, batch_size=16)
     ds = md.load_dataset(csv_path=str(FIXTURE), pe_dim=4, log=False)
     idx = md.split_indices(ds, "random", 0)
     spec = mp.model_spec("none", ds.num_tasks, hp)
@@ -41,7 +41,7 @@ def test_scaffold_split_of_one_big_scaffold_group_is_refused_and_lopsided_splits
         md.split_indices(ds, "scaffold", 0)
     with pytest.warns(UserWarning, match="no validation molecules"):
         md.split_indices(ds[:5], "random", 0)  # 4/0/1
-    hp = dict(molecule_defaults.DEFAULTS, epochs=1, hidden=8, layers=1, heads=2, pe_dim=0, batch_size=4)
+    hp = MoleculeRecipe(epochs=1, hidden=8, layers=1, heads=2, pe_dim=0, batch_size=4)
     dsd = md.load_dataset(csv_path=str(src), log=False, descriptors=md.descriptor_set(True))
     spec = mp.model_spec("none", 1, hp, graph_feature_dim=len(dsd.descriptor_names))
     empty = (torch.tensor([], dtype=torch.long), torch.arange(5), torch.arange(5, 10))

@@ -32,6 +32,7 @@ from graphattn.tasks.molecules.files import _sniffed_suffix, spooled
 from graphattn.tasks.molecules.pretrain_data import _keys
 from graphattn.train import CheckpointError, save_checkpoint
 from graphattn.train.checkpoint import check_same_run
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 
 _SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C", "CCN(CC)CC", "O=C(O)c1ccccc1OC(C)=O", "C1CCCCC1",
            "N#Cc1ccccc1", "CCCCCCCCCC(=O)O", "c1ccncc1", "ClC(Cl)Cl", "CC(C)Cc1ccc(C(C)C(=O)O)cc1", "OC1CCCCC1",
@@ -115,7 +116,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
     state, meta = ft.load_pretrained(tmp_path / "pre" / "best.pt")
     assert meta["pipeline"] == "pretrain" and all(not k.startswith("backbone.") for k in state)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(molecule_defaults.DEFAULTS, **_HP, descriptors=False)
+    hp = MoleculeRecipe(**_HP, descriptors=False)
     spec = mp.model_spec("none", len(ds.task_names), hp)
     model = build_model(spec)
     fresh_head = {k: v.clone() for k, v in model.head.state_dict().items()}
@@ -124,11 +125,11 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
         assert torch.equal(v, state[k]), k
     assert all(torch.equal(v, fresh_head[k]) for k, v in model.head.state_dict().items())
     # the training run records where it started from
-    res = mp.run_training(ds, md.split_indices(ds, "random", 0), spec, dict(hp, epochs=1), progress=False,
+    res = mp.run_training(ds, md.split_indices(ds, "random", 0), spec, hp.replace(epochs=1), progress=False,
                           log=lambda m: None, init=tmp_path / "pre" / "best.pt")
     assert res["meta"]["init"]["sha256"] and res["meta"]["init"]["checkpoint"].endswith("best.pt")
     # another width is refused with the settings named
-    wide = build_model(mp.model_spec("none", 2, dict(hp, hidden=32)))
+    wide = build_model(mp.model_spec("none", 2, hp.replace(hidden=32)))
     with pytest.raises(ValueError, match="hidden_channels"):
         ft.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
 
@@ -139,7 +140,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
 def test_load_pretrained_refuses_other_checkpoints(tmp_path, graphs, molecule_csv, monkeypatch):
     pt.run_pretraining(graphs, _HP, out_dir=tmp_path / "pre", progress=False, log=lambda m: None)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(molecule_defaults.DEFAULTS, **dict(_HP, epochs=1), descriptors=False)
+    hp = MoleculeRecipe(**dict(_HP, epochs=1), descriptors=False)
     mp.run_training(ds, md.split_indices(ds, "random", 0), mp.model_spec("none", 2, hp), hp, progress=False,
                     log=lambda m: None, out_dir=tmp_path / "ft")
     with pytest.raises(ValueError, match="not a pretraining checkpoint"):
@@ -246,7 +247,7 @@ def test_init_refuses_other_heads_even_when_given_as_the_default(tmp_path, molec
     assert cli.main(base + ["--heads", "2", "--hidden", "16", "--out", str(tmp_path / "ok")]) == 0  # agreeing
     # through the API the head count is compared too (same parameter shapes, other grouping)
     ds = md.load_dataset(csv_path=str(molecule_csv), pe_dim=4, log=False)
-    hp = dict(molecule_defaults.DEFAULTS, hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
+    hp = MoleculeRecipe(hidden=16, layers=1, heads=8, pe_dim=4, epochs=1, descriptors=False)
     with pytest.raises(ValueError, match="heads"):  # also without the spec
         ft.load_pretrained_backbone(build_model(mp.model_spec("none", 2, hp)), pre / "best.pt")
     with pytest.raises(ValueError, match="heads"):

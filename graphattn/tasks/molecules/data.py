@@ -57,12 +57,12 @@ def pre_transform(k: int, descriptors: Optional[Sequence[str]] = None, pe_kind: 
     return Compose(steps)
 
 
-def descriptor_set(use: bool) -> Optional[List[str]]:
-    """The descriptor names a new model uses: all of the installed RDKit's, or None."""
-    if not use:
+def descriptor_set(kind: Union[bool, str, None]) -> Optional[List[str]]:
+    """The descriptor names a new model uses: ``"rdkit2d"`` (or True) all of the installed RDKit's,
+    ``"rdkit2d_normalized"`` chemprop's CDF-normalised set, ``"none"`` (False, None) none."""
+    if kind in (False, None, "none"):
         return None
-
-    return descriptor_names()
+    return descriptor_names("rdkit2d" if kind is True else kind)
 
 
 class SelectTasks:

@@ -2,25 +2,18 @@
 ``--help`` reads them without importing torch): the splits, the baselines, the training recipe of
 ``graphattn train`` (:data:`DEFAULTS`) and of ``graphattn pretrain`` (:data:`PRETRAIN_DEFAULTS`)."""
 
+from graphattn.tasks.molecules.recipe import PE_KINDS, MoleculeRecipe
+
 __all__ = ["SPLITS", "BASELINES", "PE_KINDS", "DEFAULTS", "PRETRAIN_DEFAULTS", "ARCH_KEYS"]
 SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
-
-
-#: positional encodings of the molecule pipeline: Laplacian eigenvectors (read by a sign-flipping
-#: LapPE encoder), random-walk return probabilities (RWSE, read by a linear layer) or relative
-#: random-walk probabilities of every attended pair (RRWP, GRIT's; edge features of every layer)
-PE_KINDS = ("laplacian", "rwse", "rrwp")
 
 
 BASELINES = ("none", "gine", "gat")
 
 
-#: Defaults for Tox21-sized sets on a small CPU (early stopping usually after 20-40 epochs), chosen on
-#: validation ROC-AUC (docs/molecules.md, "How the defaults were chosen"); the results tables there
-#: use exactly these.
-DEFAULTS = dict(epochs=60, lr=1e-3, weight_decay=0.0, batch_size=64, patience=12, hidden=64, layers=3,
-                heads=4, dropout=0.25, global_tokens=1, pe_dim=8, pe_kind="laplacian", readout="mean",
-                local_mpnn=None, descriptors=True, schedule="constant", warmup=0, hops=1)
+#: the default recipe (:class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe`) as a plain dict: the
+#: keys ``graphattn train`` and the benchmarks' ``--set KEY=VALUE`` take; the results tables use exactly these
+DEFAULTS = MoleculeRecipe().to_dict()
 
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of

@@ -11,14 +11,12 @@ from torch import Tensor, nn
 from graphattn.nn.encodings import pe_inputs
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
 from graphattn.nn.models.regression import MeanEnsemble
+from graphattn.tasks.molecules.recipe import TASK_TYPES
 from graphattn.train.metrics import mean_over_valid, pr_auc_per_task, regression_per_task, roc_auc_per_task
 from graphattn.train.runtime import model_device
 
 __all__ = ["TASK_TYPES", "model_inputs", "outputs", "probability_metrics", "regression_metrics", "output_metrics",
            "split_metrics", "predict_outputs", "predict_proba"]
-
-#: the molecule task types (chemprop's ``--task-type`` names)
-TASK_TYPES = ("classification", "regression")
 
 
 def _check(task_type: str) -> None:

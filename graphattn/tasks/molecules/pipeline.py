@@ -4,9 +4,10 @@ regression. The data side (loading, featurizing, task names, splits) lives in
 :mod:`graphattn.tasks.molecules.data`, model outputs and metrics in :mod:`graphattn.tasks.molecules.outputs`,
 checkpoint → model in :mod:`graphattn.tasks.molecules.checkpoints`.
 
-Every model is described by a plain ``{"class", "kwargs"}`` spec (:func:`model_spec`), stored
-in checkpoints with the featurizer version, the task names and the PE size, so that
-:func:`load_model` rebuilds it from the file alone.
+A run is described by a :class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe`; its model by a
+plain ``{"class", "kwargs"}`` spec (:func:`model_spec`), stored in checkpoints with the featurizer
+version, the task names, the PE size and the recipe, so that :func:`load_model` rebuilds it from the
+file alone.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ from graphattn.tasks.molecules.defaults import BASELINES
 from graphattn.tasks.molecules.finetune import apply_init
 from graphattn.tasks.molecules.outputs import (model_inputs, output_metrics, outputs, predict_outputs, predict_proba,
                                                probability_metrics, split_metrics)
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 from graphattn.train.checkpoint import save_checkpoint
-from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit
 from graphattn.train.metrics import compute_pos_weight
 from graphattn.train.runtime import model_device, resolve_device, set_seed
@@ -54,23 +55,30 @@ def molecule_loader(ds, batch_size: int, shuffle: bool = False):
 
 
 # ----------------------------------------------------------------------------- models
-def model_spec(baseline: str, num_tasks: int, hp: Dict[str, Any], graph_feature_dim: int = 0) -> Dict[str, Any]:
+def _recipe(recipe: MoleculeRecipe) -> MoleculeRecipe:
+    if not isinstance(recipe, MoleculeRecipe):
+        raise TypeError(f"expected a MoleculeRecipe, got {type(recipe).__name__}: "
+                        "build it with MoleculeRecipe(...) or MoleculeRecipe.from_dict(values)")
+    return recipe
+
+
+def model_spec(baseline: str, num_tasks: int, recipe: MoleculeRecipe, graph_feature_dim: int = 0) -> Dict[str, Any]:
     """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints).
-    ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none). ``hp["hops"]``
-    (default 1) sets the edge features (:func:`~graphattn.tasks.molecules.data.edge_vocab_sizes`)."""
-    edge_vocab = edge_vocab_sizes(hp.get("hops", 1))
-    common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=hp["hidden"], num_tasks=num_tasks,
-                  num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"],
+    ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none). ``recipe.hops``
+    sets the edge features (:func:`~graphattn.tasks.molecules.data.edge_vocab_sizes`)."""
+    r = _recipe(recipe)
+    edge_vocab = edge_vocab_sizes(r.hops)
+    common = dict(in_channels=len(ATOM_FEATURE_DIMS), hidden_channels=r.hidden, num_tasks=num_tasks,
+                  num_layers=r.layers, heads=r.heads, dropout=r.dropout,
                   edge_dim=len(edge_vocab), node_vocab_sizes=list(ATOM_FEATURE_DIMS),
                   edge_vocab_sizes=edge_vocab,
                   **({"graph_feature_dim": graph_feature_dim} if graph_feature_dim else {}))
     if baseline == "none":
         return {"class": "GraphClassifier",
-                "kwargs": dict(common, num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"],
-                               pe_kind="laplacian" if hp["pe_kind"] == "laplacian" else "linear",
-                               readout=hp["readout"],
-                               **({"edge_pe_dim": hp["pe_dim"]} if hp["pe_kind"] == "rrwp" else {}),
-                               **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
+                "kwargs": dict(common, num_global_tokens=r.global_tokens, pe_dim=r.pe_dim,
+                               pe_kind="laplacian" if r.pe_kind == "laplacian" else "linear", readout=r.readout,
+                               **({"edge_pe_dim": r.pe_dim} if r.pe_kind == "rrwp" else {}),
+                               **({"local_mpnn": r.local_mpnn} if r.local_mpnn else {}))}
     if baseline in ("gine", "gat"):
         return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
     raise ValueError(f"--baseline must be one of {BASELINES} for molecules, got {baseline!r}")
@@ -99,11 +107,11 @@ def training_targets(ds, train_idx) -> Tensor:
 _HISTORY = {"classification": ("roc_auc", "pr_auc", "loss"), "regression": ("mae", "rmse", "r2", "loss")}
 
 
-def _run_meta(ds, spec: Dict[str, Any], hp: Dict[str, Any], meta: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+def _run_meta(ds, spec: Dict[str, Any], recipe: MoleculeRecipe, meta: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
-            "task_names": list(ds.task_names), "task_type": hp.get("task_type", "classification"),
-            "pe": {"kind": hp.get("pe_kind", "laplacian"), "k": spec["kwargs"].get("pe_dim", 0)},
-            "descriptors": getattr(ds, "descriptor_names", None), "hops": hp.get("hops", 1), "hparams": hp,
+            "task_names": list(ds.task_names), "task_type": recipe.task_type,
+            "pe": {"kind": recipe.pe_kind, "k": spec["kwargs"].get("pe_dim", 0)},
+            "descriptors": getattr(ds, "descriptor_names", None), "hops": recipe.hops, "hparams": recipe.to_dict(),
             **(meta or {})}
 
 
@@ -148,21 +156,22 @@ def _pos_weight(ds, train_idx) -> Tensor:
     return compute_pos_weight(y_train)
 
 
-def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, seed: int = 0,
+def run_training(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
                  init=None, device=None) -> Dict[str, Any]:
     """Train one model on one split with :func:`graphattn.train.fit`; return its metrics
-    (per-task and mean ROC-AUC / PR-AUC, or for ``hp["task_type"] == "regression"`` MAE / RMSE / R² in
+    (per-task and mean ROC-AUC / PR-AUC, or for ``recipe.task_type == "regression"`` MAE / RMSE / R² in
     the targets' units, of every split, best epoch, history, ...) and the trained ``model`` (best
     epoch's weights). Checkpoints in ``out_dir`` carry ``meta`` (``pipeline``, ``model``,
     ``featurizer_version``, ``task_names``, ``task_type``, ``pe``, for regression ``targets`` are
     filled in). Regression trains on targets standardised with the training split's mean and std
-    (``hp["loss"]``: ``"mse"`` or ``"l1"``), selects on ``hp["metric"]`` (default MAE).
+    (``recipe.loss``: ``"mse"`` or ``"l1"``), selects on ``recipe.metric`` (default MAE).
     ``init``: a ``graphattn pretrain`` checkpoint whose backbone the model starts from
     (:func:`graphattn.tasks.molecules.finetune.apply_init`; recorded in ``meta["init"]``). ``device``: see
     :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
-    meta = _run_meta(ds, spec, hp, meta)
+    recipe = _recipe(recipe)
+    meta = _run_meta(ds, spec, recipe, meta)
     task_type = meta["task_type"]
     _check_inputs(ds, spec, split_idx)
     if pos_weight and task_type == "regression":
@@ -171,11 +180,10 @@ def run_training(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, see
     set_seed(seed)
     last = Path(out_dir) / "last.pt" if resume and out_dir is not None else None
     model = _build(ds, parts["train"], spec, meta, init=init, resume_from=last).to(resolve_device(device))
-    loaders = {s: molecule_loader(ds[idx], hp["batch_size"], shuffle=(s == "train"))
+    loaders = {s: molecule_loader(ds[idx], recipe.batch_size, shuffle=(s == "train"))
                for s, idx in parts.items() if len(idx) > 0}
     pw = _pos_weight(ds, parts["train"]).to(model_device(model)) if pos_weight else None
-    kind = "regression" if task_type == "regression" else "binary"
-    config = TrainConfig.from_recipe(hp, kind=kind, seed=seed, resume=resume, progress=progress)
+    config = recipe.train_config(seed=seed, resume=resume, progress=progress)
     res = fit(model, loaders, forward, config, pos_weight=pw, out_dir=out_dir, meta=meta, log=log)
     out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
            "seconds_per_epoch": res["seconds_per_epoch"],
@@ -196,7 +204,7 @@ def member_seed(seed: int, k: int) -> int:
     return int(seed) + 1000 * int(k)
 
 
-def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, size: int = 1, seed: int = 0,
+def run_ensemble(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *, size: int = 1, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
                  init=None, device=None) -> Dict[str, Any]:
@@ -217,17 +225,17 @@ def run_ensemble(ds, split_idx, spec: Dict[str, Any], hp: Dict[str, Any], *, siz
     if size < 1:
         raise ValueError(f"ensemble size must be >= 1, got {size}")
     if size == 1:
-        return run_training(ds, split_idx, spec, hp, seed=seed, pos_weight=pos_weight, out_dir=out_dir,
+        return run_training(ds, split_idx, spec, recipe, seed=seed, pos_weight=pos_weight, out_dir=out_dir,
                             resume=resume, meta=meta, progress=progress, log=log, init=init, device=device)
     out_dir = Path(out_dir) if out_dir is not None else None
     seeds = [member_seed(seed, k) for k in range(size)]
-    key = "mae" if hp.get("task_type") == "regression" else "roc_auc"
+    key = "mae" if _recipe(recipe).task_type == "regression" else "roc_auc"
     members, runs = [], []
     for k, s in enumerate(seeds):
         with warnings.catch_warnings():
             if k > 0:  # every member has the same training split: its data warnings were given once
                 warnings.filterwarnings("ignore", message="--pos-weight: task")
-            res = run_training(ds, split_idx, spec, hp, seed=s, pos_weight=pos_weight,
+            res = run_training(ds, split_idx, spec, recipe, seed=s, pos_weight=pos_weight,
                                out_dir=out_dir / f"member{k}" if out_dir is not None else None, resume=resume,
                                meta={**(meta or {}), "ensemble_size": size},  # a resume finds the size here
                                progress=progress, log=lambda m, k=k: log(f"[member {k + 1}/{size}] {m}"),

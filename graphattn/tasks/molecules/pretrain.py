@@ -38,9 +38,10 @@ from torch import Tensor
 
 from graphattn.data.molecules import ATOM_FEATURE_NAMES, FEATURIZER_VERSION
 from graphattn.nn.models.pretrainer import MoleculePretrainer
-from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS
+from graphattn.tasks.molecules.defaults import ARCH_KEYS, PRETRAIN_DEFAULTS
 from graphattn.tasks.molecules.finetune import backbone_kwargs
 from graphattn.tasks.molecules.pipeline import model_spec
+from graphattn.tasks.molecules.recipe import MoleculeRecipe
 from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit
 from graphattn.train.runtime import model_device, resolve_device, set_seed
@@ -131,7 +132,9 @@ def masked_atom_accuracy(model: MoleculePretrainer, loader, rate: float) -> Dict
 
 # ----------------------------------------------------------------------------- training
 def arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
-    spec = model_spec("none", 1, {**hp, "readout": "mean"})
+    """The backbone kwargs of a pretraining recipe (its architecture keys and dropout)."""
+    arch = MoleculeRecipe.from_dict({k: hp[k] for k in (*ARCH_KEYS, "dropout") if k in hp})
+    spec = model_spec("none", 1, arch)
     return backbone_kwargs(spec["kwargs"])
 
 
