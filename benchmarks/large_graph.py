@@ -29,8 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from graphattn import NodeClassifier  # noqa: E402
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders  # noqa: E402
+from graphattn.tasks.social.node_model import NodeModelSpec  # noqa: E402
 from graphattn.testing import saved_tensor_bytes, sbm_graph  # noqa: E402
 from graphattn.train import TrainConfig, fit, task_loss  # noqa: E402
 
@@ -81,9 +81,9 @@ def main(argv=None) -> dict:
     print(f"SBM graph: {a.nodes:,} nodes, {data.edge_index.size(1):,} directed edges, {a.blocks} classes "
           f"| {res['generate_s']:.1f} s | peak RSS {res['rss_after_generate_gb']:.2f} GB", flush=True)
 
-    spec = {"class": "NodeClassifier", "input_dropout": 0.0, "kwargs": dict(
+    spec = NodeModelSpec("NodeClassifier", dict(
         in_channels=a.features, hidden_channels=a.hidden, num_classes=a.blocks, num_layers=a.layers,
-        heads=a.heads, num_global_tokens=a.global_tokens, dropout=0.1)}
+        heads=a.heads, num_global_tokens=a.global_tokens, dropout=0.1), input_dropout=0.0)
     t = time.perf_counter()
     if a.sampler == "neighbor":
         fanouts = [int(v) for v in a.num_neighbors.split(",")]
@@ -108,7 +108,7 @@ def main(argv=None) -> dict:
         batch = train.subgraph(biggest)  # the largest mini-batch
         layout = f"{train.num_parts} parts x {a.parts_per_batch}"
 
-    model = NodeClassifier(**spec["kwargs"])
+    model = spec.build()
     # activation memory of one training step on a (the largest) mini-batch, and per node / edge
     model.train()
     (loss, _), saved = saved_tensor_bytes(lambda: _step(model, forward, batch))

@@ -18,7 +18,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
-from graphattn.tasks.social.node import load_node_data, node_forward, node_inputs  # noqa: E402
+from graphattn.tasks.social.node import load_node_data, node_forward  # noqa: E402
+from graphattn.tasks.social.node_model import NodeModelSpec, node_inputs  # noqa: E402
 from graphattn.train import TrainConfig, fit, set_seed  # noqa: E402
 
 
@@ -41,7 +42,7 @@ def main(argv=None):
     kwargs = dict(in_channels=data.num_features, hidden_channels=args.hidden, num_classes=2, num_layers=2,
                   heads=args.heads, num_global_tokens=args.global_tokens, dropout=0.2)
     model = NodeClassifier(**kwargs)
-    spec = {"class": "NodeClassifier", "kwargs": kwargs, "input_dropout": 0.2}
+    spec = NodeModelSpec("NodeClassifier", kwargs, input_dropout=0.2)
     res = fit(model, {s: [data] for s in ("train", "val", "test")}, node_forward(spec),
               TrainConfig(kind="multiclass", epochs=args.epochs, lr=args.lr, weight_decay=5e-4, seed=args.seed,
                           progress=False))

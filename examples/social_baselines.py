@@ -45,6 +45,7 @@ from graphattn.nn.models.registry import build_model  # noqa: E402
 from graphattn.tasks.social import graph as sg  # noqa: E402
 from graphattn.tasks.social import graph_data as gd  # noqa: E402
 from graphattn.tasks.social import node as sn  # noqa: E402
+from graphattn.tasks.social.node_model import node_model_spec  # noqa: E402
 from graphattn.train import TrainConfig, fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
@@ -108,7 +109,7 @@ def run_node(name, args, log):
             for point in (grid if m in args.grid_models else [{}]):
                 # baselines use one dropout for input, features and attention; ours alone warms up
                 hp_m = dict(hp, **point, **({} if m == "ours" else {"warmup": 0}))
-                res = train_node(name, data, sn.node_model_spec("none" if m == "ours" else m, data, hp_m),
+                res = train_node(name, data, node_model_spec("none" if m == "ours" else m, data, hp_m),
                                  hp_m, seed, args.device, epoch_printer(log, args, name, "seed", seed, m))
                 if point:
                     log(f"   {name} seed {seed} {m} {point}: val {res['val']['accuracy']:.4f}")

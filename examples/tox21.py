@@ -151,7 +151,7 @@ def main(argv=None) -> dict:
                                       progress=args.progress, log=lambda m, tag=tag: print(tag, m, flush=True),
                                       init=args.init if model == "ours" else None)
                 res.pop("model"), res.pop("meta")
-                runs.append({"split": split, "model": name, "class": spec["class"], "seed": seed,
+                runs.append({"split": split, "model": name, "class": spec.name, "seed": seed,
                              "sizes": [len(i) for i in idx], **res})
                 for c in res.get("ensemble_curve", []):
                     print(f"{tag} ensemble of {c['members']}: val auc {_f(c.get('val_roc_auc'))} | "

@@ -23,7 +23,6 @@ from graphattn.cli.options import (GROUPS, check_applicable, check_objective, ch
 from graphattn.data.download import DataFileError, sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.nn.models.regression import target_statistics
-from graphattn.nn.models.registry import build_model
 from graphattn.tasks.molecules.data import (descriptor_set, file_sha256, load_dataset, split_indices, unlabelled_tasks,
                                             warn_one_class_tasks)
 from graphattn.tasks.molecules.defaults import ARCH_KEYS, BASELINES, DEFAULTS
@@ -160,7 +159,7 @@ def _load(args, name: str, descriptors, hp: MoleculeRecipe, ours: bool):
 def _summary(args, name: str, data: Dict[str, Any], ds, spec, baseline: str, res: Dict[str, Any]) -> Dict[str, Any]:
     """The contents of ``OUT/metrics.json``."""
     skipped = [{"row": r, "smiles": s, "reason": why} for r, s, why in ds.skipped]
-    summary = {**data, "dataset": name, "model": spec["class"], "baseline": baseline,
+    summary = {**data, "dataset": name, "model": spec.name, "baseline": baseline,
                "pos_weight": bool(args.pos_weight), "task_type": res["meta"]["task_type"],
                "task_names": list(ds.task_names), "num_molecules": len(ds),
                "skipped": {"count": len(skipped), "rows": [s["row"] for s in skipped], "molecules": skipped},
@@ -191,7 +190,7 @@ def train(args) -> int:
     try:
         ds, split_idx = _load(args, name, descriptors, hp, ours=baseline == "none")
         spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
-        build_model(spec)  # option clashes (e.g. --hidden not divisible by --heads) are input errors
+        spec.build()  # option clashes (e.g. --hidden not divisible by --heads) are input errors
     except (DataFileError, ValueError) as exc:
         return usage_error("train", str(exc))
     data = {"dataset": None if args.csv else name,
@@ -202,7 +201,7 @@ def train(args) -> int:
     print(f"{name}: {len(ds)} molecules ({len(ds.skipped)} of {ds.num_rows} skipped: invalid SMILES), "
           f"{len(ds.task_names)} {hp.task_type} tasks, "
           f"{'the split column ' + repr(split_col) if split == 'column' else split + ' split'} "
-          f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec['class']}"
+          f"{'/'.join(str(len(i)) for i in split_idx)} | model {spec.name}"
           f"{'(' + baseline + ')' if baseline != 'none' else ''} hidden {hp.hidden} layers {hp.layers}"
           f"{f', ensemble of {ensemble}' if ensemble > 1 else ''}")
     if init is not None:

@@ -10,6 +10,7 @@ from graphattn.cli.options import check_objective
 from graphattn.data.download import data_root, files_sha256
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.node_model import NodeModelSpec, node_model_spec
 from graphattn.tasks.social.node_regression import is_regression, statistics_meta
 
 __all__ = ["node_data_spec", "feature_cut", "describe_node", "check_task_type", "CLASSIFICATION_ONLY", "check_classes",
@@ -41,13 +42,13 @@ def check_task_type(args, graph_level: bool) -> str:
     return task_type
 
 
-def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+def describe_node(spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dict[str, Any],
                   mini_batch: Optional[str] = None, target: Optional[str] = None) -> str:
     """The two lines a node run starts with: the graph (sizes, classes or the regression ``target``,
     features, split), and the model with its training (layers, width, heads, dropout, batching, epochs,
     learning rate)."""
-    kw = model_spec["kwargs"]
-    what = (f"PyG {kw['kind']} baseline" if model_spec["class"] == "ConvBaseline" else
+    kw = model_spec.kwargs
+    what = (f"PyG {kw['kind']} baseline" if model_spec.name == "ConvBaseline" else
             f"NodeClassifier, {kw['num_global_tokens']} global tokens, PE {kw['pe_dim']}"
             + (", self-loops" if kw.get("self_loops") else "")
             + (f", {'learned (GPR) ' if kw.get('propagation_learned') else 'APPNP '}propagation "
@@ -63,8 +64,8 @@ def describe_node(spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Di
             f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
             f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
             f"dropout {hp['dropout']}; {batching}, "
-            + ("consistency loss S={samples} w={weight} T={temperature}, ".format(**model_spec["consistency"])
-               if model_spec.get("consistency") else "") +
+            + (f"consistency loss S={cons.samples} w={cons.weight} T={cons.temperature}, "
+               if (cons := model_spec.consistency) else "") +
             f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
 
 
@@ -124,16 +125,16 @@ def check_classes(spec: Dict[str, Any], data) -> None:
                          "(numeric targets: --task-type regression)")
 
 
-def run_model_spec(baseline: str, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> Dict[str, Any]:
+def run_model_spec(baseline: str, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> NodeModelSpec:
     """The model recipe of a node run: one output per class, or per target of a regression run."""
     outputs = len(data.task_names) if is_regression(spec) else None
-    return sn.node_model_spec(baseline, data, hp, outputs)
+    return node_model_spec(baseline, data, hp, outputs)
 
 
-def node_meta(mini_batch: Optional[str], spec: Dict[str, Any], data, model_spec: Dict[str, Any],
+def node_meta(mini_batch: Optional[str], spec: Dict[str, Any], data, model_spec: NodeModelSpec,
               hp: Dict[str, Any], model) -> Dict[str, Any]:
     """The checkpoint's meta: what evaluate/predict/explain rebuild the data and the model from."""
-    meta = {"pipeline": "node", "model": model_spec, "data": spec, "class_names": list(data.class_names),
+    meta = {"pipeline": "node", "model": model_spec.to_dict(), "data": spec, "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp,
             # full batch, partitions or sampled neighbourhoods: a resume must not switch it
             "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(mini_batch or "", "full")}

@@ -10,6 +10,7 @@ from pathlib import Path
 from graphattn.cli.options import message_of
 from graphattn.data.download import DataFileError
 from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.node_model import node_inputs
 from graphattn.tasks.social.graph import evaluate_graph
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
@@ -149,7 +150,7 @@ def explain(args) -> int:
         node = _node_row(data, node_id)
     regression = is_regression(meta)
     logits, edge_index, alpha = last_layer_attention(model.model if regression else model, data,
-                                                     sn.node_inputs(data))
+                                                     node_inputs(data))
     if regression:  # the values in the target's units (the inner model's are standardised)
         logits = sn.node_logits(model, meta["model"], data)
     out = (out_path(args.out, f"explain_node{node_id}.png") if args.out

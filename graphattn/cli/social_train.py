@@ -31,6 +31,7 @@ from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
+from graphattn.tasks.social.node_model import NodeModelSpec
 from graphattn.tasks.social.node_regression import (check_targets, format_value, is_regression, metrics_line,
                                                     regression_forward, regression_metrics)
 from graphattn.train import distributed
@@ -232,7 +233,7 @@ def _prepare_node(args, spec: Dict[str, Any]):
     return spec, data, hp, model
 
 
-def _announce(args, spec: Dict[str, Any], data, model_spec: Dict[str, Any], hp: Dict[str, Any],
+def _announce(args, spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dict[str, Any],
               meta: Dict[str, Any]) -> None:
     """The lines a node run starts with: the data and the model, the dataset's own defaults, a raised rate."""
     target = None

@@ -12,7 +12,7 @@ import torch
 
 from graphattn.cli.options import applied_defaults, check_rerun, out_dir_for, social_hparams
 from graphattn.data.download import files_sha256
-from graphattn.nn.models.registry import build_model
+from graphattn.nn.models.registry import ModelSpec
 from graphattn.tasks.social.graph import (finished_same_fold, fit_fold, gin_protocol, graph_dataset_specific_defaults,
                                           graph_defaults, graph_model_spec)
 from graphattn.tasks.social.graph_data import edge_dim_of, graph_data_spec, graph_split, load_graphs
@@ -54,7 +54,7 @@ def prepare_graph(args, name: Optional[str]):
         raise ValueError(f"{spec['display']}: every graph has the same label; classification needs at least two")
 
     # a model option that does not fit (e.g. --readout token without tokens) fails here, as an input error
-    build_model(graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp, edge_dim_of(graphs)))
+    graph_model_spec(args.baseline, graphs[0].num_features, graphs.num_classes, hp, edge_dim_of(graphs)).build()
     for fold in range(args.folds) if args.folds else [None]:
         try:
             parts = graph_split(spec, graphs, fold)
@@ -91,7 +91,7 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     for fold in folds:
         split = graph_split(spec, graphs, fold)
         sub = out / f"fold{fold + 1:02d}" if fold is not None else out
-        meta = {"pipeline": "graph", "model": model_spec, "data": spec, "fold": fold, "class_names": names,
+        meta = {"pipeline": "graph", "model": model_spec.to_dict(), "data": spec, "fold": fold, "class_names": names,
                 "feature_source": getattr(graphs[0], "feature_source", "structural"), "hparams": hp}
         if fold is not None:
             print(f"--- fold {fold + 1}/{len(folds)}: {len(split[0])} train / {len(split[1])} val / "
@@ -119,19 +119,19 @@ def run_graph(args, spec: Dict[str, Any], graphs, hp: Dict[str, Any]) -> int:
     return 0
 
 
-def _describe(args, spec: Dict[str, Any], graphs, names, edge_dim: int, model_spec: Dict[str, Any],
+def _describe(args, spec: Dict[str, Any], graphs, names, edge_dim: int, model_spec: ModelSpec,
               hp: Dict[str, Any]) -> str:
     """The two lines a graph-set run starts with: the data, and the model and its training."""
     n_nodes = sum(g.num_nodes for g in graphs)
     return (f"{spec['display']}: {len(graphs):,} graphs, {n_nodes:,} nodes, {len(names)} classes, "
             f"{graphs[0].num_features} node features ({getattr(graphs[0], 'feature_source', 'structural')})"
             + (f", {edge_dim} edge features (TU edge attributes/labels"
-               + (f"; not used by {args.baseline}" if not model_spec["kwargs"].get("edge_dim") else "") + ")"
+               + (f"; not used by {args.baseline}" if not model_spec.arg("edge_dim") else "") + ")"
                if edge_dim else "") + "\nmodel: "
-            f"{model_spec['class']}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
+            f"{model_spec.name}{' (' + args.baseline + ')' if args.baseline != 'none' else ''}, "
             f"{hp['layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
-            + ("" if model_spec["class"] == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
-            + f"readout {model_spec['kwargs']['readout']}; {hp['epochs']} epochs, lr {hp['lr']}, "
+            + ("" if model_spec.name == "ConvBaseline" else f"{hp['global_tokens']} global tokens, ")
+            + f"readout {model_spec.arg('readout')}; {hp['epochs']} epochs, lr {hp['lr']}, "
             f"batch {args.batch_size}" + (f"; {args.folds}-fold CV" if args.folds else "; stratified 80/10/10 split"))
 
 

@@ -91,7 +91,8 @@ def _fmt(split: str, res: Dict[str, Any], key: str) -> str:
 
 def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config: TrainConfig, *,
         pos_weight: Optional[Tensor] = None, out_dir=None, meta: Optional[Dict[str, Any]] = None,
-        log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+        log: Optional[Callable[[str], None]] = None,
+        on_epoch: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """Train with Adam, early-stop on the validation primary metric, return a summary.
 
     Args:
@@ -108,6 +109,9 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
         meta: plain-data metadata (dicts, lists, str, int, float, bool, None, tensors) stored in
             every checkpoint and in ``metrics.json``.
         log: per-epoch line printer (default ``tqdm.write``, above the progress bar).
+        on_epoch: called with each finished epoch's record (``{"epoch", "loss", "val", "test", ...}``)
+            after its checkpoint is saved; an exception it raises ends the run there (a search's
+            pruner stops an unpromising trial this way).
 
     The validation metric that drives early stopping and ``best.pt`` is ``config.metric`` (default
     the kind's first: ROC-AUC, accuracy, MAE); when it is undefined on the validation split (e.g. no task there
@@ -171,6 +175,8 @@ def fit(model: nn.Module, loaders: Dict[str, Iterable], forward: Forward, config
         if out_dir is not None and main:
             save_epoch(out_dir, net, opt, epoch, history, best, meta, kind, improved)
         release_free_heap()
+        if on_epoch is not None:
+            on_epoch(rec)
     bar.close()
     return _summary(net, loaders, forward, config, pos_weight, best, history, meta, train_loader, sampler,
                     out_dir if main else None)

@@ -39,11 +39,11 @@ def test_node_tasks_refuse_readout(capsys):
 def test_reddit_binary_readouts_per_model_and_explicit_override():
     def readouts(*flags):
         hp = social_hparams(build_parser().parse_args(["train", "reddit-binary", *flags]), graph_defaults("reddit-binary"))
-        return (graph_model_spec("none", 78, 2, hp)["kwargs"]["readout"],
-                graph_model_spec("gcn", 78, 2, hp)["kwargs"]["readout"])
+        return (graph_model_spec("none", 78, 2, hp).kwargs["readout"],
+                graph_model_spec("gcn", 78, 2, hp).kwargs["readout"])
 
     assert readouts() == ("mean", "sum")  # each model at the readout chosen on validation
     assert readouts("--readout", "max") == ("max", "max")  # an explicit readout is every model's
     assert readouts("--readout", "token") == ("token", "mean")  # the baselines have no tokens
     hp = social_hparams(build_parser().parse_args(["train", "imdb-binary"]), graph_defaults("imdb-binary"))
-    assert graph_model_spec("gat", 78, 2, hp)["kwargs"]["readout"] == "mean"
+    assert graph_model_spec("gat", 78, 2, hp).kwargs["readout"] == "mean"

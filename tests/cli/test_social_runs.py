@@ -16,7 +16,8 @@ from graphattn.cli.social_train import DATASETS
 from graphattn.cli.social_train import dataset_key as _key
 from graphattn.nn import ConvBaseline
 from graphattn.tasks.social.graph import graph_model_spec
-from graphattn.tasks.social.node import load_node_data, masked_label_input, node_inputs
+from graphattn.tasks.social.node import load_node_data, masked_label_input
+from graphattn.tasks.social.node_model import node_inputs
 from graphattn.tasks.social.viz import last_layer_attention
 from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import load_checkpoint
@@ -353,8 +354,8 @@ def test_gin_baseline_graph_level_sum_readout_round_trip(tmp_path, capsys):
     # GIN-0 (the TU anchors' architecture): sum readout whatever our readout is; it must learn
     # the toy task and its checkpoint must evaluate like the others
     spec = graph_model_spec("gin", 5, 2, dict(hidden=16, layers=2, heads=4, dropout=0.0, readout="mean"))
-    assert spec["kwargs"]["readout"] == "sum" and spec["kwargs"]["kind"] == "gin"
-    model = ConvBaseline(**spec["kwargs"]).eval()
+    assert spec.kwargs["readout"] == "sum" and spec.kwargs["kind"] == "gin"
+    model = ConvBaseline(**spec.kwargs).eval()
     x, ei = torch.randn(4, 5), torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]])
     two = model(x, ei, torch.tensor([0, 0, 1, 1]), num_graphs=2)
     one = model(x[:2], ei[:, :2], torch.zeros(2, dtype=torch.long), num_graphs=1)

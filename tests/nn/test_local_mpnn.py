@@ -57,7 +57,7 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     torch.manual_seed(2)
     hp = MoleculeRecipe(hidden=16, layers=2, pe_dim=0, local_mpnn="gine")
     spec = model_spec("none", 3, hp)
-    assert spec["kwargs"]["local_mpnn"] == "gine"
+    assert spec.kwargs["local_mpnn"] == "gine"
     model = build_model(spec).eval()
     assert model.backbone.blocks[0].local is not None
     x = torch.stack([torch.randint(0, 5, (20,))] + [torch.zeros(20, dtype=torch.long)] * 8, 1)
@@ -73,7 +73,7 @@ def test_classifier_with_tokens_uses_only_bond_edges_and_round_trips():
     again = build_model(spec)
     again.load_state_dict(model.state_dict())
     assert torch.allclose(again.eval()(x, ei, batch, ea, num_graphs=2), out)
-    assert "local_mpnn" not in model_spec("none", 3, hp.replace(local_mpnn=None))["kwargs"]  # old specs unchanged
+    assert "local_mpnn" not in model_spec("none", 3, hp.replace(local_mpnn=None)).kwargs  # old specs unchanged
     assert isinstance(GraphClassifier(9, 16, 2, local_mpnn="gin").backbone.blocks[1].local, torch.nn.Module)
 
 

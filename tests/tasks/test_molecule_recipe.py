@@ -54,5 +54,5 @@ def test_the_pipeline_takes_a_recipe_not_a_dict():
     with pytest.raises(TypeError, match="MoleculeRecipe.from_dict"):
         mp.model_spec("none", 2, dict(DEFAULTS))
     spec = mp.model_spec("none", 2, MoleculeRecipe(pe_kind="rrwp", pe_dim=6, hops=2))
-    assert spec["kwargs"]["edge_pe_dim"] == 6 and spec["kwargs"]["pe_kind"] == "linear"
-    assert "edge_pe_dim" not in mp.model_spec("none", 2, MoleculeRecipe())["kwargs"]  # older specs unchanged
+    assert spec.kwargs["edge_pe_dim"] == 6 and spec.kwargs["pe_kind"] == "linear"
+    assert "edge_pe_dim" not in mp.model_spec("none", 2, MoleculeRecipe()).kwargs  # older specs unchanged

@@ -11,6 +11,7 @@ from graphattn.cli.main import main
 from graphattn.cli.options import social_hparams
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.node import hop_features
+from graphattn.tasks.social.node_model import node_model_spec
 from graphattn.train import load_checkpoint
 
 
@@ -109,14 +110,14 @@ def test_cli_round_trip_of_the_new_options(tmp_path, capsys, monkeypatch):
 def test_baselines_keep_their_own_depth_unless_layers_is_given():
     data = SimpleNamespace(class_names=list("abc"), num_features=5)
     hp = dict(sn.node_defaults("karate", 34), heads=2, layers=1, baseline_layers=2)
-    assert sn.node_model_spec("gcn", data, hp)["kwargs"]["num_layers"] == 2
-    assert sn.node_model_spec("none", data, hp)["kwargs"]["num_layers"] == 1
+    assert node_model_spec("gcn", data, hp).arg("num_layers") == 2
+    assert node_model_spec("none", data, hp).arg("num_layers") == 1
     args = SimpleNamespace(layers=3, heads=2)
     hp3 = social_hparams(args, hp)
-    assert sn.node_model_spec("gcn", data, hp3)["kwargs"]["num_layers"] == 3
-    assert sn.node_model_spec("none", data, hp3)["kwargs"]["num_layers"] == 3
+    assert node_model_spec("gcn", data, hp3).arg("num_layers") == 3
+    assert node_model_spec("none", data, hp3).arg("num_layers") == 3
     hp_default = social_hparams(SimpleNamespace(heads=2), hp)  # no --layers: each keeps its own
-    assert sn.node_model_spec("gcn", data, hp_default)["kwargs"]["num_layers"] == 2
+    assert node_model_spec("gcn", data, hp_default).arg("num_layers") == 2
 
 
 def test_hop_features_are_powers_of_the_gcn_normalised_adjacency():

@@ -134,7 +134,7 @@ def test_fine_tuning_starts_from_the_pretrained_backbone(tmp_path, graphs, molec
         ft.load_pretrained_backbone(wide, tmp_path / "pre" / "best.pt")
 
     with pytest.raises(ValueError, match="GraphClassifier"):
-        ft.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp)["kwargs"]), tmp_path / "pre" / "best.pt")
+        ft.load_pretrained_backbone(MPNNBaseline(**mp.model_spec("gine", 2, hp).kwargs), tmp_path / "pre" / "best.pt")
 
 
 def test_load_pretrained_refuses_other_checkpoints(tmp_path, graphs, molecule_csv, monkeypatch):

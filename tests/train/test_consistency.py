@@ -8,6 +8,7 @@ import torch
 from graphattn.cli.main import main
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
+from graphattn.tasks.social.node_model import ConsistencyLoss, node_model_spec
 from graphattn.train import TrainConfig, fit, load_checkpoint
 from graphattn.train.metrics import consistency_loss
 
@@ -55,14 +56,14 @@ def _karate(samples):
     spec = {"level": "node", "name": "karate", "display": "karate", "split": list(sn.SPLIT), "split_seed": 0}
     data = sn.load_node_data(spec)
     hp = dict(sn.node_defaults("karate", data.num_nodes), heads=2, consistency=samples)
-    mspec = sn.node_model_spec("none", data, hp)
+    mspec = node_model_spec("none", data, hp)
 
     return data, hp, mspec, build_model(mspec)
 
 
 def test_node_forward_makes_s_passes_in_training_and_one_in_evaluation():
     data, hp, mspec, model = _karate(3)
-    assert mspec["consistency"] == {"samples": 3, "weight": 1.0, "temperature": 0.5}
+    assert mspec.consistency == ConsistencyLoss(samples=3, weight=1.0, temperature=0.5)
     fwd = sn.node_forward(mspec)
     model.train()
     logits, y, aux = fwd(model, data, "train")
@@ -74,7 +75,7 @@ def test_node_forward_makes_s_passes_in_training_and_one_in_evaluation():
     assert len(out) == 2 and out[0].shape[0] == int(data.val_mask.sum())
     # off (S < 2): the spec has no entry, a training step returns (logits, y) as before
     _, _, plain, model1 = _karate(1)
-    assert "consistency" not in plain
+    assert plain.consistency is None and "consistency" not in plain.to_dict()
     model1.train()
     assert len(sn.node_forward(plain)(model1, data, "train")) == 2
 

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from graphattn.data.download import sha256sum
 from graphattn.data.molecules import FEATURIZER_VERSION
 from graphattn.nn.models.graph_transformer import GraphClassifier
+from graphattn.nn.models.registry import ModelSpec
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint
 
 __all__ = ["load_pretrained", "load_pretrained_backbone", "apply_init"]
@@ -79,12 +80,12 @@ def load_pretrained_backbone(model: nn.Module, path, spec_kwargs: Optional[Dict[
     return meta
 
 
-def apply_init(model: nn.Module, spec: Dict[str, Any], init, resume_from=None) -> Optional[Dict[str, Any]]:
+def apply_init(model: nn.Module, spec: ModelSpec, init, resume_from=None) -> Optional[Dict[str, Any]]:
     """The fine-tuning start of a training run: ``meta["init"]`` for its checkpoints, or None.
 
     Args:
         model: the freshly built model; init: a pretrain checkpoint or None.
-        spec: its ``{"class", "kwargs"}`` spec (all backbone settings are compared).
+        spec: its :class:`~graphattn.nn.models.registry.ModelSpec` (all backbone settings are compared).
         resume_from: the run's ``last.pt`` when resuming (else None). Its weights replace the
             model's anyway, so the backbone is not loaded again; the record must agree: a run
             started from scratch cannot be resumed "from" a pretrained checkpoint (and vice
@@ -98,7 +99,7 @@ def apply_init(model: nn.Module, spec: Dict[str, Any], init, resume_from=None) -
         prev = (load_checkpoint(resume_from).get("meta") or {}).get("init")
     if init is None:
         return prev
-    pre = load_pretrained_backbone(model, init, spec["kwargs"])
+    pre = load_pretrained_backbone(model, init, spec.kwargs)
     pool = pre.get("pool") or {}
     record = {"checkpoint": str(Path(init).resolve()), "sha256": sha256sum(init), "molecules": pool.get("molecules"),
               "excluded_sources": pool.get("excluded_sources")}  # was this run's test set kept out?

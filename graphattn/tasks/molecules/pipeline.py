@@ -5,7 +5,7 @@ regression. The data side (loading, featurizing, task names, splits) lives in
 checkpoint → model in :mod:`graphattn.tasks.molecules.checkpoints`.
 
 A run is described by a :class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe`; its model by a
-plain ``{"class", "kwargs"}`` spec (:func:`model_spec`), stored in checkpoints with the featurizer
+:class:`~graphattn.nn.models.registry.ModelSpec` (:func:`model_spec`), stored in checkpoints with the featurizer
 version, the task names, the PE size and the recipe, so that :func:`load_model` rebuilds it from the
 file alone.
 """
@@ -22,7 +22,7 @@ from graphattn.data.molecules import ATOM_FEATURE_DIMS, FEATURIZER_VERSION
 from graphattn.loader.in_memory import in_memory_loader
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
 from graphattn.nn.models.regression import MeanEnsemble, StandardizedRegressor, target_statistics
-from graphattn.nn.models.registry import build_model
+from graphattn.nn.models.registry import ModelSpec
 from graphattn.tasks.molecules.data import SelectTasks, edge_vocab_sizes
 from graphattn.tasks.molecules.checkpoints import load_model, task_type_of
 from graphattn.tasks.molecules.defaults import BASELINES
@@ -62,8 +62,8 @@ def _recipe(recipe: MoleculeRecipe) -> MoleculeRecipe:
     return recipe
 
 
-def model_spec(baseline: str, num_tasks: int, recipe: MoleculeRecipe, graph_feature_dim: int = 0) -> Dict[str, Any]:
-    """``{"class", "kwargs"}``: everything needed to rebuild the model (stored in checkpoints).
+def model_spec(baseline: str, num_tasks: int, recipe: MoleculeRecipe, graph_feature_dim: int = 0) -> ModelSpec:
+    """The model's class and constructor arguments: all it takes to rebuild the model (stored in checkpoints).
     ``graph_feature_dim``: number of molecule descriptors the head reads (0 = none). ``recipe.hops``
     sets the edge features (:func:`~graphattn.tasks.molecules.data.edge_vocab_sizes`)."""
     r = _recipe(recipe)
@@ -74,13 +74,13 @@ def model_spec(baseline: str, num_tasks: int, recipe: MoleculeRecipe, graph_feat
                   edge_vocab_sizes=edge_vocab,
                   **({"graph_feature_dim": graph_feature_dim} if graph_feature_dim else {}))
     if baseline == "none":
-        return {"class": "GraphClassifier",
-                "kwargs": dict(common, num_global_tokens=r.global_tokens, pe_dim=r.pe_dim,
-                               pe_kind="laplacian" if r.pe_kind == "laplacian" else "linear", readout=r.readout,
-                               **({"edge_pe_dim": r.pe_dim} if r.pe_kind == "rrwp" else {}),
-                               **({"local_mpnn": r.local_mpnn} if r.local_mpnn else {}))}
+        return ModelSpec("GraphClassifier",
+                         dict(common, num_global_tokens=r.global_tokens, pe_dim=r.pe_dim,
+                              pe_kind="laplacian" if r.pe_kind == "laplacian" else "linear", readout=r.readout,
+                              **({"edge_pe_dim": r.pe_dim} if r.pe_kind == "rrwp" else {}),
+                              **({"local_mpnn": r.local_mpnn} if r.local_mpnn else {})))
     if baseline in ("gine", "gat"):
-        return {"class": "MPNNBaseline", "kwargs": dict(common, conv=baseline)}
+        return ModelSpec("MPNNBaseline", dict(common, conv=baseline))
     raise ValueError(f"--baseline must be one of {BASELINES} for molecules, got {baseline!r}")
 
 
@@ -107,16 +107,16 @@ def training_targets(ds, train_idx) -> Tensor:
 _HISTORY = {"classification": ("roc_auc", "pr_auc", "loss"), "regression": ("mae", "rmse", "r2", "loss")}
 
 
-def _run_meta(ds, spec: Dict[str, Any], recipe: MoleculeRecipe, meta: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"pipeline": "molecules", "model": spec, "featurizer_version": FEATURIZER_VERSION,
+def _run_meta(ds, spec: ModelSpec, recipe: MoleculeRecipe, meta: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"pipeline": "molecules", "model": spec.to_dict(), "featurizer_version": FEATURIZER_VERSION,
             "task_names": list(ds.task_names), "task_type": recipe.task_type,
-            "pe": {"kind": recipe.pe_kind, "k": spec["kwargs"].get("pe_dim", 0)},
+            "pe": {"kind": recipe.pe_kind, "k": spec.arg("pe_dim", 0)},
             "descriptors": getattr(ds, "descriptor_names", None), "hops": recipe.hops, "hparams": recipe.to_dict(),
             **(meta or {})}
 
 
-def _check_inputs(ds, spec: Dict[str, Any], split_idx) -> None:
-    dim, names = spec["kwargs"].get("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
+def _check_inputs(ds, spec: ModelSpec, split_idx) -> None:
+    dim, names = spec.arg("graph_feature_dim", 0), getattr(ds, "descriptor_names", None)
     if dim != len(names or ()):
         raise ValueError(f"the model reads {dim} molecule descriptors but the dataset carries {len(names or ())}: "
                          "load it with load_dataset(..., descriptors=descriptor_set(True)) and build the spec "
@@ -127,12 +127,12 @@ def _check_inputs(ds, spec: Dict[str, Any], split_idx) -> None:
                          "use --split random or more data")
 
 
-def _build(ds, train_idx, spec: Dict[str, Any], meta: Dict[str, Any], *, init, resume_from) -> nn.Module:
+def _build(ds, train_idx, spec: ModelSpec, meta: Dict[str, Any], *, init, resume_from) -> nn.Module:
     """The model of a run: built, started from ``init``'s backbone, its descriptor statistics fitted on
     the training molecules, and for regression wrapped in a
     :class:`~graphattn.nn.models.StandardizedRegressor` with the training targets' statistics
     (recorded in ``meta["targets"]``)."""
-    model = build_model(spec)
+    model = spec.build()
     if init is not None or resume_from is not None:
         record = apply_init(model, spec, init, resume_from)
         if record is not None:
@@ -156,10 +156,10 @@ def _pos_weight(ds, train_idx) -> Tensor:
     return compute_pos_weight(y_train)
 
 
-def run_training(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *, seed: int = 0,
+def run_training(ds, split_idx, spec: ModelSpec, recipe: MoleculeRecipe, *, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
-                 init=None, device=None) -> Dict[str, Any]:
+                 init=None, device=None, on_epoch=None) -> Dict[str, Any]:
     """Train one model on one split with :func:`graphattn.train.fit`; return its metrics
     (per-task and mean ROC-AUC / PR-AUC, or for ``recipe.task_type == "regression"`` MAE / RMSE / R² in
     the targets' units, of every split, best epoch, history, ...) and the trained ``model`` (best
@@ -169,8 +169,9 @@ def run_training(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *,
     (``recipe.loss``: ``"mse"`` or ``"l1"``), selects on ``recipe.metric`` (default MAE).
     ``init``: a ``graphattn pretrain`` checkpoint whose backbone the model starts from
     (:func:`graphattn.tasks.molecules.finetune.apply_init`; recorded in ``meta["init"]``). ``device``: see
-    :func:`graphattn.train.resolve_device` (default: the GPU when there is one)."""
-    recipe = _recipe(recipe)
+    :func:`graphattn.train.resolve_device` (default: the GPU when there is one). ``on_epoch``: see
+    :func:`graphattn.train.fit`."""
+    recipe, spec = _recipe(recipe), ModelSpec.from_dict(spec)
     meta = _run_meta(ds, spec, recipe, meta)
     task_type = meta["task_type"]
     _check_inputs(ds, spec, split_idx)
@@ -184,7 +185,8 @@ def run_training(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *,
                for s, idx in parts.items() if len(idx) > 0}
     pw = _pos_weight(ds, parts["train"]).to(model_device(model)) if pos_weight else None
     config = recipe.train_config(seed=seed, resume=resume, progress=progress)
-    res = fit(model, loaders, forward, config, pos_weight=pw, out_dir=out_dir, meta=meta, log=log)
+    res = fit(model, loaders, forward, config, pos_weight=pw, out_dir=out_dir, meta=meta, log=log,
+              on_epoch=on_epoch)
     out = {"best_epoch": res["best_epoch"], "epochs_run": res["epochs_run"],
            "seconds_per_epoch": res["seconds_per_epoch"],
            "num_parameters": sum(p.numel() for p in model.parameters()),
@@ -204,7 +206,7 @@ def member_seed(seed: int, k: int) -> int:
     return int(seed) + 1000 * int(k)
 
 
-def run_ensemble(ds, split_idx, spec: Dict[str, Any], recipe: MoleculeRecipe, *, size: int = 1, seed: int = 0,
+def run_ensemble(ds, split_idx, spec: ModelSpec, recipe: MoleculeRecipe, *, size: int = 1, seed: int = 0,
                  pos_weight: bool = False, out_dir=None, resume: bool = False,
                  meta: Optional[Dict[str, Any]] = None, progress: bool = True, log=print,
                  init=None, device=None) -> Dict[str, Any]:

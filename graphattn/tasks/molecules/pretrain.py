@@ -135,7 +135,7 @@ def arch_spec(hp: Dict[str, Any]) -> Dict[str, Any]:
     """The backbone kwargs of a pretraining recipe (its architecture keys and dropout)."""
     arch = MoleculeRecipe.from_dict({k: hp[k] for k in (*ARCH_KEYS, "dropout") if k in hp})
     spec = model_spec("none", 1, arch)
-    return backbone_kwargs(spec["kwargs"])
+    return backbone_kwargs(spec.kwargs)
 
 
 def run_pretraining(graphs: Sequence, hp: Dict[str, Any], *, seed: int = 0, out_dir=None, resume: bool = False,

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.nn.models.baselines import EDGE_BASELINES
-from graphattn.nn.models.registry import build_model
+from graphattn.nn.models.registry import ModelSpec
 from graphattn.tasks.social.graph_data import graph_split, load_graphs
 from graphattn.tasks.social.node import check_matches_checkpoint
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
@@ -79,32 +79,36 @@ def finished_same_fold(folder: Path, meta: Dict[str, Any]) -> bool:
 
 
 def graph_model_spec(baseline: str, in_channels: int, num_classes: int, hp: Dict[str, Any],
-                     edge_dim: Optional[int] = None) -> Dict[str, Any]:
+                     edge_dim: Optional[int] = None) -> ModelSpec:
     """The model of a graph-set run; ``edge_dim``: the graphs' edge features (TU edge labels /
     attributes), used by our model and by the GAT, TransformerConv and GIN (as GINEConv) baselines;
     GCNConv takes no edge features."""
     if baseline and baseline != "none":
-        return {"class": "ConvBaseline", "kwargs": dict(
+        return ModelSpec("ConvBaseline", dict(
             kind=baseline, in_channels=in_channels, hidden_channels=hp["hidden"], out_channels=num_classes,
             num_layers=hp["layers"], heads=hp["heads"], dropout=hp["dropout"], graph_level=True,
             readout=_baseline_readout(hp, baseline),
-            **({"edge_dim": edge_dim} if edge_dim and baseline in EDGE_BASELINES else {}))}
-    return {"class": "GraphClassifier", "kwargs": dict(
+            **({"edge_dim": edge_dim} if edge_dim and baseline in EDGE_BASELINES else {})))
+    return ModelSpec("GraphClassifier", dict(
         in_channels=in_channels, hidden_channels=hp["hidden"], num_tasks=num_classes, num_layers=hp["layers"],
         heads=hp["heads"], num_global_tokens=hp["global_tokens"], pe_dim=hp["pe_dim"], dropout=hp["dropout"],
         readout=hp["readout"], **({"edge_dim": edge_dim} if edge_dim else {}),
-        **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {}))}
+        **({"local_mpnn": hp["local_mpnn"]} if hp.get("local_mpnn") else {})))
 
 
-def _logits(model: nn.Module, spec: Dict[str, Any], batch) -> Tensor:
-    edge_attr = batch.edge_attr if spec["kwargs"].get("edge_dim") else None
-    if spec["class"] == "ConvBaseline":
+def _logits(model: nn.Module, spec: ModelSpec, batch) -> Tensor:
+    edge_attr = batch.edge_attr if spec.arg("edge_dim") else None
+    if spec.name == "ConvBaseline":
         return model(batch.x, batch.edge_index, batch.batch, edge_attr=edge_attr, num_graphs=batch.num_graphs)
-    pe = getattr(batch, "lap_pe", None) if spec["kwargs"].get("pe_dim") else None
+    pe = getattr(batch, "lap_pe", None) if spec.arg("pe_dim") else None
     return model(batch.x, batch.edge_index, batch.batch, edge_attr=edge_attr, pe=pe, num_graphs=batch.num_graphs)
 
 
-def graph_forward(spec: Dict[str, Any]) -> Callable:
+def graph_forward(spec: ModelSpec) -> Callable:
+    """The ``forward`` of :func:`graphattn.train.fit` for mini-batches of graphs (``spec``: the model's
+    :class:`~graphattn.nn.models.registry.ModelSpec` or its checkpoint form)."""
+    spec = ModelSpec.from_dict(spec)
+
     def forward(model, batch, split):
         batch = batch.to(model_device(model))  # the loaders yield CPU batches
         return _logits(model, spec, batch), batch.y
@@ -124,7 +128,7 @@ def fit_fold(graphs, split, model_spec, hp, *, seed=0, batch_size=64, out_dir=No
     """Train one model on one (train, val, test) split with :func:`graphattn.train.fit`
     (on ``device``: :func:`graphattn.train.resolve_device`, default the GPU when there is one)."""
     set_seed(seed)
-    model = build_model(model_spec).to(resolve_device(device))
+    model = ModelSpec.from_dict(model_spec).build().to(resolve_device(device))
     config = TrainConfig.from_recipe(hp, kind="multiclass", seed=seed, resume=resume, progress=progress)
     return fit(model, _loaders(graphs, split, batch_size), graph_forward(model_spec), config, out_dir=out_dir,
                meta=meta, log=log)
@@ -142,16 +146,15 @@ def gin_protocol(histories: List[List[Dict[str, Any]]]) -> Tuple[float, float, i
 def _graph_logits(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     from torch_geometric.loader import DataLoader
 
-    graphs = load_graphs(meta["data"])
-
+    graphs, spec = load_graphs(meta["data"]), ModelSpec.from_dict(meta["model"])
     where = meta["data"].get("tu_text") or meta["data"].get("display") or meta["data"].get("name")
-    width = graphs[0].num_features if len(graphs) else meta["model"]["kwargs"].get("in_channels")  # none: no check
+    width = graphs[0].num_features if len(graphs) else spec.arg("in_channels")  # none: no check
     check_matches_checkpoint(meta, graphs.label_values, width, f"{where}: ",
                              "the graph files (labels, node labels or attribute files)")
     split = graph_split(meta["data"], graphs, meta.get("fold"))
     model.eval()
     dev = model_device(model)
-    logits = torch.cat([_logits(model, meta["model"], b.to(dev)).cpu()
+    logits = torch.cat([_logits(model, spec, b.to(dev)).cpu()
                         for b in DataLoader(list(graphs), batch_size=128)])
     return graphs, split, logits
 

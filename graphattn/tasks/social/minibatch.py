@@ -2,25 +2,26 @@
 (partitions or sampled neighbourhoods) paired with the node task's ``forward`` for :func:`graphattn.train.fit`."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from typing import Optional, Sequence
 
 from torch_geometric.data import Data
 
 from graphattn.loader.neighbor_loader import NeighborLoader
 from graphattn.loader.partition import PartitionBatches, default_partitioning, partition_nodes
-from graphattn.tasks.social.node import EvalCache, node_inputs, run_model
+from graphattn.tasks.social.node import EvalCache
+from graphattn.tasks.social.node_model import NodeModelSpec, node_inputs, run_model
 from graphattn.train.runtime import model_device
 from graphattn.utils.validation import check_int
 
 __all__ = ["node_loaders", "neighbor_loaders"]
-def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_parts: Optional[int] = None,
+def node_loaders(data: Data, model_spec: NodeModelSpec, seed: int = 0, num_parts: Optional[int] = None,
                  parts_per_batch: Optional[int] = None, batch_nodes: int = 50_000, method: str = "bfs"):
     """``(loaders, forward)`` for :func:`graphattn.train.fit` in mini-batch mode.
 
     Args:
         data: the whole graph (``x``, ``edge_index``, ``y``, ``train/val/test_mask``, optional
             ``pe``, ``edge_attr``).
-        model_spec: the model recipe (:func:`graphattn.tasks.social.node.node_model_spec`).
+        model_spec: the model recipe (:func:`graphattn.tasks.social.node_model.node_model_spec`).
         seed: seed of the partition.
         num_parts, parts_per_batch: P parts, q per mini-batch (default: about
             ``batch_nodes`` nodes per mini-batch, q = 4; :func:`default_partitioning`).
@@ -54,7 +55,7 @@ def node_loaders(data: Data, model_spec: Dict[str, Any], seed: int = 0, num_part
     return {"train": train, "val": evals, "test": evals}, forward
 
 
-def neighbor_loaders(data: Data, model_spec: dict, num_neighbors: Sequence[int], batch_size: int = 1024):
+def neighbor_loaders(data: Data, model_spec: NodeModelSpec, num_neighbors: Sequence[int], batch_size: int = 1024):
     """``(loaders, forward)`` for :func:`graphattn.train.fit` in neighbour-sampling mode
     (``graphattn train ... --mini-batch neighbor``): the training, validation and test nodes are
     the seeds of their splits' loaders (training ones shuffled every epoch, from the global RNG

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphattn.data.download import DataFileError, data_root
@@ -36,12 +35,13 @@ from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social
                                    stratified_masks, structural_node_features)
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.tasks.social.inputs import warn_if_inputs_changed
+from graphattn.tasks.social.node_model import NodeModelSpec, node_inputs, run_model
 from graphattn.train.metrics import consistency_loss
 from graphattn.train.runtime import model_device
 from graphattn.transforms.positional import AddLaplacianPE
 
-__all__ = ["NODE_DATASETS", "USER_GRAPH", "dataset_specific_defaults", "node_accuracy", "run_model", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_model_spec", "node_forward",
-           "node_logits", "node_inputs", "EvalCache", "label_columns", "masked_label_input"]
+__all__ = ["NODE_DATASETS", "USER_GRAPH", "dataset_specific_defaults", "node_accuracy", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_forward",
+           "node_logits", "EvalCache", "label_columns", "masked_label_input"]
 
 
 def _musae_names():
@@ -252,69 +252,6 @@ def hop_features(x: Tensor, edge_index: Tensor, hops: int) -> Tensor:
     return torch.cat(out, 1)
 
 
-def node_inputs(data) -> Dict[str, Tensor]:
-    pe = getattr(data, "pe", None) if getattr(data, "pe", None) is not None else getattr(data, "lap_pe", None)
-    return {"x": data.x, "edge_index": data.edge_index, "pe": pe, "edge_attr": getattr(data, "edge_attr", None)}
-
-
-# ----------------------------------------------------------------------------- models
-def node_model_spec(baseline: str, data, hp: Dict[str, Any],
-                    out_channels: Optional[int] = None) -> Dict[str, Any]:
-    """Plain-data recipe of the model (class + constructor kwargs), stored in checkpoints.
-    ``label_input``: the data carries training-label columns (see :func:`label_columns`),
-    masked in training by :func:`node_forward` for every model alike. ``out_channels``: the
-    outputs per node (default one per class; regression: one per target)."""
-    num_classes = len(data.class_names) if out_channels is None else int(out_channels)
-    labels = bool(hp.get("label_input", False))
-    if baseline and baseline != "none":
-        kwargs = dict(kind=baseline, in_channels=data.num_features, hidden_channels=hp["hidden"],
-                      out_channels=num_classes, num_layers=hp.get("baseline_layers") or hp["layers"],
-                      heads=hp["heads"], dropout=hp["dropout"])
-        return {"class": "ConvBaseline", "kwargs": kwargs, "input_dropout": 0.0, "label_input": labels,
-                **_consistency(hp)}
-    kwargs = dict(in_channels=data.num_features, hidden_channels=hp["hidden"], num_classes=num_classes,
-                  num_layers=hp["layers"], heads=hp["heads"], num_global_tokens=hp["global_tokens"],
-                  pe_dim=hp["pe_dim"], dropout=hp["dropout"], attn_dropout=hp.get("attn_dropout", 0.0),
-                  self_loops=bool(hp.get("self_loops", False)), propagation=int(hp.get("propagation", 0)),
-                  propagation_alpha=float(hp.get("propagation_alpha", 0.1)))
-    if hp.get("propagation_learned"):  # only when set: older checkpoints and specs stay as they were
-        kwargs["propagation_learned"] = True
-    if hp.get("gcn_weight"):
-        kwargs["gcn_weight"] = float(hp["gcn_weight"])
-    if int(hp.get("gcn_layers", 1) or 1) > 1:
-        kwargs["gcn_layers"] = int(hp["gcn_layers"])
-    if hp.get("propagation_dropout"):
-        kwargs["propagation_dropout"] = float(hp["propagation_dropout"])
-    in_drop = hp.get("input_dropout")
-    return {"class": "NodeClassifier", "kwargs": kwargs, "label_input": labels,
-            "input_dropout": hp["dropout"] if in_drop is None else in_drop, **_consistency(hp)}
-
-
-def _consistency(hp: Dict[str, Any]) -> Dict[str, Any]:
-    """The training regime's consistency entry of a model spec (every model alike, like the
-    label input); empty when off, so older specs and checkpoints stay as they were."""
-    samples = int(hp.get("consistency", 0) or 0)
-    if samples < 2:
-        return {}
-    return {"consistency": {"samples": samples, "weight": float(hp.get("consistency_weight", 1.0)),
-                            "temperature": float(hp.get("consistency_temperature", 0.5))}}
-
-
-def _call(model: nn.Module, spec: Dict[str, Any], x: Tensor, edge_index: Tensor,
-          pe: Optional[Tensor], edge_attr: Optional[Tensor] = None) -> Tensor:
-    if spec["class"] == "ConvBaseline":
-        return model(x, edge_index)
-    x = F.dropout(x, spec.get("input_dropout", 0.0), model.training)
-    kw = spec["kwargs"]  # PE and edge features only reach a model built for them
-    return model(x, edge_index, edge_attr if kw.get("edge_dim") else None, pe=pe if kw.get("pe_dim") else None)
-
-
-def run_model(model: nn.Module, spec: Dict[str, Any], inp: Dict[str, Optional[Tensor]],
-         x: Optional[Tensor] = None) -> Tensor:
-    """:func:`_call` on the inputs of :func:`node_inputs` (``x`` replaces theirs when given)."""
-    return _call(model, spec, inp["x"] if x is None else x, inp["edge_index"], inp["pe"], inp["edge_attr"])
-
-
 class EvalCache:
     """Reuses eval-mode logits of a batch while the parameters are unchanged, so the
     validation and test passes of an epoch share one forward over the (same) graph.
@@ -353,13 +290,13 @@ def masked_label_input(x: Tensor, data, rate: float = LABEL_RATE) -> Tuple[Tenso
     return x, data.train_mask & ~keep
 
 
-def node_forward(spec: Dict[str, Any]):
+def node_forward(spec: NodeModelSpec):
     """``forward(model, data, split) -> (logits[mask], y[mask])`` for full-batch training.
 
-    With ``spec["consistency"] = {"samples": S, "weight": λ, "temperature": T}`` (S >= 2) a
-    training step makes S forward passes and returns ``(logits, y, λ · consistency_loss)``
+    With ``spec.consistency`` (S >= 2 samples, weight λ, temperature T) a training step makes S forward
+    passes and returns ``(logits, y, λ · consistency_loss)``
     (:func:`graphattn.train.metrics.consistency_loss`, GRAND's regulariser)."""
-    cache = EvalCache()
+    cache, spec = EvalCache(), NodeModelSpec.from_dict(spec)
 
     def forward(model, data, split):
         inp = node_inputs(data)
@@ -367,29 +304,29 @@ def node_forward(spec: Dict[str, Any]):
         if not model.training:
             logits = cache(model, id(data), lambda: run_model(model, spec, inp))
             return logits[mask], data.y[mask]
-        cons = spec.get("consistency") or {}
+        cons = spec.consistency
         outs, ys, every = [], [], []
-        for _ in range(max(int(cons.get("samples", 1)), 1)):  # S passes, each with its own dropout
-            x, m = masked_label_input(inp["x"], data) if spec.get("label_input") else (inp["x"], mask)
+        for _ in range(cons.samples if cons else 1):  # S passes, each with its own dropout
+            x, m = masked_label_input(inp["x"], data) if spec.label_input else (inp["x"], mask)
             logits = run_model(model, spec, inp, x)
             outs.append(logits[m]), ys.append(data.y[m]), every.append(logits)
         if len(every) == 1:
             return outs[0], ys[0]
         # the supervised loss averages over the passes; GRAND's consistency term covers every node
-        aux = float(cons.get("weight", 1.0)) * consistency_loss(every, float(cons.get("temperature", 0.5)))
+        aux = cons.weight * consistency_loss(every, cons.temperature)
         return torch.cat(outs), torch.cat(ys), aux
 
     return forward
 
 
 @torch.no_grad()
-def node_logits(model: nn.Module, spec: Dict[str, Any], data) -> Tensor:
+def node_logits(model: nn.Module, spec: NodeModelSpec, data) -> Tensor:
     """Eval-mode logits of every node of the whole graph (no autograd graph is kept), returned on
     the graph's device. They are computed on the model's device (the inputs are copied there;
     ``data`` itself is not moved); a graph too large for the GPU's memory (a ``--mini-batch``
     run) falls back to the CPU with a warning."""
     model.eval()
-    dev, inputs = model_device(model), node_inputs(data)
+    dev, inputs, spec = model_device(model), node_inputs(data), NodeModelSpec.from_dict(spec)
     try:
         return run_model(model, spec, {k: None if v is None else v.to(dev) for k, v in inputs.items()}).to(data.y.device)
     except torch.cuda.OutOfMemoryError:
