@@ -7,7 +7,8 @@ import pytest
 MODULES = ["graphattn.nn.attention.layer", "graphattn.nn.attention.score", "graphattn.nn.conv.gat_conv",
            "graphattn.nn.conv.gatv2_conv", "graphattn.nn.conv.transformer_conv",
            "graphattn.nn.models.graph_transformer", "graphattn.nn.models.node_classifier", "graphattn.functional",
-           "graphattn.train.config", "graphattn.utils.registry", "graphattn.transforms.rrwp"]
+           "graphattn.train.config", "graphattn.utils.registry", "graphattn.transforms.rrwp",
+           "graphattn.tasks.molecules.recipe", "graphattn.tasks.molecules.tune", "graphattn.nn.models.registry"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -3,6 +3,7 @@ and a command's ``--help`` answer at once, and a command imports what it needs a
 from __future__ import annotations
 
 import argparse
+from typing import Any, Mapping, Optional
 
 from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, TASK_TYPES
 from graphattn.train.config import LOSSES, METRICS
@@ -11,7 +12,7 @@ from graphattn.tasks.molecules.recipe import DESCRIPTORS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
 from graphattn.tasks.molecules.defaults import SPLITS
 
-__all__ = ["build_parser", "add_common_train_arguments", "add_molecule_train_arguments", "add_social_train_arguments",
+__all__ = ["build_parser", "add_train_arguments", "train_option_parser", "add_tune_parser", "TUNE_ONLY", "add_common_train_arguments", "add_molecule_train_arguments", "add_social_train_arguments",
            "add_pretrain_parser"]
 def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dataset", nargs="?", default=None,
@@ -78,13 +79,33 @@ def add_common_train_arguments(p: argparse.ArgumentParser) -> None:
                         "default: per dataset)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Every option of ``graphattn train``."""
+    add_common_train_arguments(p)
+    add_molecule_train_arguments(p)
+    add_social_train_arguments(p)
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="a JSON file of option values (e.g. OUT/best_config.json of graphattn tune): "
+                        "{\"lr\": 0.0005, \"hidden\": 128, ...}; the flags given on the command line override it")
+
+
+def train_option_parser() -> argparse.ArgumentParser:
+    """A parser of ``graphattn train``'s options alone (what a ``--config`` file may set)."""
+    p = argparse.ArgumentParser(prog="graphattn train", add_help=False)
+    add_train_arguments(p)
+    return p
+
+
+def build_parser(config: Optional[Mapping[str, Any]] = None) -> argparse.ArgumentParser:
+    """The ``graphattn`` parser; ``config`` (option destinations -> values, from ``train --config FILE``)
+    become ``train``'s defaults, so that the flags of the command line override them."""
     parser = argparse.ArgumentParser(prog="graphattn", description="Graph self-attention toolkit")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a model and write OUT/metrics.json and OUT/best.pt")
-    add_common_train_arguments(train)
-    add_molecule_train_arguments(train)
-    add_social_train_arguments(train)
+    add_train_arguments(train)
+    if config:
+        train.set_defaults(**config)
+    add_tune_parser(sub)
     for name, helptext in (("evaluate", "evaluate a checkpoint on its test split or on --csv"),
                            ("predict", "per-task probabilities / class predictions"),
                            ("explain", "draw what the model attends to (molecule or ego-graph)")):
@@ -230,6 +251,29 @@ def add_social_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--consistency-temperature", type=float, default=None,
                    help="node sets: sharpening temperature in (0, 1] of its target (0.5)")
 
+
+
+#: ``graphattn tune`` options that ``train`` does not have (left out of the best configuration it writes)
+TUNE_ONLY = ("trials", "timeout", "storage", "study_name", "top")
+
+
+def add_tune_parser(sub) -> argparse.ArgumentParser:
+    """``graphattn tune``: the molecule options of ``train`` (those given are fixed for every trial) and
+    the search's own."""
+    p = sub.add_parser("tune", help="search the molecule recipe on the validation split (Optuna) and write "
+                                    "OUT/best_config.json for train --config")
+    add_common_train_arguments(p)
+    add_molecule_train_arguments(p)
+    g = p.add_argument_group("search")
+    g.add_argument("--trials", type=int, default=20,
+                   help="finished trials the study should hold (a resumed study runs only the missing ones; "
+                        "default 20)")
+    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="stop starting trials after this")
+    g.add_argument("--storage", default=None, metavar="FILE.db",
+                   help="SQLite file of the study: run the same command again to continue it (default OUT/tune.db)")
+    g.add_argument("--study-name", default=None, help="name of the study in --storage (default: dataset-model)")
+    g.add_argument("--top", type=int, default=10, help="trials in the final table (default 10)")
+    return p
 
 
 def add_pretrain_parser(sub) -> argparse.ArgumentParser:

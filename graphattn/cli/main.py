@@ -1,4 +1,4 @@
-"""Command line: ``graphattn train | evaluate | predict | explain | pretrain | bench``.
+"""Command line: ``graphattn train | tune | evaluate | predict | explain | pretrain | download | bench``.
 
 Staged as chemprop's commands are: the options (:mod:`graphattn.cli.arguments`, no torch import) are
 parsed and their paths checked first; then :mod:`graphattn.cli.commands` validates, builds and runs the
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from graphattn.cli.arguments import build_parser
+from graphattn.cli.config_file import read_config
 from graphattn.cli.names import check_dataset_name
 from graphattn.cli.options import check_paths, usage_error
 from graphattn.utils.provenance import record_command
@@ -30,6 +31,7 @@ OPTIONAL_MODULES = {
     "triton": ("the fused CUDA kernels", "gpu"),
     "chemprop": ("the chemprop baseline of the benchmarks", "bench"),
     "descriptastorus": ("chemprop's normalised descriptors (--descriptors rdkit2d_normalized)", "molecules"),
+    "optuna": ("the hyperparameter search (graphattn tune)", "tune"),
 }
 
 
@@ -121,7 +123,10 @@ def _main(argv: Optional[List[str]] = None) -> int:
     record_command(["graphattn", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_paths(args)
-        if args.command == "train":
+        if getattr(args, "config", None):  # the file's values are defaults: the flags given still win
+            args = build_parser(read_config(args.config)).parse_args(argv)
+            check_paths(args)
+        if args.command in ("train", "tune"):
             check_dataset_name(args.dataset)
         if args.command == "download":
             for name in args.names:

@@ -32,10 +32,10 @@ from graphattn.tasks.molecules.recipe import MoleculeRecipe
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.runtime import resolve_device
 
-__all__ = ["train"]
+__all__ = ["train", "recipe_of", "split_of", "check_options", "load_data"]
 
 
-def _recipe(args) -> MoleculeRecipe:
+def recipe_of(args) -> MoleculeRecipe:
     """The run's recipe: the defaults with the options the command line gives (checked here with the
     options' names; the recipe checks every value again)."""
     if getattr(args, "hops", None) is not None and args.hops < 1:
@@ -55,7 +55,7 @@ def _task_type(args) -> str:
     return given or (named.task_type if named is not None else "classification")
 
 
-def _split(args) -> tuple:
+def split_of(args) -> tuple:
     """``(split, split_col)`` of the run: ``--split-col`` (or a named set's own split column, unless
     ``--split`` is given) is the ``"column"`` split."""
     given = getattr(args, "given_options", frozenset())
@@ -78,7 +78,7 @@ def _split(args) -> tuple:
 _SOCIAL_ONLY = sorted(GROUPS["node-classification"] | {"folds"})
 
 
-def _check_options(args, hp: MoleculeRecipe, baseline: str) -> None:
+def check_options(args, hp: MoleculeRecipe, baseline: str) -> None:
     """ValueError for a molecule ``train`` option that is wrong, contradicts another, or is not for molecules."""
     if baseline not in BASELINES:
         raise ValueError(f"--baseline must be one of {', '.join(BASELINES)} for molecules, got {baseline!r}")
@@ -129,11 +129,11 @@ def _architecture(args, hp: MoleculeRecipe, out: Path):
     return hp, ensemble, init
 
 
-def _load(args, name: str, descriptors, hp: MoleculeRecipe, ours: bool):
+def load_data(args, name: str, descriptors, hp: MoleculeRecipe, ours: bool):
     """``(dataset, split indices)`` of the run (with the PE and hop edges of ``hp`` for our model,
     ``ours``); ValueError when there is nothing to learn."""
     regression = hp.task_type == "regression"
-    split, split_col = _split(args)
+    split, split_col = split_of(args)
     ds = load_dataset(None if args.csv else name, args.csv, args.smiles_col, args.tasks or None,
                       hp.pe_dim if ours else 0, args.limit, log=not args.no_progress, descriptors=descriptors,
                       pe_kind=hp.pe_kind, hops=hp.hops if ours else 1, binary=not regression,
@@ -173,14 +173,14 @@ def train(args) -> int:
     """``graphattn train`` for molecules: validate the options, load and split, build, train (one line
     per epoch), write ``OUT/metrics.json`` and print a summary."""
     try:
-        hp, (split, split_col) = _recipe(args), _split(args)
+        hp, (split, split_col) = recipe_of(args), split_of(args)
     except ValueError as exc:
         return usage_error("train", str(exc))
     baseline = getattr(args, "baseline", "none") or "none"
     name = args.dataset.lower() if args.csv is None and args.dataset else Path(args.csv or "").name
     out = Path(args.out) if args.out else Path("runs") / f"{Path(name).stem}-{split}-seed{args.seed}"
     try:
-        _check_options(args, hp, baseline)
+        check_options(args, hp, baseline)
         check_rerun(out, args)
         device = resolve_device(getattr(args, "device", None))
         hp, ensemble, init = _architecture(args, hp, out)
@@ -188,7 +188,7 @@ def train(args) -> int:
         return usage_error("train", str(exc))
     descriptors = descriptor_set(hp.descriptors)
     try:
-        ds, split_idx = _load(args, name, descriptors, hp, ours=baseline == "none")
+        ds, split_idx = load_data(args, name, descriptors, hp, ours=baseline == "none")
         spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptors or ()))
         spec.build()  # option clashes (e.g. --hidden not divisible by --heads) are input errors
     except (DataFileError, ValueError) as exc:

@@ -106,7 +106,7 @@ def test_every_task_option_is_a_recipe_key_or_read_elsewhere(task):
 
 
 #: train options every pipeline reads (the run, the training settings, the model's common shape)
-COMMON = {"dataset", "out", "resume", "overwrite", "no_progress", "distributed", "device", "data_root", "threads",
+COMMON = {"dataset", "config", "out", "resume", "overwrite", "no_progress", "distributed", "device", "data_root", "threads",
           "seed", "seeds", "baseline", "heads", "task_type", *TRAIN_OPTIONS, *MODEL_OPTIONS}
 
 

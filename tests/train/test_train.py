@@ -317,3 +317,23 @@ def test_fit_follows_the_schedule_and_a_resumed_run_continues_it(tmp_path, monke
     res = fit(_model(), loaders, fwd, TrainConfig(kind="binary", epochs=6, lr=0.1, schedule="cosine", warmup=1, resume=True, progress=False), out_dir=tmp_path, **QUIET)
     assert seen == pytest.approx([scheduled_lr(0.1, e, 6, "cosine", 1) for e in range(4, 7)])
     assert [h["loss"] for h in res["history"]] == pytest.approx([h["loss"] for h in full["history"]], abs=1e-6)
+
+
+def test_on_epoch_sees_every_record_and_an_exception_it_raises_ends_the_run(tmp_path):
+    fwd, loaders = _setup()
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def on_epoch(rec):
+        seen.append((rec["epoch"], rec["val"]["accuracy"]))
+        if rec["epoch"] == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        fit(NodeClassifier(34, 16, 2), loaders, fwd, TrainConfig(kind="multiclass", epochs=10, lr=0.01, progress=False),
+            out_dir=tmp_path, on_epoch=on_epoch, **QUIET)
+    assert [e for e, _ in seen] == [1, 2, 3]
+    assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 3  # saved before the callback stopped it

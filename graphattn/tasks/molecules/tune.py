@@ -1,0 +1,173 @@
+"""Hyperparameter search for the molecule recipe, on the validation split, with Optuna.
+
+Optuna is the field's search library (TPE sampler, pruners, resumable storage); this module adds only
+the search space of our recipe and of the GINE baseline (:data:`SEARCH_SPACE`), the objective (one
+:func:`~graphattn.tasks.molecules.pipeline.run_training` per trial, reporting each epoch's validation
+metric so that the median pruner can stop an unpromising trial) and the best trial as the recipe
+options that ``graphattn train --config FILE`` reads.
+
+>>> sorted(SEARCH_SPACE["gine"])
+['descriptors', 'dropout', 'hidden', 'layers', 'lr']
+>>> space_for("none", fixed={"lr", "hops"})["layers"]
+Param(kind='int', low=2, high=6, choices=())
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "TrialResult", "make_study", "run_search",
+           "trial_table"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched option: ``kind`` ``"log"`` (log-uniform float), ``"float"`` (uniform, step 0.05),
+    ``"int"`` (uniform integer) in ``[low, high]``, or ``"choice"`` among ``choices``."""
+
+    kind: str
+    low: float = 0
+    high: float = 0
+    choices: Tuple[Any, ...] = ()
+
+    def suggest(self, trial, name: str):
+        if self.kind == "log":
+            return trial.suggest_float(name, self.low, self.high, log=True)
+        if self.kind == "float":
+            return trial.suggest_float(name, self.low, self.high, step=0.05)
+        if self.kind == "int":
+            return trial.suggest_int(name, int(self.low), int(self.high))
+        return trial.suggest_categorical(name, list(self.choices))
+
+
+_COMMON = {
+    "lr": Param("log", 1e-4, 3e-3),
+    "hidden": Param("choice", choices=(64, 128, 256)),
+    "layers": Param("int", 2, 6),
+    "dropout": Param("float", 0.0, 0.4),
+    "descriptors": Param("choice", choices=("rdkit2d", "rdkit2d_normalized", "none")),
+}
+#: what ``graphattn tune`` searches, per ``--baseline`` (``none`` = our model): recipe field -> range.
+#: ``local_mpnn`` ``"none"`` means no branch; ``pe_dim`` 0 means no positional encoding.
+SEARCH_SPACE: Dict[str, Dict[str, Param]] = {
+    "none": {**_COMMON,
+             "pe_kind": Param("choice", choices=("laplacian", "rwse", "rrwp")),
+             "pe_dim": Param("choice", choices=(0, 8, 16)),
+             "hops": Param("int", 1, 3),
+             "global_tokens": Param("int", 0, 2),
+             "local_mpnn": Param("choice", choices=("none", "gine"))},
+    "gine": dict(_COMMON),
+    "gat": dict(_COMMON),
+}
+
+
+def space_for(baseline: str, fixed: Iterable[str] = ()) -> Dict[str, Param]:
+    """The search space of ``baseline`` without the options the user fixed (``fixed``: recipe fields)."""
+    if baseline not in SEARCH_SPACE:
+        raise ValueError(f"no search space for --baseline {baseline!r}; choose one of {sorted(SEARCH_SPACE)}")
+    fixed = set(fixed)
+    return {k: p for k, p in SEARCH_SPACE[baseline].items() if k not in fixed}
+
+
+def sample(trial, space: Mapping[str, Param]) -> Dict[str, Any]:
+    """The recipe fields of one trial (``local_mpnn`` ``"none"`` as None)."""
+    values = {name: p.suggest(trial, name) for name, p in space.items()}
+    if values.get("local_mpnn") == "none":
+        values["local_mpnn"] = None
+    return values
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial's training gives the search: the best epoch's validation score, its epoch and
+    the epochs run."""
+
+    value: float
+    best_epoch: int
+    epochs_run: int
+
+
+def make_study(storage: Optional[str], name: str, higher: bool, seed: int, fixed: Mapping[str, Any]):
+    """An Optuna study (TPE sampler seeded with ``seed``, median pruner after 5 trials and 5 epochs),
+    new or loaded from the SQLite file ``storage`` (resumable); a stored study run with other fixed
+    options is refused (its trials answer another question)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours to print
+    url = None if storage is None else f"sqlite:///{storage}"
+    study = optuna.create_study(study_name=name, storage=url, load_if_exists=True,
+                                direction="maximize" if higher else "minimize",
+                                sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5))
+    stored = study.user_attrs.get("fixed")
+    plain = {k: fixed[k] for k in sorted(fixed)}
+    if stored is not None and stored != plain:
+        changed = sorted(k for k in set(stored) | set(plain) if stored.get(k) != plain.get(k))
+        raise ValueError(f"study {name!r} in {storage} was run with other settings ({', '.join(changed)}); "
+                         "give another --study-name or the same options")
+    if stored is None:
+        study.set_user_attr("fixed", plain)
+    return study
+
+
+def finished(study) -> int:
+    """Trials of ``study`` that completed or were pruned (a killed run's running trial does not count)."""
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return sum(t.state in states for t in study.trials)
+
+
+def run_search(study, space: Mapping[str, Param], train: Callable[[Dict[str, Any], Callable], TrialResult], *,
+               trials: int, timeout: Optional[float] = None, key: str = "score",
+               log: Callable[[str], None] = print, progress: bool = True) -> int:
+    """Run trials until ``study`` holds ``trials`` finished ones (or ``timeout`` seconds pass); returns
+    how many ran now. ``train(values, report)`` trains the recipe with ``values`` and calls
+    ``report(epoch, score)`` after each epoch (the pruner may stop the trial there)."""
+    import optuna
+
+    todo = max(trials - finished(study), 0)
+    if todo == 0:
+        return 0
+
+    def objective(trial):
+        values = sample(trial, space)
+
+        def report(epoch: int, score: float) -> None:
+            if score is not None and math.isfinite(score):
+                trial.report(score, epoch)
+                if trial.should_prune():
+                    log(f"trial {trial.number}: pruned at epoch {epoch} (val {key} {score:.4f}, below the median "
+                        f"of the earlier trials there) | {_fmt(values)}")
+                    raise optuna.TrialPruned(f"epoch {epoch}")
+
+        res = train(values, report)
+        trial.set_user_attr("best_epoch", res.best_epoch)
+        trial.set_user_attr("epochs_run", res.epochs_run)
+        log(f"trial {trial.number}: val {key} {res.value:.4f} (best epoch {res.best_epoch} of {res.epochs_run}) "
+            f"| {_fmt(values)}")
+        if not math.isfinite(res.value):
+            raise optuna.TrialPruned("undefined validation score")
+        return res.value
+
+    before = len(study.trials)
+    study.optimize(objective, n_trials=todo, timeout=timeout, show_progress_bar=progress,
+                   catch=(FloatingPointError,))  # a diverged trial is a failed trial, not the end of the search
+    return len(study.trials) - before
+
+
+def _fmt(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.2g}" if isinstance(v, float) and k == "lr" else f"{k}={v}" for k, v in values.items())
+
+
+def trial_table(study, key: str, top: int = 10) -> List[Dict[str, Any]]:
+    """The ``top`` best finished trials (best first) as rows: ``trial``, ``val <key>``, ``epochs`` and
+    each searched value."""
+    import optuna
+
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+    higher = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    done.sort(key=lambda t: -t.value if higher else t.value)
+    return [{"trial": t.number, f"val {key}": round(t.value, 4), "epochs": t.user_attrs.get("epochs_run"),
+             **t.params} for t in done[:top]]
