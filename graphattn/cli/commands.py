@@ -12,7 +12,8 @@ from typing import Optional
 
 import torch
 
-from graphattn.cli import molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train, tune
+from graphattn.cli import (molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train,
+                           tune)
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.names import close_names
 from graphattn.cli.options import check_train_numbers, given_options, message_of, usage_error
@@ -170,5 +171,6 @@ def run_download(args) -> int:
 
 
 #: what runs each command (after parsing and the path check)
-COMMANDS = {"train": run_train, "tune": tune.tune, "pretrain": pretrain.pretrain, "bench": run_bench, "download": run_download,
+COMMANDS = {"train": run_train, "tune": tune.tune, "pretrain": pretrain.pretrain, "bench": run_bench,
+            "download": run_download,
             "evaluate": run_checkpoint_command, "predict": run_checkpoint_command, "explain": run_checkpoint_command}

@@ -181,7 +181,8 @@ def check_train_numbers(args) -> None:
 
 
 #: options naming files or folders: an empty value is a mistake (it would mean the current folder)
-_PATH_OPTIONS = ("out", "config", "storage", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text", "exclude", "data_root")
+_PATH_OPTIONS = ("out", "config", "storage", "csv", "checkpoint", "init", "edges", "target", "features", "tu_text",
+                 "exclude", "data_root")
 
 
 #: options that name an input which must exist (``-``: standard input)

@@ -88,7 +88,8 @@ def tune(args) -> int:
     args.given_options = given_options(args, build_parser().parse_args(["tune"]))
     baseline = getattr(args, "baseline", "none") or "none"
     name = args.dataset.lower() if args.csv is None and args.dataset else Path(args.csv or "").name
-    out = Path(args.out) if args.out else Path("runs") / f"tune-{Path(name).stem}-{'ours' if baseline == 'none' else baseline}"
+    model = "ours" if baseline == "none" else baseline
+    out = Path(args.out) if args.out else Path("runs") / f"tune-{Path(name).stem}-{model}"
     try:
         _check(args)
         check_train_numbers(args)
@@ -107,7 +108,7 @@ def tune(args) -> int:
     key, higher = base.train_config().selection
     out.mkdir(parents=True, exist_ok=True)
     storage = Path(args.storage) if args.storage else out / "tune.db"
-    study_name = args.study_name or f"{Path(name).stem}-{'ours' if baseline == 'none' else baseline}"
+    study_name = args.study_name or f"{Path(name).stem}-{model}"
     fixed = {k: v for k, v in _config(args, {}).items() if isinstance(v, (str, int, float, bool, type(None), list))}
     try:
         study = make_study(str(storage), study_name, higher, args.seed, fixed)
