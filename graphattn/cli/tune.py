@@ -24,7 +24,7 @@ from graphattn.cli.options import check_train_numbers, given_options, usage_erro
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.tasks.molecules.data import descriptor_set
 from graphattn.tasks.molecules.pipeline import model_spec, run_training
-from graphattn.tasks.molecules.tune import TrialResult, make_study, run_search, space_for, trial_table
+from graphattn.tasks.molecules.tune import TrialResult, make_study, recipe_values, run_search, space_for, trial_table
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 
@@ -150,10 +150,7 @@ def tune(args) -> int:
         return usage_error("tune", f"no trial finished in {storage} (all pruned or failed); give more --trials")
     _write_trials(out / "trials.csv", rows)
     best = study.best_trial
-    values = dict(best.params)
-    if values.get("local_mpnn") == "none":
-        values["local_mpnn"] = None
-    config = _config(args, values)
+    config = _config(args, recipe_values(best.params))
     (out / "best_config.json").write_text(json.dumps(config, indent=2) + "\n")
     print(f"\n{ran} trial(s) run in {time.perf_counter() - t0:.0f}s, {len(rows)} finished in the study; "
           f"the best {min(args.top, len(rows))}:")

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "TrialResult", "make_study", "run_search",
+__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "recipe_values", "TrialResult", "make_study", "run_search",
            "trial_table"]
 
 
@@ -71,8 +71,21 @@ def space_for(baseline: str, fixed: Iterable[str] = ()) -> Dict[str, Param]:
 
 
 def sample(trial, space: Mapping[str, Param]) -> Dict[str, Any]:
-    """The recipe fields of one trial (``local_mpnn`` ``"none"`` as None)."""
-    values = {name: p.suggest(trial, name) for name, p in space.items()}
+    """The recipe fields of one trial (see :func:`recipe_values`)."""
+    return recipe_values({name: p.suggest(trial, name) for name, p in space.items()})
+
+
+def recipe_values(params: Mapping[str, Any]) -> Dict[str, Any]:
+    """A trial's parameters as recipe fields: ``local_mpnn`` ``"none"`` as None, a stepped float without
+    its binary rounding error (0.35, not 0.35000000000000003).
+
+    >>> recipe_values({"dropout": 0.35000000000000003, "local_mpnn": "none", "lr": 0.00123456})
+    {'dropout': 0.35, 'local_mpnn': None, 'lr': 0.00123456}
+    """
+    values = dict(params)
+    for name, v in values.items():
+        if name in _COMMON and _COMMON[name].kind == "float":
+            values[name] = round(v, 6)
     if values.get("local_mpnn") == "none":
         values["local_mpnn"] = None
     return values
@@ -170,4 +183,4 @@ def trial_table(study, key: str, top: int = 10) -> List[Dict[str, Any]]:
     higher = study.direction == optuna.study.StudyDirection.MAXIMIZE
     done.sort(key=lambda t: -t.value if higher else t.value)
     return [{"trial": t.number, f"val {key}": round(t.value, 4), "epochs": t.user_attrs.get("epochs_run"),
-             **t.params} for t in done[:top]]
+             **recipe_values(t.params)} for t in done[:top]]
