@@ -73,6 +73,8 @@ SEQ_VARIANTS = {
         "num_clusters": 8, "block_size": 64, "shared_qk": False}}),
     "window+synthesizer": ("window", True, {"global_attn": "synthesizer", "global_attn_kwargs": {
         "max_nodes": "{L}", "rank": 32}}),
+    "window+compressed keys": ("window", True, {"global_attn": "compressed", "global_attn_kwargs": {"stride": 8}}),
+    "window+fourier (FNet)": ("window", True, {"global_attn": "fourier"}),
 }
 GRAPHS = ("facebook", "github", "sbm", "sbm-large")
 GRAPH_VARIANTS = {

@@ -12,7 +12,8 @@ from graphattn.version import __version__
 _HOME = {
     **dict.fromkeys(["AddLaplacianPE", "AddRandomWalkPE"], "graphattn.transforms"),
     **dict.fromkeys(["GraphSelfAttention", "GraphTransformerBlock", "GlobalTokens", "TokenGraph", "LapPEEncoder",
-                     "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention", "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "make_global_attention"],
+                     "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention", "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention",
+                     "CompressedKeyAttention", "FourierMixing", "make_global_attention"],
                     "graphattn.nn"),
     **dict.fromkeys(["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier", "GraphFeatureNorm",
                      "ProbabilityEnsemble", "MoleculePretrainer", "StandardizedRegressor", "MeanEnsemble"], "graphattn.nn.models"),

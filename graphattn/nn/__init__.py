@@ -9,8 +9,9 @@ from graphattn.nn.global_tokens import GlobalTokens, TokenGraph
 from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, GraphFeatureNorm, GraphTransformer,
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
 from graphattn.nn.models.regression import MeanEnsemble, StandardizedRegressor
-from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, LinearGlobalAttention, ReducedKeyAttention,
-                                   SynthesizerAttention, make_global_attention)
+from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, CompressedKeyAttention, FourierMixing,
+                                   LinearGlobalAttention, ReducedKeyAttention, SynthesizerAttention,
+                                   make_global_attention)
 from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
 from graphattn.utils.validation import refuse_scripting
 
@@ -35,6 +36,8 @@ __all__ = [
     "ReducedKeyAttention",
     "ClusteredAttention",
     "SynthesizerAttention",
+    "CompressedKeyAttention",
+    "FourierMixing",
     "make_global_attention",
     "GLOBAL_ATTNS",
     # models
@@ -52,4 +55,5 @@ __all__ = [
 # torch.jit.script: one clear NotImplementedError (as trace / export give) instead of TorchScript's own
 refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
                  NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
-                 StandardizedRegressor, MeanEnsemble, LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention)
+                 StandardizedRegressor, MeanEnsemble, LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention,
+                 CompressedKeyAttention, FourierMixing)

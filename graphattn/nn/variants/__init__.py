@@ -19,6 +19,11 @@ Two kinds of option, each one argument:
     (full attention) with ``num_clusters=1``.
   - ``"synthesizer"``: :class:`~graphattn.nn.variants.synthesizer.SynthesizerAttention`, learned
     position-pair weights, ``O(n²·H·C)`` but no ``QKᵀ``; fixed-size inputs only.
+  - ``"compressed"``: :class:`~graphattn.nn.variants.compressed_attention.CompressedKeyAttention`
+    (memory-compressed attention), keys and values summarised by a strided convolution over node
+    order, ``O(n²/s·H·C)``; exact with ``stride=1`` and an identity kernel.
+  - ``"fourier"``: :class:`~graphattn.nn.variants.fourier_mixing.FourierMixing` (FNet), the real part
+    of a 2-D FFT over (node order, channels): no attention and no parameters; fixed-order inputs.
 
 Every global module has the signature ``forward(x (N, channels), batch (N,) | None) ->
 (N, channels)``; graphs of a batch never mix.
@@ -37,6 +42,8 @@ from __future__ import annotations
 from torch import nn
 
 from graphattn.nn.variants.clustered_attention import ClusteredAttention, cluster_graph
+from graphattn.nn.variants.compressed_attention import CompressedKeyAttention
+from graphattn.nn.variants.fourier_mixing import FourierMixing
 from graphattn.nn.variants.linear_attention import LinearGlobalAttention, linear_attention
 from graphattn.nn.variants.reduced_attention import ReducedKeyAttention
 from graphattn.nn.variants.synthesizer import SynthesizerAttention
@@ -44,11 +51,13 @@ from graphattn.ops.normalization import NORMALIZATIONS, edge_normalize, normaliz
 
 __all__ = ["GLOBAL_ATTNS", "NORMALIZATIONS", "make_global_attention", "edge_normalize",
            "normalized_edge_attention", "linear_attention", "cluster_graph", "LinearGlobalAttention",
-           "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention"]
+           "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "CompressedKeyAttention",
+           "FourierMixing"]
 
-GLOBAL_ATTNS = ("linear", "reduced", "clustered", "synthesizer")
+GLOBAL_ATTNS = ("linear", "reduced", "clustered", "synthesizer", "compressed", "fourier")
 _MODULES = {"linear": LinearGlobalAttention, "reduced": ReducedKeyAttention,
-            "clustered": ClusteredAttention, "synthesizer": SynthesizerAttention}
+            "clustered": ClusteredAttention, "synthesizer": SynthesizerAttention,
+            "compressed": CompressedKeyAttention, "fourier": FourierMixing}
 
 
 def make_global_attention(kind: str, channels: int, heads: int = 1, dropout: float = 0.0,
@@ -56,11 +65,11 @@ def make_global_attention(kind: str, channels: int, heads: int = 1, dropout: flo
     """Build the global attention module ``kind`` (one of :data:`GLOBAL_ATTNS`).
 
     Args:
-        kind: ``"linear"``, ``"reduced"``, ``"clustered"`` or ``"synthesizer"``.
+        kind: ``"linear"``, ``"reduced"``, ``"clustered"``, ``"synthesizer"``, ``"compressed"`` or ``"fourier"``.
         channels, heads, dropout: passed on.
         **kwargs: the module's own options, e.g. ``feature_map="favor"`` (linear),
             ``num_keys=64, mode="pool"`` (reduced), ``num_clusters=8, method="lsh"``
-            (clustered), ``max_nodes=1024, rank=32`` (synthesizer).
+            (clustered), ``max_nodes=1024, rank=32`` (synthesizer), ``stride=4`` (compressed).
 
     Returns: an ``nn.Module`` with ``forward(x, batch=None) -> (N, channels)``.
     """
