@@ -199,6 +199,10 @@ def test_cli_descriptor_flag_forms(tmp_path, molecule_csv):
     assert ck["meta"]["descriptors"] == descriptor_names("rdkit2d_normalized")
     assert ck["meta"]["hparams"]["descriptors"] == "rdkit2d_normalized"
     model, _ = mp.load_model(tmp_path / "run" / "best.pt")
+    norm = model.graph_feature_norm  # chemprop's set is read as it is ([0, 1]); rdkit2d is standardised
+    assert torch.equal(norm.mean, torch.zeros_like(norm.mean)) and torch.equal(norm.std, torch.ones_like(norm.std))
+    assert cli.main(["train", "--csv", str(molecule_csv), *tiny, "--descriptors", "--out", str(tmp_path / "raw")]) == 0
+    assert mp.load_model(tmp_path / "raw" / "best.pt")[0].graph_feature_norm.mean.abs().sum() > 0
     g = md.featurize(["c1ccccc1O"], descriptors=ck["meta"]["descriptors"])[0]
     assert torch.equal(g.mol_desc, mol_descriptors(Chem.MolFromSmiles("c1ccccc1O"), ck["meta"]["descriptors"]))
     assert cli.main(["predict", "--checkpoint", str(tmp_path / "run" / "best.pt"), "--smiles", "c1ccccc1O",

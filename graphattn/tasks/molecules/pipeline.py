@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from graphattn.data.descriptors import NORMALIZED_PREFIX
 from graphattn.data.molecules import ATOM_FEATURE_DIMS, FEATURIZER_VERSION
 from graphattn.loader.in_memory import in_memory_loader
 from graphattn.nn.models.ensemble import ProbabilityEnsemble
@@ -138,7 +139,11 @@ def _build(ds, train_idx, spec: ModelSpec, meta: Dict[str, Any], *, init, resume
         if record is not None:
             meta["init"] = record
     norm = getattr(model, "graph_feature_norm", None)
-    if norm is not None:  # descriptor statistics of the training molecules only
+    names = getattr(ds, "descriptor_names", None) or ()
+    # descriptor statistics of the training molecules only; chemprop's CDF-normalised set is already in
+    # [0, 1] and is read as it is (chemprop: "use --no_features_scaling" with it): a CDF value that is
+    # nearly constant on the training molecules would otherwise be blown up to the clamp on others
+    if norm is not None and not (names and all(n.startswith(NORMALIZED_PREFIX) for n in names)):
         norm.fit(torch.cat([d.mol_desc for d in ds[train_idx]]))
     if meta["task_type"] != "regression":
         return model
