@@ -39,8 +39,11 @@ def test_from_recipe_takes_the_training_fields_of_a_task_recipe():
         TrainConfig.from_recipe({**recipe, "schedule": "step"}, kind="multiclass")
 
 
-def test_fit_takes_a_config_and_at_most_eight_parameters():
-    assert len(inspect.signature(fit).parameters) <= 8
+def test_fit_takes_a_config_and_at_most_nine_parameters():
+    # model, loaders, forward, config; then keyword-only: pos_weight, out_dir, meta, log, on_epoch
+    params = inspect.signature(fit).parameters
+    assert len(params) <= 9
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(params.values())[4:])
     with pytest.raises(TypeError, match="config must be a graphattn.train.TrainConfig"):
         fit(None, {}, None, {"kind": "binary"})
 
