@@ -175,9 +175,9 @@ def add_molecule_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="our model: add a GraphGPS-style GINE/GIN branch next to the attention in every block "
                         "(molecules; graph sets such as imdb-binary take gin: they have no edge features)")
     g.add_argument("--descriptors", nargs="?", const="rdkit2d", default=None, choices=list(DESCRIPTORS),
-                   help="molecule descriptors fed to the head, standardised on the training split: rdkit2d (~200 "
-                        "RDKit 2-D descriptors; the flag alone), rdkit2d_normalized (chemprop's "
-                        "v1_rdkit_2d_normalized: CDF-normalised by descriptastorus) or none; default "
+                   help="molecule descriptors fed to the head: rdkit2d (~200 RDKit 2-D descriptors, standardised on "
+                        "the training split; the flag alone), rdkit2d_normalized (chemprop's v1_rdkit_2d_normalized: "
+                        "CDF-normalised by descriptastorus, read as they are) or none; default "
                         f"{DEFAULTS['descriptors']}")
     g.add_argument("--no-descriptors", dest="descriptors", action="store_const", const="none",
                    help="no molecule descriptors (--descriptors none)")

@@ -19,7 +19,7 @@ from typing import List, Optional
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.config_file import read_config
 from graphattn.cli.names import check_dataset_name
-from graphattn.cli.options import check_paths, usage_error
+from graphattn.cli.options import check_paths, given_options, usage_error
 from graphattn.utils.provenance import record_command
 
 __all__ = ["main", "build_parser", "OPTIONAL_MODULES"]
@@ -124,7 +124,11 @@ def _main(argv: Optional[List[str]] = None) -> int:
     try:
         check_paths(args)
         if getattr(args, "config", None):  # the file's values are defaults: the flags given still win
-            args = build_parser(read_config(args.config)).parse_args(argv)
+            config = read_config(args.config)
+            given = given_options(args, build_parser().parse_args(["train"]))
+            if given & {"seed", "seeds"}:  # --seed or --seeds on the command line replaces the file's choice
+                config = {k: v for k, v in config.items() if k not in ("seed", "seeds")}
+            args = build_parser(config).parse_args(argv)
             check_paths(args)
         if args.command in ("train", "tune"):
             check_dataset_name(args.dataset)

@@ -31,9 +31,10 @@ from graphattn.utils.files import check_out_folder
 __all__ = ["tune"]
 
 #: train options with no meaning for a search (each trial is one fresh model in memory)
-_REFUSED = ("seeds", "resume", "distributed", "ensemble", "init")
+_REFUSED = ("seeds", "resume", "distributed", "ensemble", "init", "overwrite")
 #: run settings that are not part of the configuration a search finds
-_RUN_ONLY = frozenset({"threads", "device", "no_progress", "data_root", "given_options", *NOT_IN_CONFIG, *TUNE_ONLY})
+_RUN_ONLY = frozenset({"threads", "device", "no_progress", "data_root", "given_options", "limit", *NOT_IN_CONFIG,
+                       *TUNE_ONLY})
 
 
 def _check(args) -> None:
@@ -43,6 +44,8 @@ def _check(args) -> None:
                          "use them with graphattn train --config OUT/best_config.json")
     if args.trials < 1:
         raise ValueError(f"--trials must be >= 1, got {args.trials}")
+    if args.top < 1:
+        raise ValueError(f"--top must be >= 1, got {args.top}")
     if args.timeout is not None and args.timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.dataset is None and args.csv is None:
@@ -97,7 +100,7 @@ def tune(args) -> int:
         base = recipe_of(args)
         check_options(args, base, baseline)
         split_of(args)
-        space = space_for(baseline, fixed=args.given_options)
+        space = space_for(baseline, fixed=args.given_options, recipe=base)
         device = resolve_device(args.device)
     except ValueError as exc:
         return usage_error("tune", str(exc))
@@ -107,7 +110,10 @@ def tune(args) -> int:
         torch.set_num_threads(args.threads)
     key, higher = base.train_config().selection
     out.mkdir(parents=True, exist_ok=True)
-    storage = Path(args.storage) if args.storage else out / "tune.db"
+    storage = (Path(args.storage).expanduser() if args.storage else out / "tune.db").resolve()
+    if storage.is_dir() or not storage.parent.is_dir():
+        return usage_error("tune", f"--storage {args.storage}: " + ("a folder, not a file" if storage.is_dir()
+                                                                    else f"no folder {storage.parent}"))
     study_name = args.study_name or f"{Path(name).stem}-{model}"
     fixed = {k: v for k, v in _config(args, {}).items() if isinstance(v, (str, int, float, bool, type(None), list))}
     try:
@@ -129,6 +135,10 @@ def tune(args) -> int:
                 data[inputs] = load_data(args, name, descriptor_set(hp.descriptors), hp, ours=baseline == "none")
             loaded.append(inputs)
         ds, idx = data[inputs]
+        if len(idx[1]) == 0:
+            raise RuntimeError("the split has no validation molecules: nothing to search on (use a larger set or "
+                               "another --split)")
+        idx = (idx[0], idx[1], idx[2][:0])  # the test molecules are not read by a search
         spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptor_set(hp.descriptors) or ()))
         res = run_training(ds, idx, spec, hp, seed=args.seed, pos_weight=args.pos_weight, progress=False,
                            log=lambda _m: None, device=device,
@@ -143,7 +153,7 @@ def tune(args) -> int:
     try:
         ran = run_search(study, space, train, trials=args.trials, timeout=args.timeout, key=key,
                          progress=not args.no_progress)
-    except ValueError as exc:  # e.g. a sampled width the heads do not divide, from a fixed --heads
+    except RuntimeError as exc:  # no validation split
         return usage_error("tune", str(exc))
     rows = trial_table(study, key, top=len(study.trials))
     if not rows:

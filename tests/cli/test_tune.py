@@ -37,6 +37,12 @@ def test_tune_writes_the_best_configuration_that_train_reads(tmp_path, capsys):
     hp = json.loads((run / "metrics.json").read_text())["meta"]["hparams"]
     assert hp["layers"] == 2 and hp["hidden"] == 16 and hp["lr"] == pytest.approx(config["lr"])
     assert hp["pe_kind"] == config["pe_kind"] and hp["descriptors"] == config["descriptors"]
+    # --seed on the command line replaces a seed the file holds (no "--seed and --seeds" clash)
+    seeded = tmp_path / "seeded.json"
+    seeded.write_text(json.dumps({**config, "seed": 7}))
+    assert main(["train", "--config", str(seeded), "--seeds", "0", "1", "--out", str(tmp_path / "s"),
+                 "--no-progress", "--threads", "1"]) == 0
+    assert (tmp_path / "s" / "seed_1" / "metrics.json").is_file()
 
 
 @pytest.mark.parametrize("content, message", [
@@ -44,6 +50,11 @@ def test_tune_writes_the_best_configuration_that_train_reads(tmp_path, capsys):
     ('{"pe_kind": "eigen"}', "pe_kind: 'eigen' is not one of"),
     ('{"out": "elsewhere"}', "'out' is not a graphattn train option"),
     ('{"lr": "fast"}', "lr: invalid value 'fast'"),
+    ('{"pos_weight": "false"}', "pos_weight: expected true or false"),
+    ('{"seeds": 3}', "seeds: expected a list"),
+    ('{"epochs": 2.5}', "epochs: expected an integer"),
+    ('{"hidden": true}', "hidden: expected an integer"),
+    ('{"descriptors": "rdkit3d"}', "descriptors: 'rdkit3d' is not one of"),
     ('[1, 2]', "expected a JSON object"),
     ('{"lr": 0.1', "not JSON"),
 ])
@@ -57,7 +68,8 @@ def test_a_bad_config_file_is_one_line_naming_the_key(tmp_path, capsys, content,
 
 def test_tune_refuses_what_a_search_cannot_use(tmp_path, capsys):
     for extra, message in ((["--seeds", "0", "1"], "--seeds: not for a search"), (["--trials", "0"], "--trials must be"),
-                           (["--baseline", "gcn"], "--baseline must be one of")):
+                           (["--baseline", "gcn"], "--baseline must be one of"), (["--top", "0"], "--top must be"),
+                           (["--overwrite"], "--overwrite: not for a search")):
         assert main(["tune", *TINY, *extra, "--out", str(tmp_path / "t")]) == 2
         assert message in capsys.readouterr().err
     assert main(["tune", "karate", "--out", str(tmp_path / "k")]) == 2

@@ -30,6 +30,10 @@ def test_every_sampled_configuration_is_a_valid_recipe_and_fixed_options_are_not
             assert 1e-4 <= recipe.lr <= 3e-3 and 2 <= recipe.layers <= 6
     with pytest.raises(ValueError, match="no search space"):
         space_for("gcn")
+    narrowed = space_for("none", recipe=MoleculeRecipe(heads=8, readout="token"))
+    assert narrowed["hidden"].choices == (64, 128, 256) and narrowed["global_tokens"].low == 1
+    with pytest.raises(ValueError, match="--heads 3 divides none"):
+        space_for("none", recipe=MoleculeRecipe(heads=3, hidden=63))
 
 
 def test_the_median_pruner_stops_poor_trials_and_a_stored_study_resumes(tmp_path):

@@ -51,6 +51,7 @@ class CompressedKeyAttention(nn.Module):
         self.lin_out = nn.Linear(channels, channels, bias=bias)
         self.conv_key = nn.Conv1d(channels, channels, stride, stride=stride, bias=bias)
         self.conv_value = nn.Conv1d(channels, channels, stride, stride=stride, bias=bias)
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for m in (self.lin_qkv, self.lin_out, self.conv_key, self.conv_value):

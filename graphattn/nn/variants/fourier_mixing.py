@@ -51,7 +51,7 @@ class FourierMixing(nn.Module):
                 continue
             graphs = (layout.sizes == n).nonzero().flatten()
             part = torch.fft.fft(padded[graphs, :n], dim=1).real  # (G, n, C)
-            rows = (layout.graph[:, None] == graphs[None, :]).any(1)  # the nodes of these graphs
+            rows = (layout.sizes == n)[layout.graph]  # the nodes of these graphs
             out[rows] = part[torch.searchsorted(graphs, layout.graph[rows]), layout.pos[rows]]
         return out.to(x.dtype)
 

@@ -62,12 +62,23 @@ SEARCH_SPACE: Dict[str, Dict[str, Param]] = {
 }
 
 
-def space_for(baseline: str, fixed: Iterable[str] = ()) -> Dict[str, Param]:
-    """The search space of ``baseline`` without the options the user fixed (``fixed``: recipe fields)."""
+def space_for(baseline: str, fixed: Iterable[str] = (), recipe=None) -> Dict[str, Param]:
+    """The search space of ``baseline`` without the options the user fixed (``fixed``: recipe fields),
+    narrowed to what the fixed ``recipe`` (a :class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe`)
+    can take: widths its ``heads`` divide, at least one global token for ``readout="token"``."""
     if baseline not in SEARCH_SPACE:
         raise ValueError(f"no search space for --baseline {baseline!r}; choose one of {sorted(SEARCH_SPACE)}")
     fixed = set(fixed)
-    return {k: p for k, p in SEARCH_SPACE[baseline].items() if k not in fixed}
+    space = {k: p for k, p in SEARCH_SPACE[baseline].items() if k not in fixed}
+    if recipe is not None and "hidden" in space and baseline != "gine":
+        widths = tuple(w for w in space["hidden"].choices if w % recipe.heads == 0)
+        if not widths:
+            raise ValueError(f"--heads {recipe.heads} divides none of the searched widths "
+                             f"{list(space['hidden'].choices)}; give --hidden too")
+        space["hidden"] = Param("choice", choices=widths)
+    if recipe is not None and "global_tokens" in space and recipe.readout == "token":
+        space["global_tokens"] = Param("int", 1, space["global_tokens"].high)
+    return space
 
 
 def sample(trial, space: Mapping[str, Param]) -> Dict[str, Any]:
@@ -113,6 +124,8 @@ def make_study(storage: Optional[str], name: str, higher: bool, seed: int, fixed
                                 direction="maximize" if higher else "minimize",
                                 sampler=optuna.samplers.TPESampler(seed=seed),
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=5))
+    # a continued study draws new points: TPE's random start would otherwise repeat the stored trials
+    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))
     stored = study.user_attrs.get("fixed")
     plain = {k: fixed[k] for k in sorted(fixed)}
     if stored is not None and stored != plain:
@@ -166,7 +179,9 @@ def run_search(study, space: Mapping[str, Param], train: Callable[[Dict[str, Any
 
     before = len(study.trials)
     study.optimize(objective, n_trials=todo, timeout=timeout, show_progress_bar=progress,
-                   catch=(FloatingPointError,))  # a diverged trial is a failed trial, not the end of the search
+                   # a diverged trial, or a sampled combination the model refuses, is a failed trial,
+                   # not the end of the search
+                   catch=(FloatingPointError, ValueError))
     return len(study.trials) - before
 
 
