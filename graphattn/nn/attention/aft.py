@@ -40,12 +40,6 @@ class AFTScore(DotScore):
     normalizations = ("softmax",)
     edge_values = False
 
-    def check(self, impl: str, normalization: str, share_weights: bool) -> None:
-        if impl == "dense":
-            raise ValueError("impl='dense' cannot take score='aft' (its per-channel scores are a per-edge bias): "
-                             "use impl='auto', 'fused' or 'chunked'")
-        super().check(impl, normalization, share_weights)
-
     def _bias(self, layer, edge_feat: Optional[Tensor], attn_bias: Optional[Tensor], E: int, like: Tensor):
         """The ``(E, H*C)`` per-channel bias ``w_ij`` (+ the user's ``attn_bias``), or None."""
         H, C = layer.heads, layer.out_channels
