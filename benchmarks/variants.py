@@ -75,6 +75,8 @@ SEQ_VARIANTS = {
         "max_nodes": "{L}", "rank": 32}}),
     "window+compressed keys": ("window", True, {"global_attn": "compressed", "global_attn_kwargs": {"stride": 8}}),
     "window+fourier (FNet)": ("window", True, {"global_attn": "fourier"}),
+    "window+sinkhorn": ("window", True, {"global_attn": "sinkhorn", "global_attn_kwargs": {"block_size": 32}}),
+    "full (AFT)": ("full", False, {"score": "aft"}),
 }
 GRAPHS = ("facebook", "github", "sbm", "sbm-large")
 GRAPH_VARIANTS = {
@@ -88,6 +90,10 @@ GRAPH_VARIANTS = {
     "edges+clustered": {"global_attn": "clustered", "global_attn_kwargs": {"num_clusters": 16, "block_size": 64}},
     "edges+clustered (sep. QK)": {"global_attn": "clustered", "global_attn_kwargs": {
         "num_clusters": 16, "block_size": 64, "shared_qk": False}},
+    "edges (AFT)": {"score": "aft"},
+    "edges+sinkhorn": {"global_attn": "sinkhorn", "global_attn_kwargs": {"block_size": 64}},
+    "edges+compressed keys": {"global_attn": "compressed", "global_attn_kwargs": {"stride": 64}},
+    "edges+fourier (FNet)": {"global_attn": "fourier"},
 }
 
 

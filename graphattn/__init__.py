@@ -13,7 +13,7 @@ _HOME = {
     **dict.fromkeys(["AddLaplacianPE", "AddRandomWalkPE"], "graphattn.transforms"),
     **dict.fromkeys(["GraphSelfAttention", "GraphTransformerBlock", "GlobalTokens", "TokenGraph", "LapPEEncoder",
                      "sinusoidal_pe", "sinusoidal_pe_2d", "LinearGlobalAttention", "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention",
-                     "CompressedKeyAttention", "FourierMixing", "make_global_attention"],
+                     "CompressedKeyAttention", "FourierMixing", "SinkhornAttention", "make_global_attention"],
                     "graphattn.nn"),
     **dict.fromkeys(["FeatureEncoder", "GraphTransformer", "NodeClassifier", "GraphClassifier", "GraphFeatureNorm",
                      "ProbabilityEnsemble", "MoleculePretrainer", "StandardizedRegressor", "MeanEnsemble"], "graphattn.nn.models"),

@@ -10,8 +10,8 @@ from graphattn.nn.models import (ConvBaseline, FeatureEncoder, GraphClassifier, 
                                  MoleculePretrainer, MPNNBaseline, NodeClassifier, ProbabilityEnsemble)
 from graphattn.nn.models.regression import MeanEnsemble, StandardizedRegressor
 from graphattn.nn.variants import (GLOBAL_ATTNS, ClusteredAttention, CompressedKeyAttention, FourierMixing,
-                                   LinearGlobalAttention, ReducedKeyAttention, SynthesizerAttention,
-                                   make_global_attention)
+                                   LinearGlobalAttention, ReducedKeyAttention, SinkhornAttention,
+                                   SynthesizerAttention, make_global_attention)
 from graphattn.transforms import AddLaplacianPE, AddRandomWalkPE  # defined there, kept importable here
 from graphattn.utils.validation import refuse_scripting
 
@@ -37,6 +37,7 @@ __all__ = [
     "ClusteredAttention",
     "SynthesizerAttention",
     "CompressedKeyAttention",
+    "SinkhornAttention",
     "FourierMixing",
     "make_global_attention",
     "GLOBAL_ATTNS",
@@ -56,4 +57,4 @@ __all__ = [
 refuse_scripting(GraphSelfAttention, GraphTransformerBlock, GlobalTokens, FeatureEncoder, GraphTransformer,
                  NodeClassifier, GraphClassifier, GraphFeatureNorm, ProbabilityEnsemble, MoleculePretrainer,
                  StandardizedRegressor, MeanEnsemble, LapPEEncoder, LinearGlobalAttention, ReducedKeyAttention, ClusteredAttention, SynthesizerAttention,
-                 CompressedKeyAttention, FourierMixing)
+                 CompressedKeyAttention, FourierMixing, SinkhornAttention)

@@ -386,7 +386,9 @@ def test_layer_normalization_option(kind):
                                      {"global_attn": "clustered", "num_global_tokens": 1},
                                      {"global_attn": "synthesizer", "global_attn_kwargs": {"max_nodes": 40}},
                                      {"global_attn": "compressed", "global_attn_kwargs": {"stride": 4}},
-                                     {"global_attn": "fourier"}])
+                                     {"global_attn": "fourier"},
+                                     {"global_attn": "sinkhorn", "global_attn_kwargs": {"block_size": 8}},
+                                     {"score": "aft"}])
 def test_models_with_variants_on_sequence_patterns(options):
     torch.manual_seed(0)
     sym = torch.randint(0, 4, (16, 32))

@@ -24,6 +24,10 @@ Two kinds of option, each one argument:
     order, ``O(n²/s·H·C)``; exact with ``stride=1`` and an identity kernel.
   - ``"fourier"``: :class:`~graphattn.nn.variants.fourier_mixing.FourierMixing` (FNet), the real part
     of a 2-D FFT over (node order, channels): no attention and no parameters; fixed-order inputs.
+  - ``"sinkhorn"``: :class:`~graphattn.nn.variants.sinkhorn_attention.SinkhornAttention` (sparse
+    Sinkhorn attention), a learned pattern: each block of node order attends to itself and to the
+    block a Sinkhorn-normalised sort network puts next to it, ``O(n·s·H·C + (n/s)²·H·C)``; exact
+    (full attention) with one block.
 
 Every global module has the signature ``forward(x (N, channels), batch (N,) | None) ->
 (N, channels)``; graphs of a batch never mix.
@@ -46,18 +50,20 @@ from graphattn.nn.variants.compressed_attention import CompressedKeyAttention
 from graphattn.nn.variants.fourier_mixing import FourierMixing
 from graphattn.nn.variants.linear_attention import LinearGlobalAttention, linear_attention
 from graphattn.nn.variants.reduced_attention import ReducedKeyAttention
+from graphattn.nn.variants.sinkhorn_attention import SinkhornAttention
 from graphattn.nn.variants.synthesizer import SynthesizerAttention
 from graphattn.ops.normalization import NORMALIZATIONS, edge_normalize, normalized_edge_attention
 
 __all__ = ["GLOBAL_ATTNS", "NORMALIZATIONS", "make_global_attention", "edge_normalize",
            "normalized_edge_attention", "linear_attention", "cluster_graph", "LinearGlobalAttention",
            "ReducedKeyAttention", "ClusteredAttention", "SynthesizerAttention", "CompressedKeyAttention",
-           "FourierMixing"]
+           "FourierMixing", "SinkhornAttention"]
 
-GLOBAL_ATTNS = ("linear", "reduced", "clustered", "synthesizer", "compressed", "fourier")
+GLOBAL_ATTNS = ("linear", "reduced", "clustered", "synthesizer", "compressed", "fourier", "sinkhorn")
 _MODULES = {"linear": LinearGlobalAttention, "reduced": ReducedKeyAttention,
             "clustered": ClusteredAttention, "synthesizer": SynthesizerAttention,
-            "compressed": CompressedKeyAttention, "fourier": FourierMixing}
+            "compressed": CompressedKeyAttention, "fourier": FourierMixing,
+            "sinkhorn": SinkhornAttention}
 
 
 def make_global_attention(kind: str, channels: int, heads: int = 1, dropout: float = 0.0,
@@ -65,11 +71,12 @@ def make_global_attention(kind: str, channels: int, heads: int = 1, dropout: flo
     """Build the global attention module ``kind`` (one of :data:`GLOBAL_ATTNS`).
 
     Args:
-        kind: ``"linear"``, ``"reduced"``, ``"clustered"``, ``"synthesizer"``, ``"compressed"`` or ``"fourier"``.
+        kind: ``"linear"``, ``"reduced"``, ``"clustered"``, ``"synthesizer"``, ``"compressed"``, ``"fourier"`` or ``"sinkhorn"``.
         channels, heads, dropout: passed on.
         **kwargs: the module's own options, e.g. ``feature_map="favor"`` (linear),
             ``num_keys=64, mode="pool"`` (reduced), ``num_clusters=8, method="lsh"``
-            (clustered), ``max_nodes=1024, rank=32`` (synthesizer), ``stride=4`` (compressed).
+            (clustered), ``max_nodes=1024, rank=32`` (synthesizer), ``stride=4`` (compressed),
+            ``block_size=32, sinkhorn_iters=5, temperature=0.75`` (sinkhorn).
 
     Returns: an ``nn.Module`` with ``forward(x, batch=None) -> (N, channels)``.
     """
