@@ -66,6 +66,8 @@ def test_aft_degenerate_graphs_and_options():
         GraphSelfAttention(4, 4, score="aft", impl="dense")
     with pytest.raises(ValueError, match="normalization"):
         GraphSelfAttention(4, 4, score="aft", normalization="relu")
+    with pytest.raises(ValueError, match="score='aft' returns its attention weights without a gradient"):
+        GraphSelfAttention(4, 4, score="aft", weights_grad=True)
 
 
 def test_aft_under_a_pyg_explainer_mask():

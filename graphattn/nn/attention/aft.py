@@ -39,6 +39,7 @@ class AFTScore(DotScore):
     impls = tuple(i for i in EDGE_IMPLS if i != "dense")
     normalizations = ("softmax",)
     edge_values = False
+    weights_grad = False  # the returned weights are each head's mean over per-channel kernel weights
 
     def _bias(self, layer, edge_feat: Optional[Tensor], attn_bias: Optional[Tensor], E: int, like: Tensor):
         """The ``(E, H*C)`` per-channel bias ``w_ij`` (+ the user's ``attn_bias``), or None."""

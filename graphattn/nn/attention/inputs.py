@@ -32,6 +32,9 @@ def check_options(score_fn, impl, normalization, share_weights, beta, root_weigh
         raise ValueError(f"normalization={normalization!r} needs score='dot' or 'additive' and "
                          "weights_grad=False (both are softmax attention)")
     score_fn.check(impl, normalization, share_weights)
+    if weights_grad and not score_fn.weights_grad:
+        raise ValueError(f"score={score_fn.name!r} returns its attention weights without a gradient: "
+                         "weights_grad=True needs score='dot', 'additive' or 'gat'")
     if beta and not root_weight:
         raise ValueError("beta=True gates the root term: it needs root_weight=True")
     if residual and root_weight:

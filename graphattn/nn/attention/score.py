@@ -77,6 +77,8 @@ class EdgeScore:
     edge_values: bool = False
     #: how many ``H*C`` rows a fused ``lin_qkv`` projection holds (0: no fused layout)
     fused_parts: int = 0
+    #: returns attention weights with a gradient when the layer has ``weights_grad=True``
+    weights_grad: bool = True
 
     def check(self, impl: str, normalization: str, share_weights: bool) -> None:
         """``ValueError`` for an option this score cannot take, naming the valid ones."""
