@@ -21,6 +21,7 @@ from graphattn.cli.arguments import TUNE_ONLY, build_parser
 from graphattn.cli.config_file import NOT_IN_CONFIG
 from graphattn.cli.molecules_train import check_options, load_data, recipe_of, split_of
 from graphattn.cli.options import check_train_numbers, given_options, usage_error
+from graphattn.data.download import sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.tasks.molecules.data import descriptor_set
 from graphattn.tasks.molecules.pipeline import model_spec, run_training
@@ -116,6 +117,10 @@ def tune(args) -> int:
                                                                     else f"no folder {storage.parent}"))
     study_name = args.study_name or f"{Path(name).stem}-{model}"
     fixed = {k: v for k, v in _config(args, {}).items() if isinstance(v, (str, int, float, bool, type(None), list))}
+    # trials answer one question: the same searched options, and the same molecules in the same file
+    fixed["searched"] = sorted(space)
+    if args.csv is not None:
+        fixed["csv_sha256"] = sha256sum(args.csv)
     try:
         study = make_study(str(storage), study_name, higher, args.seed, fixed)
     except ValueError as exc:

@@ -30,6 +30,15 @@ def test_tune_writes_the_best_configuration_that_train_reads(tmp_path, capsys):
     assert capsys.readouterr().out.count("trial 3:") == 1
     assert main(["tune", *TINY, "--hidden", "32", "--trials", "4", "--out", str(out)]) == 2
     assert "other settings (hidden)" in capsys.readouterr().err
+    # the same command on a CSV that changed since is refused: its trials scored other molecules
+    edited = tmp_path / "edited.csv"
+    edited.write_text(pathlib.Path(CSV).read_text())
+    edits = ["tune", "--csv", str(edited), *TINY[2:], "--hidden", "16", "--trials", "1", "--out", str(tmp_path / "e")]
+    assert main(edits) == 0
+    rows = edited.read_text().splitlines()
+    edited.write_text("\n".join(rows[:-1]) + "\n")
+    assert main(edits[:-4] + ["--trials", "2", "--out", str(tmp_path / "e")]) == 2
+    assert "other settings (csv_sha256)" in capsys.readouterr().err
     # train --config: the file's values, with a flag of the command line over them
     run = tmp_path / "run"
     assert main(["train", "--config", str(out / "best_config.json"), "--layers", "2", "--out", str(run),
