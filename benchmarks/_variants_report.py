@@ -212,48 +212,75 @@ def _seq_panels(axes, seq, a, color):
     ax.grid(alpha=0.3)
 
 
+def _graph_panel(ax, g, rs, color):
+    """One graph's panel: accuracy (or ROC-AUC) against training speed, marker area ~ peak memory."""
+    n = rs[0] if rs else {}
+    if rs and rs[0]["kind"] == "large" and all("accuracy" in r for r in rs):
+        _scatter(ax, [(r["variant"], r["nodes_per_s"], r["accuracy"], _mb(r)) for r in rs], color,
+                 "training nodes / s (mini-batch)",
+                 f"{g} ({n['nodes']} nodes, {n['edges']} edges): test accuracy vs speed\n"
+                 f"mini-batches of ~{n.get('batch_nodes')} nodes, {n.get('epochs')} epoch(s) "
+                 "(marker area ~ peak memory)", chance=n.get("majority_acc"), ylabel="test accuracy",
+                 chance_label="majority class")
+        return
+    if rs and rs[0]["kind"] == "large":  # no accuracy: throughput bars, memory in the label
+        ax.barh([r["variant"] for r in rs], [r["nodes_per_s"] for r in rs],
+                color=[color[r["variant"]] for r in rs])
+        for i, r in enumerate(rs):
+            ax.annotate(f" {_mb(r) or 0:.0f} MB", (r["nodes_per_s"], i), va="center", fontsize=7)
+        ax.set(xlabel="training nodes / s (mini-batch)", title=f"{g}: {n.get('nodes')} nodes, "
+               f"{n.get('edges')} edges\nmini-batches of ~{n.get('batch_nodes')} nodes "
+               "(no accuracy measured)")
+        ax.grid(alpha=0.3)
+        return
+    metric = "auc" if all("auc" in r for r in rs) else "accuracy"  # binary, imbalanced: AUC
+    pts = [(r["variant"], r["nodes_per_s"], r[metric], _mb(r)) for r in rs]
+    label = "test ROC-AUC" if metric == "auc" else "test accuracy"
+    _scatter(ax, pts, color, "training nodes / s (full batch)",
+             f"{g} ({n.get('nodes', '?')} nodes, {n.get('edges', '?')} edges): {label} vs speed\n"
+             "(marker area ~ peak memory)", ylabel=label)
+
+
+#: the file-name suffixes of the three sequence panels written on their own
+SEQ_PANELS = ("sequence-accuracy", "sequence-throughput", "sequence-curves")
+
+
 def plot(seq, graph, a, path, names):
+    """All panels in one picture at ``path``, and each panel on its own beside it
+    (``<stem>-sequence-accuracy.png``, ..., ``<stem>-<graph>.png``: readable at page width);
+    returns the paths of the single panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     graphs = sorted({r["graph"] for r in graph})
+    rows = {g: [r for r in graph if r["graph"] == g and "nodes_per_s" in r] for g in graphs}
     cols = max(3, len(graphs))
     fig, axes = plt.subplots(2, cols, figsize=(6.5 * cols, 12), squeeze=False)
     cmap = plt.get_cmap("tab20")
     color = {v: cmap(i % 20) for i, v in enumerate(names)}
     _seq_panels(axes[0], seq, a, color)
     for ax, g in zip(axes[1], graphs):
-        rs = [r for r in graph if r["graph"] == g and "nodes_per_s" in r]
-        n = rs[0] if rs else {}
-        if rs and rs[0]["kind"] == "large" and all("accuracy" in r for r in rs):
-            _scatter(ax, [(r["variant"], r["nodes_per_s"], r["accuracy"], _mb(r)) for r in rs], color,
-                     "training nodes / s (mini-batch)",
-                     f"{g} ({n['nodes']} nodes, {n['edges']} edges): test accuracy vs speed\n"
-                     f"mini-batches of ~{n.get('batch_nodes')} nodes, {n.get('epochs')} epoch(s) "
-                     "(marker area ~ peak memory)", chance=n.get("majority_acc"), ylabel="test accuracy",
-                     chance_label="majority class")
-            continue
-        if rs and rs[0]["kind"] == "large":  # no accuracy: throughput bars, memory in the label
-            ax.barh([r["variant"] for r in rs], [r["nodes_per_s"] for r in rs],
-                    color=[color[r["variant"]] for r in rs])
-            for i, r in enumerate(rs):
-                ax.annotate(f" {_mb(r) or 0:.0f} MB", (r["nodes_per_s"], i), va="center", fontsize=7)
-            ax.set(xlabel="training nodes / s (mini-batch)", title=f"{g}: {n.get('nodes')} nodes, "
-                   f"{n.get('edges')} edges\nmini-batches of ~{n.get('batch_nodes')} nodes "
-                   "(no accuracy measured)")
-            ax.grid(alpha=0.3)
-            continue
-        metric = "auc" if all("auc" in r for r in rs) else "accuracy"  # binary, imbalanced: AUC
-        pts = [(r["variant"], r["nodes_per_s"], r[metric], _mb(r)) for r in rs]
-        label = "test ROC-AUC" if metric == "auc" else "test accuracy"
-        _scatter(ax, pts, color, "training nodes / s (full batch)",
-                 f"{g} ({n.get('nodes', '?')} nodes, {n.get('edges', '?')} edges): {label} vs speed\n"
-                 "(marker area ~ peak memory)", ylabel=label)
+        _graph_panel(ax, g, rows[g], color)
     for ax in list(axes[0][3:]) + list(axes[1][len(graphs):]):
         ax.axis("off")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    singles = [plt.subplots(figsize=(9, 6.5)) for _ in SEQ_PANELS]
+    _seq_panels([ax for _, ax in singles], seq, a, color)
+    named = list(zip(SEQ_PANELS, singles))
+    for g in graphs:
+        one = plt.subplots(figsize=(9, 6.5))
+        _graph_panel(one[1], g, rows[g], color)
+        named.append((g, one))
+    written = []
+    for suffix, (f, _) in named:
+        f.tight_layout()
+        written.append(path.with_name(f"{path.stem}-{suffix}.png"))
+        f.savefig(written[-1], dpi=110)
+        plt.close(f)
+    return written

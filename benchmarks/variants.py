@@ -35,7 +35,9 @@ Peak memory is the extra RSS of the worker over its inputs and model (``_harness
     nohup python benchmarks/variants.py > runs/variants.log &   # everything (about an hour, 1 core)
     python benchmarks/variants.py --variants --graphs github --merge benchmarks/results/variants.json
 
-Writes ``--out`` (JSON, and CSV beside it), ``<out stem>.md`` (the tables) and ``--png``.
+Writes ``--out`` (JSON, and CSV beside it), ``<out stem>.md`` (the tables), ``--png`` (every panel) and
+each panel on its own beside it (``<png stem>-sequence-accuracy.png``, ``-sequence-throughput``,
+``-sequence-curves``, ``-<graph>.png``).
 """
 from __future__ import annotations
 
@@ -265,9 +267,9 @@ def main(argv=None):
                "total_s": time.perf_counter() - t0}
     H.write_results(out, payload, seq + graph)
     out.with_suffix(".md").write_text(text + "\n")
-    plot(seq, graph, a, png, list(SEQ_VARIANTS) + list(GRAPH_VARIANTS))
-    print(f"wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.md')}, {png} "
-          f"({time.perf_counter() - t0:.0f} s in all)")
+    panels = plot(seq, graph, a, png, list(SEQ_VARIANTS) + list(GRAPH_VARIANTS))
+    print(f"wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.md')}, {png} and its {len(panels)} panels "
+          f"one by one ({png.stem}-*.png; {time.perf_counter() - t0:.0f} s in all)")
     return payload
 
 

@@ -418,6 +418,10 @@ def test_benchmark_quick_writes_png_and_tables(tmp_path):
     assert rows and all("error" not in r for r in rows), [r.get("error") for r in rows]
     assert all(math.isfinite(r.get("tokens_per_s", r.get("nodes_per_s"))) for r in rows)
     assert out.with_suffix(".png").stat().st_size > 10_000 and out.with_suffix(".csv").exists()
+    panels = sorted(p.name for p in tmp_path.glob("variants-*.png"))  # each panel on its own, page-width
+    assert panels == sorted(f"variants-{s}.png" for s in ("sequence-accuracy", "sequence-throughput",
+                                                          "sequence-curves", "sbm", "sbm-large"))
+    assert all((tmp_path / p).stat().st_size > 10_000 for p in panels)
     large = [r for r in payload["graph"] if r["kind"] == "large"]
     assert large and all(r["mode"] == "mini-batch" and r["epochs"] == 1 for r in large)
     for r in large:  # real accuracy over every val / test node of the graph, by mini-batch inference
