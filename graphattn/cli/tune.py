@@ -24,8 +24,7 @@ from graphattn.cli.options import check_train_numbers, given_options, usage_erro
 from graphattn.data.download import sha256sum
 from graphattn.data.moleculenet import MOLECULENET, moleculenet_names
 from graphattn.tasks.molecules.data import descriptor_set
-from graphattn.tasks.molecules.pipeline import model_spec, run_training
-from graphattn.tasks.molecules.tune import TrialResult, make_study, recipe_values, run_search, space_for, trial_table
+from graphattn.tasks.molecules.tune import RecipeObjective, make_study, recipe_values, run_search, space_for, trial_table
 from graphattn.train.runtime import resolve_device
 from graphattn.utils.files import check_out_folder
 
@@ -125,31 +124,16 @@ def tune(args) -> int:
         study = make_study(str(storage), study_name, higher, args.seed, fixed)
     except ValueError as exc:
         return usage_error("tune", str(exc))
-    data: Dict[tuple, Any] = {}
     loaded: List[tuple] = []
 
-    def train(values: Dict[str, Any], report) -> TrialResult:
-        hp = base.replace(**values)
-        inputs = (hp.pe_dim, hp.pe_kind, hp.hops, hp.descriptors)
-        if inputs not in data:  # the featurised molecules are cached on disk; the PE / descriptors per setting
-            if len(data) >= 4:
-                data.pop(next(iter(data)))
-            with warnings.catch_warnings():
-                if data or loaded:  # the data's warnings (skipped SMILES, one-class tasks) were given once
-                    warnings.simplefilter("ignore")
-                data[inputs] = load_data(args, name, descriptor_set(hp.descriptors), hp, ours=baseline == "none")
-            loaded.append(inputs)
-        ds, idx = data[inputs]
-        if len(idx[1]) == 0:
-            raise RuntimeError("the split has no validation molecules: nothing to search on (use a larger set or "
-                               "another --split)")
-        idx = (idx[0], idx[1], idx[2][:0])  # the test molecules are not read by a search
-        spec = model_spec(baseline, len(ds.task_names), hp, graph_feature_dim=len(descriptor_set(hp.descriptors) or ()))
-        res = run_training(ds, idx, spec, hp, seed=args.seed, pos_weight=args.pos_weight, progress=False,
-                           log=lambda _m: None, device=device,
-                           on_epoch=lambda rec: report(rec["epoch"], (rec.get("val") or {}).get(key)))
-        value = (res.get("val") or {}).get(key)
-        return TrialResult(float("nan") if value is None else float(value), res["best_epoch"], res["epochs_run"])
+    def load(hp):
+        with warnings.catch_warnings():
+            if loaded:  # the data's warnings (skipped SMILES, one-class tasks) were given once
+                warnings.simplefilter("ignore")
+            loaded.append(hp)
+            return load_data(args, name, descriptor_set(hp.descriptors), hp, ours=baseline == "none")
+
+    train = RecipeObjective(base, load, baseline, seed=args.seed, pos_weight=args.pos_weight, device=device)
 
     print(f"tune {name}: {'our model' if baseline == 'none' else baseline}, validation {key} "
           f"({'higher' if higher else 'lower'} is better), {len(space)} searched option(s): {', '.join(space)}; "

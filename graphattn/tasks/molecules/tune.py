@@ -17,8 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "recipe_values", "TrialResult", "make_study", "run_search",
-           "trial_table"]
+from graphattn.tasks.molecules.data import descriptor_set
+from graphattn.tasks.molecules.pipeline import model_spec, run_training
+
+__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "recipe_values", "TrialResult", "RecipeObjective",
+           "make_study", "run_search", "trial_table"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,55 @@ class TrialResult:
     value: float
     best_epoch: int
     epochs_run: int
+
+
+class RecipeObjective:
+    """One trial's training: ``objective(values, report)`` trains ``recipe.replace(**values)`` on the
+    validation split and returns its :class:`TrialResult` (the ``train`` of :func:`run_search`).
+
+    Args:
+        recipe: the fixed :class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe` the values change.
+        load: ``load(recipe) -> (dataset, (train, val, test) indices)`` with the inputs that recipe
+            needs (positional encoding, hop edges, descriptors); called once per distinct input setting,
+            the last ``keep`` of them kept in memory.
+        baseline: ``"none"`` (our model), ``"gine"`` or ``"gat"``.
+        seed, pos_weight, device: of every trial's run.
+        keep (int, default 4): data sets kept in memory.
+
+    The test molecules are never read by a search (their indices are dropped before training); a split
+    without validation molecules is a ``RuntimeError``."""
+
+    def __init__(self, recipe, load: Callable, baseline: str = "none", seed: int = 0, pos_weight: bool = False,
+                 device=None, keep: int = 4):
+        self.recipe, self.load, self.baseline = recipe, load, baseline
+        self.seed, self.pos_weight, self.device, self.keep = seed, pos_weight, device, keep
+        self.key = recipe.train_config().selection[0]
+        self.data: Dict[tuple, Any] = {}
+
+    def inputs(self, recipe) -> tuple:
+        """What the featurised data depends on (runs that share it share one load)."""
+        return (recipe.pe_dim, recipe.pe_kind, recipe.hops, recipe.descriptors)
+
+    def __call__(self, values: Mapping[str, Any], report: Callable[[int, Optional[float]], None]) -> TrialResult:
+        hp = self.recipe.replace(**values)
+        inputs = self.inputs(hp)
+        if inputs not in self.data:
+            if len(self.data) >= self.keep:
+                self.data.pop(next(iter(self.data)))
+            self.data[inputs] = self.load(hp)
+        ds, idx = self.data[inputs]
+        if len(idx[1]) == 0:
+            raise RuntimeError("the split has no validation molecules: nothing to search on (use a larger set or "
+                               "another --split)")
+        idx = (idx[0], idx[1], idx[2][:0])  # the test molecules are not read by a search
+        spec = model_spec(self.baseline, len(ds.task_names), hp,
+                          graph_feature_dim=len(descriptor_set(hp.descriptors) or ()))
+        key = self.key
+        res = run_training(ds, idx, spec, hp, seed=self.seed, pos_weight=self.pos_weight, progress=False,
+                           log=lambda _m: None, device=self.device,
+                           on_epoch=lambda rec: report(rec["epoch"], (rec.get("val") or {}).get(key)))
+        value = (res.get("val") or {}).get(key)
+        return TrialResult(float("nan") if value is None else float(value), res["best_epoch"], res["epochs_run"])
 
 
 def make_study(storage: Optional[str], name: str, higher: bool, seed: int, fixed: Mapping[str, Any]):
