@@ -7,8 +7,8 @@ from typing import Any, Mapping, Optional
 
 from graphattn.cli.options import DATA_ROOT_HELP, DEVICE_HELP, TASK_TYPES
 from graphattn.train.config import LOSSES, METRICS
-from graphattn.tasks.molecules.defaults import DEFAULTS, PE_KINDS
-from graphattn.tasks.molecules.recipe import DESCRIPTORS
+from graphattn.tasks.molecules.defaults import PE_KINDS
+from graphattn.tasks.molecules.recipe import DEFAULT_DESCRIPTORS, DESCRIPTORS
 from graphattn.tasks.molecules.defaults import PRETRAIN_DEFAULTS as D
 from graphattn.tasks.molecules.defaults import SPLITS
 
@@ -178,7 +178,7 @@ def add_molecule_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="molecule descriptors fed to the head: rdkit2d (~200 RDKit 2-D descriptors, standardised on "
                         "the training split; the flag alone), rdkit2d_normalized (chemprop's v1_rdkit_2d_normalized: "
                         "CDF-normalised by descriptastorus, read as they are) or none; default "
-                        f"{DEFAULTS['descriptors']}")
+                        + ", ".join(f"{v} for {k}" for k, v in DEFAULT_DESCRIPTORS.items()))
     g.add_argument("--no-descriptors", dest="descriptors", action="store_const", const="none",
                    help="no molecule descriptors (--descriptors none)")
     g.add_argument("--ensemble", type=int, default=None, metavar="N",

@@ -117,7 +117,7 @@ class GlobalTokens(nn.Module):
         same graph returns the same tensors, whose CSR view the attention layers have cached.
         ``edge_index`` and ``batch`` must be checked (ids in ``[0, N)`` and ``[0, B)``)."""
         G = self.num_tokens
-        tag = ("global token graph", int(N), int(B), G, str(device))
+        tag = ("global token graph", N, B, G, str(device))  # no int(): a traced size must stay symbolic
         hit = recall(tag, edge_index, batch)
         if hit is not None:
             return hit

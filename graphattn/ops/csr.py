@@ -46,7 +46,7 @@ class EdgeCSR:
 
     @property
     def num_edges(self) -> int:
-        return int(self.col.numel())
+        return self.col.numel()  # a SymInt when traced: int() would fix the edge count
 
     @property
     def csc(self) -> "EdgeCSR":
@@ -82,6 +82,8 @@ def plain_tensor(t: Tensor) -> Tensor:
         return t
     if hasattr(t, "as_tensor"):  # torch_geometric.EdgeIndex / Index
         return t.as_tensor()
+    if torch.compiler.is_compiling():  # torch.export's traced (fake) inputs: as_subclass would cut them from the graph
+        return t
     return t.as_subclass(Tensor)
 
 

@@ -130,7 +130,7 @@ def graph_layout(batch: Optional[Tensor], num_nodes: int, num_graphs: Optional[i
     if batch is None:
         return GraphLayout(None, num_nodes, num_graphs, device, check_range=check_range)
     num_graphs = check_batch(batch, num_nodes, num_graphs, check_range=check_range or num_graphs is None)
-    tag = ("graph layout", int(num_nodes), num_graphs)  # the ids were read once above, if at all
+    tag = ("graph layout", num_nodes, num_graphs)  # the ids were read once above, if at all
     layout = recall(tag, batch)
     if layout is None:
         # a copy of batch: a layout holding the tensor it is remembered for would keep it alive

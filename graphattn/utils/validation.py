@@ -44,6 +44,8 @@ def mark_index_checked(index: Tensor, bound: int) -> None:
     later :func:`check_edge_index` (``bound`` = num_nodes) and :func:`check_row_index`
     (``bound`` = num_rows) calls on this tensor skip the range scan and its device sync. For
     tensors built from checked parts (e.g. a batch with global-token edges appended)."""
+    if torch.compiler.is_compiling():  # nothing is remembered in a traced graph (graphattn.utils.memo)
+        return
     remember(("index range", int(bound)), True, index)
 
 
@@ -62,7 +64,10 @@ def index_checked(index: Tensor, bound: int) -> bool:
 
 def check_int(name: str, value, minimum: int) -> int:
     """``value`` as a Python int (Python / numpy integers, 0-d integer tensors; not bool),
-    else a ValueError naming ``name``; it must be ``>= minimum``."""
+    else a ValueError naming ``name``; it must be ``>= minimum``. A traced size (``torch.SymInt``,
+    under ``torch.export``) is returned as it is: reading it would fix the traced program to one size."""
+    if isinstance(value, torch.SymInt):
+        return value
     try:
         v = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
@@ -145,19 +150,17 @@ def check_row_index(index: Tensor, length: int, num_rows: int, name: str) -> Non
         mark_index_checked(index, num_rows)
 
 
-_is_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
-
-
-_NOT_RECORDABLE = ("graphattn's layers and models cannot be recorded by torch.jit.trace or torch.export "
-                   "(nor torch.jit.script): they build and cache a CSR view of edge_index per graph; compile "
-                   "them with torch.compile instead")
+_NOT_RECORDABLE = ("graphattn's layers and models cannot be recorded by torch.jit.trace (nor torch.jit.script): "
+                   "they build and cache a CSR view of edge_index per graph; use torch.export.export (a deployable "
+                   "program; graphattn export for a molecule checkpoint) or torch.compile instead")
 
 
 def refuse_tracing() -> None:
-    """``NotImplementedError`` under ``torch.jit.trace`` / ``torch.export``: the layers build and
-    cache a CSR view of ``edge_index`` per tensor (data-dependent, keyed on its storage), which
-    neither can record; they failed deep inside (``unordered_map::at``, a FakeTensor data pointer)."""
-    if torch.jit.is_tracing() or _is_exporting():
+    """``NotImplementedError`` under ``torch.jit.trace``: the layers build and cache a CSR view of
+    ``edge_index`` per tensor (data-dependent, keyed on its storage), which it cannot record (it
+    failed deep inside, ``unordered_map::at``). ``torch.export`` records the trace-safe path
+    ``torch.compile`` takes (the view built inside the graph, nothing cached)."""
+    if torch.jit.is_tracing():
         raise NotImplementedError(_NOT_RECORDABLE)
 
 

@@ -4,12 +4,13 @@ import pytest
 
 from graphattn.tasks.molecules import pipeline as mp
 from graphattn.tasks.molecules.defaults import DEFAULTS
-from graphattn.tasks.molecules.recipe import PE_KINDS, MoleculeRecipe
+from graphattn.tasks.molecules.recipe import DEFAULT_DESCRIPTORS, PE_KINDS, MoleculeRecipe
 from graphattn.train.config import TrainConfig
 
 
 def test_defaults_are_the_recipe_and_round_trip():
-    assert DEFAULTS == MoleculeRecipe().to_dict() and tuple(DEFAULTS) == MoleculeRecipe.fields()
+    assert {**DEFAULTS, "descriptors": "rdkit2d_normalized"} == MoleculeRecipe().to_dict()
+    assert tuple(DEFAULTS) == MoleculeRecipe.fields()
     r = MoleculeRecipe(task_type="regression", loss="l1", hidden=32, pe_kind="rrwp", hops=3)
     assert MoleculeRecipe.from_dict(r.to_dict()) == r
     assert r.replace(layers=5).layers == 5 and r.layers == 3  # frozen: replace makes a copy
@@ -56,3 +57,15 @@ def test_the_pipeline_takes_a_recipe_not_a_dict():
     spec = mp.model_spec("none", 2, MoleculeRecipe(pe_kind="rrwp", pe_dim=6, hops=2))
     assert spec.kwargs["edge_pe_dim"] == 6 and spec.kwargs["pe_kind"] == "linear"
     assert "edge_pe_dim" not in mp.model_spec("none", 2, MoleculeRecipe()).kwargs  # older specs unchanged
+
+
+def test_descriptors_default_per_task_type_and_stay_as_given():
+    """No descriptor set named: the task type's (chemprop's normalised set for classification, the
+    standardised RDKit set for regression), also when the recipe is built from DEFAULTS' keys (the
+    benchmarks' and the command line's way); a set named, or a record's, is kept."""
+    assert MoleculeRecipe().descriptors == DEFAULT_DESCRIPTORS["classification"] == "rdkit2d_normalized"
+    assert MoleculeRecipe(task_type="regression").descriptors == DEFAULT_DESCRIPTORS["regression"] == "rdkit2d"
+    assert MoleculeRecipe.from_dict({**DEFAULTS, "task_type": "regression"}).descriptors == "rdkit2d"
+    assert MoleculeRecipe(task_type="regression", descriptors="rdkit2d_normalized").descriptors == "rdkit2d_normalized"
+    assert MoleculeRecipe(descriptors="rdkit2d").descriptors == "rdkit2d"
+    assert MoleculeRecipe.from_dict(MoleculeRecipe(descriptors="none").to_dict()).descriptors == "none"

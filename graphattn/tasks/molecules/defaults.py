@@ -12,8 +12,10 @@ BASELINES = ("none", "gine", "gat")
 
 
 #: the default recipe (:class:`~graphattn.tasks.molecules.recipe.MoleculeRecipe`) as a plain dict: the
-#: keys ``graphattn train`` and the benchmarks' ``--set KEY=VALUE`` take; the results tables use exactly these
-DEFAULTS = MoleculeRecipe().to_dict()
+#: keys ``graphattn train`` and the benchmarks' ``--set KEY=VALUE`` take; the results tables use exactly these.
+#: ``descriptors`` is None: the task type's set (:data:`~graphattn.tasks.molecules.recipe.DEFAULT_DESCRIPTORS`),
+#: so a regression recipe built from these keys gets the regression default
+DEFAULTS = {**MoleculeRecipe().to_dict(), "descriptors": None}
 
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of

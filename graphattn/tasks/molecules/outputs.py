@@ -16,7 +16,7 @@ from graphattn.train.metrics import mean_over_valid, pr_auc_per_task, regression
 from graphattn.train.runtime import model_device
 
 __all__ = ["TASK_TYPES", "model_inputs", "outputs", "probability_metrics", "regression_metrics", "output_metrics",
-           "split_metrics", "predict_outputs", "predict_proba"]
+           "split_metrics", "predict_outputs", "predict_proba", "call_outputs"]
 
 
 def _check(task_type: str) -> None:
@@ -34,6 +34,12 @@ def model_inputs(batch) -> Tuple[tuple, Dict[str, Any]]:
 def _batch_outputs(model: nn.Module, batch, task_type: str) -> Tensor:
     """float64 outputs of one batch: ``(B, T)``, or ``(members, B, T)`` for an ensemble."""
     args, kwargs = model_inputs(batch)
+    return call_outputs(model, args, kwargs, task_type)
+
+
+def call_outputs(model: nn.Module, args: tuple, kwargs: Dict[str, Any], task_type: str) -> Tensor:
+    """float64 outputs of one call ``model(*args, **kwargs)`` (:func:`model_inputs`): probabilities or
+    values ``(B, T)``, or every member's ``(members, B, T)`` for an ensemble."""
     if isinstance(model, ProbabilityEnsemble):
         return model.member_probabilities(*args, **kwargs)
     if isinstance(model, MeanEnsemble):
