@@ -137,6 +137,11 @@ def build_parser(config: Optional[Mapping[str, Any]] = None) -> argparse.Argumen
                                                                    "labelled (social, default 10)")
 
     add_pretrain_parser(sub)
+    ex = sub.add_parser("export", help="a molecule checkpoint as a torch.export program (.pt2) and its "
+                                       "featurisation record (.pt2.json)")
+    ex.add_argument("--checkpoint", required=True, help="path to best.pt (a molecule checkpoint)")
+    ex.add_argument("--out", default=None, help="the program's file (default: the checkpoint's name with .pt2), "
+                                                "or an existing folder to write model.pt2 into")
     dl = sub.add_parser("download", help="fetch named datasets into a data folder (canonical URLs, checked)")
     dl.add_argument("names", nargs="+", metavar="NAME", help="dataset names (e.g. tox21 esol cora facebook mutag zinc)")
     dl.add_argument("--root", default=None, metavar="DIR",

@@ -1,6 +1,6 @@
 """What each ``graphattn`` command runs once its options are parsed (:data:`COMMANDS`): ``train`` and
 ``pretrain`` validate, build and train; ``evaluate``, ``predict`` and ``explain`` hand a checkpoint to
-the pipeline that wrote it; ``bench`` runs a script of ``benchmarks/``."""
+the pipeline that wrote it; ``export`` writes a molecule checkpoint's ``torch.export`` program; ``bench`` runs a script of ``benchmarks/``."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from graphattn.cli import (molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train,
+from graphattn.cli import (export, molecules_explain, molecules_predict, molecules_train, pretrain, social_predict, social_train,
                            tune)
 from graphattn.cli.arguments import build_parser
 from graphattn.cli.names import close_names
@@ -172,5 +172,5 @@ def run_download(args) -> int:
 
 #: what runs each command (after parsing and the path check)
 COMMANDS = {"train": run_train, "tune": tune.tune, "pretrain": pretrain.pretrain, "bench": run_bench,
-            "download": run_download,
+            "download": run_download, "export": export.export,
             "evaluate": run_checkpoint_command, "predict": run_checkpoint_command, "explain": run_checkpoint_command}

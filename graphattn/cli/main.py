@@ -1,4 +1,4 @@
-"""Command line: ``graphattn train | tune | evaluate | predict | explain | pretrain | download | bench``.
+"""Command line: ``graphattn train | tune | evaluate | predict | explain | export | pretrain | download | bench``.
 
 Staged as chemprop's commands are: the options (:mod:`graphattn.cli.arguments`, no torch import) are
 parsed and their paths checked first; then :mod:`graphattn.cli.commands` validates, builds and runs the

@@ -24,3 +24,20 @@ def test_an_exported_molecule_program_predicts_as_the_checkpoint(tmp_path):
         assert np.allclose(a.values, b.values, atol=1e-6, equal_nan=True)
     with pytest.raises(FileNotFoundError, match="featurisation record"):
         load_exported(tmp_path / "missing.pt2")
+
+
+def test_the_export_command_writes_a_program_that_loads_and_refuses_what_cannot_be_exported(tmp_path, capsys):
+    pytest.importorskip("rdkit")
+    from graphattn.cli.main import main
+    from graphattn.tasks.molecules.export import load_exported
+
+    assert main(["export", "--checkpoint", str(FIXTURES / "molecules_v0.pt"), "--out", f"{tmp_path}/"]) == 0
+    assert "Wrote" in capsys.readouterr().out
+    a = load_exported(tmp_path / "model.pt2").predict(["CCO", "c1ccccc1O"])
+    b = graphattn.load(FIXTURES / "molecules_v0.pt").predict(["CCO", "c1ccccc1O"])
+    assert np.allclose(a.values, b.values, atol=1e-6)
+    for checkpoint, out, why in ((FIXTURES / "karate_v0.pt", tmp_path / "k.pt2", "neighbour sampling"),
+                                 (FIXTURES / "molecules_v0.pt", tmp_path / "m.pt", "not a checkpoint's .pt")):
+        assert main(["export", "--checkpoint", str(checkpoint), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and not out.exists()

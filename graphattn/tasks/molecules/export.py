@@ -115,8 +115,7 @@ def export_checkpoint(checkpoint: Union[str, Path], out: Union[str, Path],
     record = {"format": "graphattn-molecule-program", "version": 1, "checkpoint": str(checkpoint),
               "task_type": task_type, "task_names": list(meta["task_names"]), "inputs": list(inputs),
               "ensemble": meta.get("ensemble"), "featurizer_version": meta.get("featurizer_version"),
-              "featurize": graph_options(meta), "pe": meta["pe"], "descriptors": meta.get("descriptors"),
-              "hops": meta.get("hops", 1), "max_difference": gap}
+              "featurize": graph_options(meta), "max_difference": gap}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(exported, str(out))
