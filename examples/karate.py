@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphattn import NodeClassifier  # noqa: E402
 from graphattn.tasks.social.node import load_node_data, node_forward  # noqa: E402
+from graphattn.tasks.social.specs import NodeDataSpec  # noqa: E402
 from graphattn.tasks.social.node_model import NodeModelSpec, node_inputs  # noqa: E402
 from graphattn.train import TrainConfig, fit, set_seed  # noqa: E402
 
@@ -35,7 +36,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.set_num_threads(1)  # 34 nodes: threads cost more than they save
 
-    data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": args.seed})
+    data = load_node_data(NodeDataSpec(name="karate", split_seed=args.seed))
     print(f"karate club: {data.num_nodes} members, {data.edge_index.size(1) // 2} friendships, "
           f"classes {data.class_names}, {data.num_features} features ({data.feature_source})")
     set_seed(args.seed)

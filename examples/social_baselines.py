@@ -46,6 +46,7 @@ from graphattn.tasks.social import graph as sg  # noqa: E402
 from graphattn.tasks.social import graph_data as gd  # noqa: E402
 from graphattn.tasks.social import node as sn  # noqa: E402
 from graphattn.tasks.social.node_model import node_model_spec  # noqa: E402
+from graphattn.tasks.social.specs import NodeDataSpec  # noqa: E402
 from graphattn.train import TrainConfig, fit, resolve_device, set_seed  # noqa: E402
 
 DEFAULT_SETS = "facebook,lastfm_asia,github,twitch-de,twitch-engb,cora,imdb-binary,reddit-binary,collab"
@@ -79,13 +80,11 @@ def train_node(name, data, mspec, hp, seed, device=None, log=None):
 
 def node_spec(name, args, seed):
     """The data spec of a named node set, or of the user's ``--edges/--target[/--features]`` files."""
-    spec = {"level": "node", "name": name, "display": name, "split": list(sn.SPLIT), "split_seed": seed,
-            "hops": args.hops}
+    spec = NodeDataSpec(name=name, display=name, split_seed=seed, hops=args.hops)
     if args.edges:
-        spec.update(name=None, display=name, edges=str(Path(args.edges).resolve()),
-                    target=str(Path(args.target).resolve()),
-                    features=str(Path(args.features).resolve()) if args.features else None,
-                    target_col=args.target_col, id_col=args.id_col)
+        spec = spec.replace(name=None, edges=str(Path(args.edges).resolve()), target=str(Path(args.target).resolve()),
+                            features=str(Path(args.features).resolve()) if args.features else None,
+                            target_col=args.target_col, id_col=args.id_col)
     return spec
 
 
@@ -100,9 +99,9 @@ def run_node(name, args, log):
     for seed in args.seeds:
         spec = node_spec(name, args, seed)
         data = sn.load_node_data(spec)
-        hp = hparams(args, sn.node_defaults(spec["name"] or "", data.num_nodes), full_batch=True)
+        hp = hparams(args, sn.node_defaults(spec.name or "", data.num_nodes), full_batch=True)
         if hp.get("label_input"):
-            spec["label_input"] = True
+            spec = spec.replace(label_input=True)
             data = sn.load_node_data(spec)
         for m in args.models:
             best, t = None, time.perf_counter()

@@ -4,14 +4,15 @@ task type and the options that fit it, the spec of a named set or of ``--edges/-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from graphattn.cli.options import check_objective
 from graphattn.data.download import data_root, files_sha256
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node_model import NodeModelSpec, node_model_spec
-from graphattn.tasks.social.node_regression import is_regression, statistics_meta
+from graphattn.tasks.social.node_regression import statistics_meta
+from graphattn.tasks.social.specs import NodeDataSpec
 
 __all__ = ["node_data_spec", "feature_cut", "describe_node", "check_task_type", "CLASSIFICATION_ONLY", "check_classes",
            "run_model_spec", "node_meta"]
@@ -42,7 +43,7 @@ def check_task_type(args, graph_level: bool) -> str:
     return task_type
 
 
-def describe_node(spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dict[str, Any],
+def describe_node(spec: NodeDataSpec, data, model_spec: NodeModelSpec, hp: Dict[str, Any],
                   mini_batch: Optional[str] = None, target: Optional[str] = None) -> str:
     """The two lines a node run starts with: the graph (sizes, classes or the regression ``target``,
     features, split), and the model with its training (layers, width, heads, dropout, batching, epochs,
@@ -59,7 +60,7 @@ def describe_node(spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dic
     counts = [int(data[f"{s}_mask"].sum()) for s in ("train", "val", "test")]
     batching = {None: "full batch", "partition": "mini-batch (partitions)",
                 "neighbor": f"mini-batch (neighbour sampling {hp.get('num_neighbors')})"}[mini_batch or None]
-    return (f"{spec['display']}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
+    return (f"{spec.label}: {data.num_nodes:,} nodes, {data.edge_index.size(1) // 2:,} undirected edges, "
             f"{target or f'{len(data.class_names)} classes'}, {data.num_features} features ({data.feature_source}); "
             f"split {counts[0]}/{counts[1]}/{counts[2]}\n"
             f"model: {what}, {kw['num_layers']} layers x {hp['hidden']} hidden, {hp['heads']} heads, "
@@ -69,76 +70,74 @@ def describe_node(spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dic
             f"{hp['epochs']} epochs, lr {hp['lr']}, weight decay {hp['weight_decay']}")
 
 
-def feature_cut(text) -> Dict[str, Any]:
-    """``--max-features N | all`` -> the data spec's feature cut: ``max_features`` (a fixed
-    count) or ``max_feature_bytes`` (the default: a 1 GiB budget for the dense ``x``,
-    resolved to a count when the graph is read so a checkpoint rebuilds the same columns)."""
+def feature_cut(text) -> Tuple[Optional[int], Optional[int]]:
+    """``--max-features N | all`` -> the data spec's feature cut ``(max_features, max_feature_bytes)``:
+    a fixed count, or the default budget (1 GiB for the dense ``x``, resolved to a count when the graph is
+    read so a checkpoint rebuilds the same columns); ``all``: neither."""
     if text is None or str(text).lower() == "auto":
-        return {"max_feature_bytes": sn.FEATURE_BYTES}
+        return None, sn.FEATURE_BYTES
     if str(text).lower() == "all":
-        return {}
+        return None, None
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
         raise ValueError(f"--max-features must be a positive integer or 'all', got {text!r}")
-    return {"max_features": n}
+    return n, None
 
 
-def node_data_spec(args, name: Optional[str]) -> Dict[str, Any]:
+def node_data_spec(args, name: Optional[str]) -> NodeDataSpec:
     """Data spec of a ``graphattn train`` command (named dataset or --edges/--target files)."""
-    spec: Dict[str, Any] = {"level": "node", "split": list(sn.SPLIT), "split_seed": int(args.seed), "pe_dim": 0}
-    spec.update(feature_cut(getattr(args, "max_features", None)))
-    if name in ("cora", "citeseer", "pubmed", "karate") and "max_features" in spec:
+    max_features, max_feature_bytes = feature_cut(getattr(args, "max_features", None))
+    spec = NodeDataSpec(split_seed=int(args.seed), max_features=max_features, max_feature_bytes=max_feature_bytes)
+    if name in ("cora", "citeseer", "pubmed", "karate") and max_features is not None:
         raise ValueError(f"--max-features cuts a MUSAE features file; {name} does not read one")
     if getattr(args, "task_type", None) == "regression":  # the column is read as numbers, the split random
-        spec.update(task_type="regression", target_col=args.target_col)
+        spec = spec.replace(task_type="regression", target_col=args.target_col)
     if name is not None:
-        spec.update(name=name, display=name, root=str(data_root().resolve()))
-        return spec
+        return spec.replace(name=name, display=name, root=str(data_root().resolve()))
     if not args.target:
         raise ValueError("--edges needs --target (the CSV with node ids and labels)")
     paths = {k: getattr(args, k) for k in ("edges", "target", "features")}
     for k, p in paths.items():
         if p is not None and not Path(p).expanduser().is_file():
             raise ValueError(f"--{k} {p}: no such file")
-    spec.update(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
-                target_col=args.target_col, id_col=getattr(args, "id_col", None),
-                **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
-    spec["sha256"] = files_sha256(input_files(spec))  # evaluate warns, --resume refuses, when they change
-    return spec
+    spec = spec.replace(name=None, display=Path(args.edges).name.split(".")[0].replace("_edges", ""),
+                        target_col=args.target_col, id_col=getattr(args, "id_col", None),
+                        **{k: (str(Path(p).expanduser().resolve()) if p else None) for k, p in paths.items()})
+    return spec.replace(sha256=files_sha256(input_files(spec)))  # evaluate warns, --resume refuses, when they change
 
 
-def check_classes(spec: Dict[str, Any], data) -> None:
+def check_classes(spec: NodeDataSpec, data) -> None:
     """ValueError unless a classification graph has two classes and a validation and a test split."""
     present = data.y[data.y >= 0].unique()
     if present.numel() < 2:
-        raise ValueError(f"{spec['display']}: every labelled node has the same class "
+        raise ValueError(f"{spec.label}: every labelled node has the same class "
                          f"({[data.class_names[int(c)] for c in present]}); classification needs at least two")
-    if not spec.get("name") and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
+    if not spec.name and not (bool(data.val_mask.any()) and bool(data.test_mask.any())):
         # a user's file (at training time only: checkpoints of such graphs still load)
-        raise ValueError(f"{spec['target']}: the stratified split leaves the validation or test set "
+        raise ValueError(f"{spec.target}: the stratified split leaves the validation or test set "
                          f"empty ({int((data.y >= 0).sum())} labelled nodes in {len(data.class_names)} "
                          "classes; the split is per class, so each class needs a few nodes) — does the "
-                         f"label column ({spec.get('target_col') or 'auto-detected'}) hold class labels? "
+                         f"label column ({spec.target_col or 'auto-detected'}) hold class labels? "
                          "(numeric targets: --task-type regression)")
 
 
-def run_model_spec(baseline: str, spec: Dict[str, Any], data, hp: Dict[str, Any]) -> NodeModelSpec:
+def run_model_spec(baseline: str, spec: NodeDataSpec, data, hp: Dict[str, Any]) -> NodeModelSpec:
     """The model recipe of a node run: one output per class, or per target of a regression run."""
-    outputs = len(data.task_names) if is_regression(spec) else None
+    outputs = len(data.task_names) if spec.regression else None
     return node_model_spec(baseline, data, hp, outputs)
 
 
-def node_meta(mini_batch: Optional[str], spec: Dict[str, Any], data, model_spec: NodeModelSpec,
+def node_meta(mini_batch: Optional[str], spec: NodeDataSpec, data, model_spec: NodeModelSpec,
               hp: Dict[str, Any], model) -> Dict[str, Any]:
     """The checkpoint's meta: what evaluate/predict/explain rebuild the data and the model from."""
-    meta = {"pipeline": "node", "model": model_spec.to_dict(), "data": spec, "class_names": list(data.class_names),
+    meta = {"pipeline": "node", "model": model_spec.to_dict(), "data": spec.to_dict(), "class_names": list(data.class_names),
             "feature_source": data.feature_source, "hparams": hp,
             # full batch, partitions or sampled neighbourhoods: a resume must not switch it
             "batching": {"partition": "partitions", "neighbor": "neighbor"}.get(mini_batch or "", "full")}
-    if is_regression(spec):
+    if spec.regression:
         meta.update(task_type="regression", target_col=data.target_col,
                     target_statistics=statistics_meta(model, data.task_names))
     return meta

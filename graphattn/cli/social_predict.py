@@ -16,6 +16,7 @@ from graphattn.tasks.social.inputs import input_files
 from graphattn.tasks.social.node import node_accuracy
 from graphattn.tasks.social.node_regression import is_regression, metrics_line, regression_metrics
 from graphattn.tasks.social.predict import RELOCATE_KEYS, load_social, node_data, prediction_rows
+from graphattn.tasks.social.specs import data_spec_from_dict
 from graphattn.tasks.social.viz import draw_ego_attention, last_layer_attention
 from graphattn.utils.files import check_output_not_input, out_path, write_csv
 
@@ -88,7 +89,7 @@ def predict(args) -> int:
 
     if out != "-":
         check_output_not_input(out, {"the checkpoint": args.checkpoint,
-                                     **{"an input file of the run": p for p in input_files(meta.get("data") or {})
+                                     **{"an input file of the run": p for p in input_files(data_spec_from_dict(meta["data"]))
                                         if p}})
     rows = [{k: _cell(k, v) for k, v in r.items()} for r in prediction_rows(model, meta)]
     write_csv(out, list(rows[0]), rows)  # makes the folder

@@ -32,8 +32,9 @@ from graphattn.tasks.social.budget import BUDGET_LR_CAP
 from graphattn.tasks.social.graph_data import GRAPH_DATASETS
 from graphattn.tasks.social.minibatch import neighbor_loaders, node_loaders
 from graphattn.tasks.social.node_model import NodeModelSpec
-from graphattn.tasks.social.node_regression import (check_targets, format_value, is_regression, metrics_line,
-                                                    regression_forward, regression_metrics)
+from graphattn.tasks.social.node_regression import (check_targets, format_value, metrics_line, regression_forward,
+                                                    regression_metrics)
+from graphattn.tasks.social.specs import NodeDataSpec
 from graphattn.train import distributed
 from graphattn.train.checkpoint import CheckpointError, load_checkpoint, write_metrics
 from graphattn.train.config import TrainConfig
@@ -102,7 +103,7 @@ def train(args) -> int:
                                  "set is one batch; add --mini-batch (partition mini-batches)")
             check_applicable(args, "node", args.baseline or "none")
             spec = node_data_spec(args, None if args.edges else name)
-            check_rerun(out_dir_for(args, spec["display"]), args)
+            check_rerun(out_dir_for(args, spec.label), args)
             job = _prepare_node(args, spec)
     except (DataFileError, KeyError, ValueError, FileNotFoundError) as exc:
         hint = " (on the command line: --target-col NAME)" if "target_col" in message_of(exc) else ""
@@ -143,52 +144,53 @@ def _check_inputs(args) -> None:
                              "--target-col names a numeric column of a named set with --task-type regression)")
 
 
-def _resumed_feature_cut(args, spec: Dict[str, Any]) -> None:
+def _resumed_feature_cut(args, spec: NodeDataSpec) -> NodeDataSpec:
     """On ``--resume`` without ``--max-features``, the resumed run's own feature cut wins over
     the default budget: a run from before the budget (or one that kept every id) re-reads all
     feature ids instead of being refused as "another run" for its narrower ``x``."""
-    if not getattr(args, "resume", False) or "max_feature_bytes" not in spec:
-        return
-    last = out_dir_for(args, spec["display"]) / "last.pt"
+    if not getattr(args, "resume", False) or spec.max_feature_bytes is None:
+        return spec
+    last = out_dir_for(args, spec.label) / "last.pt"
     if not last.is_file():
-        return
+        return spec
 
     try:
         old = (load_checkpoint(last).get("meta") or {}).get("data") or {}
     except CheckpointError:
-        return  # fit() reports an unreadable last.pt
+        return spec  # fit() reports an unreadable last.pt
     if old.get("level") != "node":
-        return
-    spec.pop("max_feature_bytes")
-    if old.get("max_features") is not None:
-        spec["max_features"] = int(old["max_features"])
+        return spec
+    return spec.replace(max_feature_bytes=None,
+                        max_features=int(old["max_features"]) if old.get("max_features") is not None else None)
 
 
-def _check_targets(spec: Dict[str, Any], data):
-    """Regression: ``(mean, std)`` of the training targets, and the column read (also a recognised one)
-    pinned in the spec; classification: its checks, and None."""
-    if not is_regression(spec):
-        check_classes(spec, data)
-        return None
-    spec["target_col"] = data.target_col
-    return check_targets(spec["display"], data)
+def _pinned(spec: NodeDataSpec, data) -> NodeDataSpec:
+    """The spec with what reading its graph decided, for evaluate / predict to rebuild the same inputs:
+    the target column read (also a recognised one), the feature source and the feature budget's cut."""
+    cut = spec.max_features
+    if spec.max_feature_bytes is not None and getattr(data, "feature_ids", None) is not None \
+            and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
+        cut = int(data.feature_ids.numel())
+    source = data.base_feature_source if data.base_feature_source in ("file", "structural") else spec.feature_source
+    return spec.replace(target_col=data.target_col if spec.regression else spec.target_col, feature_source=source,
+                        max_features=cut, max_feature_bytes=None)
 
 
-def _prepare_node(args, spec: Dict[str, Any]):
+def _prepare_node(args, spec: NodeDataSpec):
     """(data spec, graph, hyperparameters, model) of a node-classification run; every input error raises
     ``ValueError`` here, before anything is written. The model is built once, from ``--seed``."""
-    _resumed_feature_cut(args, spec)
+    spec = _resumed_feature_cut(args, spec)
     data = sn.load_node_graph(spec)
-    stats = _check_targets(spec, data)
+    if spec.regression:  # (mean, std) of the training targets
+        stats = check_targets(spec.label, data)
+    else:
+        check_classes(spec, data)
+        stats = None
     if getattr(args, "max_features", None) is not None and data.base_feature_source == "structural":
-        raise ValueError(f"--max-features cuts a features file; {spec['display']} has none here (its features "
+        raise ValueError(f"--max-features cuts a features file; {spec.label} has none here (its features "
                          "are structural)")
-    if data.base_feature_source in ("file", "structural"):  # evaluate/predict rebuild the same inputs
-        spec["feature_source"] = data.base_feature_source
-    if spec.pop("max_feature_bytes", None) is not None and getattr(data, "feature_ids", None) is not None \
-            and int(data.feature_ids.numel()) < int(getattr(data, "num_feature_ids", 0)):
-        spec["max_features"] = int(data.feature_ids.numel())  # the budget's cut, pinned for the checkpoint
-    hp = social_hparams(args, sn.node_defaults(spec.get("name") or "", data.num_nodes),
+    spec = _pinned(spec, data)
+    hp = social_hparams(args, sn.node_defaults(spec.name or "", data.num_nodes),
                         full_batch=not args.mini_batch)
     if stats is not None:  # a recipe's label input / consistency loss read class labels (given ones are refused)
         hp.update(label_input=False, consistency=0)
@@ -222,8 +224,7 @@ def _prepare_node(args, spec: Dict[str, Any]):
             if getattr(args, k, None) is not None]
     if cons and not int(hp.get("consistency") or 0):
         raise ValueError(f"{', '.join(cons)} needs --consistency S >= 1 (this run has no consistency loss)")
-    if hp.get("pe_dim") or hp.get("label_input"):
-        spec["pe_dim"], spec["label_input"] = hp.get("pe_dim", 0), bool(hp.get("label_input"))
+    spec = spec.replace(pe_dim=int(hp.get("pe_dim") or 0), label_input=bool(hp.get("label_input")))
     data = sn.add_node_encodings(data, spec)
     threads_for(data.edge_index.size(1), getattr(args, "threads", None))
     set_seed(args.seed)
@@ -233,34 +234,34 @@ def _prepare_node(args, spec: Dict[str, Any]):
     return spec, data, hp, model
 
 
-def _announce(args, spec: Dict[str, Any], data, model_spec: NodeModelSpec, hp: Dict[str, Any],
+def _announce(args, spec: NodeDataSpec, data, model_spec: NodeModelSpec, hp: Dict[str, Any],
               meta: Dict[str, Any]) -> None:
     """The lines a node run starts with: the data and the model, the dataset's own defaults, a raised rate."""
     target = None
-    if is_regression(spec):
+    if spec.regression:
         st = meta["target_statistics"]
         target = (f"target {meta['target_col']!r} (train mean {format_value(st['mean'][0])}, "
                   f"std {format_value(st['std'][0])}; standardised for the loss)")
     print(describe_node(spec, data, model_spec, hp, args.mini_batch, target))
-    specific = sn.dataset_specific_defaults(spec.get("name") or "")
-    if is_regression(spec):
+    specific = sn.dataset_specific_defaults(spec.name or "")
+    if spec.regression:
         specific = {k: v for k, v in specific.items() if k not in CLASSIFICATION_ONLY}
     applied = applied_defaults(specific, args, "node")
     if applied:
         print(applied)
-    recipe = sn.node_defaults(spec.get("name") or "", data.num_nodes)
+    recipe = sn.node_defaults(spec.name or "", data.num_nodes)
     if hp["lr"] != recipe["lr"] and getattr(args, "lr", None) is None:
         print(f"learning rate {hp['lr']:.3g}: the recipe's {recipe['lr']:g} is for {recipe['epochs']} epochs; "
               f"for {hp['epochs']} it is raised by sqrt({recipe['epochs']}/{hp['epochs']}) (at most "
               f"x{BUDGET_LR_CAP:g}; --lr sets it)")
 
 
-def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> int:
+def _train_node(args, spec: NodeDataSpec, data, hp: Dict[str, Any], model) -> int:
     model_spec = run_model_spec(args.baseline, spec, data, hp)
-    regression = is_regression(spec)
+    regression = spec.regression
     device = resolve_device(getattr(args, "device", None))
     model = model.to(device)
-    out = out_dir_for(args, spec["display"])
+    out = out_dir_for(args, spec.label)
     meta = node_meta(args.mini_batch, spec, data, model_spec, hp, model)
     _announce(args, spec, data, model_spec, hp, meta)
     if args.mini_batch == "neighbor":
@@ -278,7 +279,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
     res = fit(model, loaders, forward, config, out_dir=out, meta=meta)
     scores = (metrics_line(res) if regression else
               " | ".join(f"{s} acc {res[s]['accuracy']:.4f}" for s in ("train", "val", "test")))
-    print(f"{spec['display']}: best epoch {res['best_epoch']}/{res['epochs_run']} | {scores}"
+    print(f"{spec.label}: best epoch {res['best_epoch']}/{res['epochs_run']} | {scores}"
           + f" | {res['seconds_per_epoch']:.2f} s/epoch"
           + {None: "", "partition": " (on the partitions)",
              "neighbor": " (on sampled neighbourhoods)"}[args.mini_batch])
@@ -288,7 +289,7 @@ def _train_node(args, spec: Dict[str, Any], data, hp: Dict[str, Any], model) -> 
         # evaluate / predict / explain read the whole graph, so report that too
         full = regression_metrics(model, meta, data) if regression else node_accuracy(model, meta, data)
         res["full_graph"] = full
-        print(f"{spec['display']}: whole graph (as evaluate/predict see it) | "
+        print(f"{spec.label}: whole graph (as evaluate/predict see it) | "
               + (metrics_line(full) if regression else " | ".join(f"{s} acc {v:.4f}" for s, v in full.items())))
 
         if distributed.is_main():

@@ -18,6 +18,7 @@ from graphattn.data import DataFileError, find_file
 from graphattn.tasks.social import graph_data as sg
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.node import _standardize
+from graphattn.tasks.social.specs import GraphDataSpec, NodeDataSpec
 from graphattn.train import CheckpointError, TrainConfig, fit, load_checkpoint
 from graphattn.train.checkpoint import check_same_run, write_metrics
 
@@ -148,11 +149,11 @@ def test_features_source_is_pinned_in_the_checkpoint(tmp_path, capsys):
     # a features file that appears later is not used by this checkpoint
     feats = tmp_path / "f.json"
     feats.write_text(json.dumps({str(i): [i % 3] for i in range(40)}))
-    data = sn.load_node_data({**spec, "features": str(feats)})
+    data = sn.load_node_data(NodeDataSpec.from_dict({**spec, "features": str(feats)}))
     assert data.base_feature_source == "structural"
     # ... and a checkpoint trained on a file fails clearly without it
     with pytest.raises(ValueError, match="features file"):
-        sn.load_node_data({**spec, "feature_source": "file"})
+        sn.load_node_data(NodeDataSpec.from_dict({**spec, "feature_source": "file"}))
 
 
 def test_mini_batch_reports_whole_graph_accuracy(tmp_path, capsys):
@@ -175,10 +176,9 @@ def test_tu_text_node_attributes_reach_the_features(tmp_path, capsys):
     for g in range(6):
         lines += [f"2 {g % 2}", f"0 1 1 {g}.5 1", f"0 1 0 {-g}.0 2"]
     (tmp_path / "ATTR.txt").write_text("\n".join(lines) + "\n")
-    base = {"level": "graph", "name": None, "limit": None, "split_seed": 0, "folds": None,
-            "tu_text": str(tmp_path / "ATTR.txt"), **sg.GRAPH_FEATURES}
-    without = sg.load_graphs(dict(base))
-    with_attr = sg.load_graphs({**base, "node_attr": True})
+    base = GraphDataSpec(tu_text=str(tmp_path / "ATTR.txt"), node_attr=False)
+    without = sg.load_graphs(base)
+    with_attr = sg.load_graphs(base.replace(node_attr=True))
     assert with_attr[0].num_features == without[0].num_features + 2
     attr = torch.cat([g.x[:, -2:] for g in with_attr])
     assert torch.allclose(attr.mean(0), torch.zeros(2), atol=1e-5)  # z-scored over the set

@@ -18,6 +18,7 @@ from graphattn.nn import ConvBaseline
 from graphattn.tasks.social.graph import graph_model_spec
 from graphattn.tasks.social.node import load_node_data, masked_label_input
 from graphattn.tasks.social.node_model import node_inputs
+from graphattn.tasks.social.specs import NodeDataSpec
 from graphattn.tasks.social.viz import last_layer_attention
 from graphattn.testing import requires_data, shared_data_dir
 from graphattn.train import load_checkpoint
@@ -74,7 +75,7 @@ def test_karate_train_evaluate_predict_explain(tmp_path, capsys):
 
 
 def test_last_layer_attention_sums_to_one_per_node():
-    data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
+    data = load_node_data(NodeDataSpec(name="karate", split=(0.6, 0.2), split_seed=0))
     model = NodeClassifier(data.num_features, 16, 2, num_layers=2, heads=2)
     logits, ei, alpha = last_layer_attention(model, data, node_inputs(data))
     assert logits.shape == (34, 2) and ei.shape == data.edge_index.shape and alpha.shape == (ei.size(1),)
@@ -259,7 +260,7 @@ def test_examples_run(tmp_path, capsys):
 def test_social_baselines_takes_a_users_graph_and_prints_each_epoch(tmp_path, capsys):
     """examples/social_baselines.py reads --edges/--target (and --tu-text) as the CLI does, and prints
     one line per epoch of every run (it printed nothing until a model finished)."""
-    data = load_node_data({"name": "karate", "split": [0.6, 0.2], "split_seed": 0})
+    data = load_node_data(NodeDataSpec(name="karate", split=(0.6, 0.2), split_seed=0))
     edges = tmp_path / "club_edges.csv"
     edges.write_text("a,b\n" + "".join(f"{u},{v}\n" for u, v in data.edge_index.t().tolist() if u < v))
     target = tmp_path / "club_target.csv"
@@ -280,8 +281,8 @@ def test_social_baselines_takes_a_users_graph_and_prints_each_epoch(tmp_path, ca
 
 
 def test_label_input_never_shows_val_or_test_labels():
-    spec = {"name": "karate", "split": [0.6, 0.2], "split_seed": 0}
-    plain, data = load_node_data(spec), load_node_data({**spec, "label_input": True})
+    spec = NodeDataSpec(name="karate", split=(0.6, 0.2), split_seed=0)
+    plain, data = load_node_data(spec), load_node_data(spec.replace(label_input=True))
     K = len(data.class_names)
     assert data.num_features == plain.num_features + K and "+train labels" in data.feature_source
     lab = data.x[:, -K:]

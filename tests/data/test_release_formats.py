@@ -20,6 +20,7 @@ from graphattn.data import (DataFileError, load_musae, load_planetoid, load_soci
                             load_social_node_dataset, load_tu_dataset, load_tu_folder, load_tu_text, stratified_folds)
 from graphattn.tasks.social.graph_data import graph_split, load_graphs
 from graphattn.tasks.social.inputs import input_files
+from graphattn.tasks.social.specs import GraphDataSpec
 from graphattn.train import load_checkpoint
 
 
@@ -197,7 +198,7 @@ def test_tiny_graph_sets_split_and_fold_messages(tmp_path, capsys):
     assert main(["train", "--tu-text", str(tmp_path / "t"), "--epochs", "1", "--out", str(tmp_path / "r"),
                  "--no-progress", "--threads", "1"]) == 0  # 80/10/10 of 5 per class rounds val/test to 0
 
-    parts = graph_split({"split_seed": 0}, load_tu_folder(tmp_path / "t"), None)
+    parts = graph_split(GraphDataSpec(split_seed=0), load_tu_folder(tmp_path / "t"), None)
     assert all(p.numel() > 0 for p in parts) and sum(p.numel() for p in parts) == 15
     assert len(set(torch.cat(parts).tolist())) == 15
     with pytest.raises(ValueError, match=r"no class has 6 graphs.*\[5, 5, 5\].*at most 5 folds"):
@@ -575,7 +576,7 @@ def test_tu_raw_layout_finds_the_fold_files_beside_raw_and_hashes_only_its_own_f
     _write_tu(tmp_path / "B" / "raw", "B", graphs)
     _write_tu(tmp_path / "B" / "raw", "B_full", graphs[:4])  # another set whose names start with B_
     _fold_files(tmp_path / "B" / "10fold_idx", len(graphs))
-    files = input_files({"tu_text": str(tmp_path / "B" / "raw" / "B_A.txt")})
+    files = input_files(GraphDataSpec(tu_text=str(tmp_path / "B" / "raw" / "B_A.txt")))
     assert files and all(p.name.startswith("B_") and not p.name.startswith("B_full") for p in files)
     assert main(["train", "--tu-text", str(tmp_path / "B" / "raw" / "B_A.txt"), "--folds", "2", "--epochs", "1",
                  "--no-progress", "--threads", "1", "--out", str(tmp_path / "run")]) == 0
@@ -648,7 +649,7 @@ def test_tu_edge_features_reach_the_models_and_baselines(tmp_path, capsys):
     assert main(["predict", "--checkpoint", str(run / "best.pt"), "--out", str(tmp_path / "p.csv")]) == 0
     old = dict(meta["data"])
     del old["edge_attr"], old["edge_dim"]  # a spec written before edge features were used: none
-    assert all(g.edge_attr is None for g in load_graphs(old))
+    assert all(g.edge_attr is None for g in load_graphs(GraphDataSpec.from_dict(old)))
     (tmp_path / "P" / "P_edge_labels.txt").rename(tmp_path / "labels.txt")  # moved away: named, not a raw error
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(run / "best.pt")]) == 2

@@ -6,7 +6,8 @@ from torch_geometric.utils import erdos_renyi_graph, to_undirected
 from graphattn.cli import main as cli
 from graphattn.data import add_structural_features
 from graphattn.data.structural import local_degree_profile
-from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
+from graphattn.tasks.social.graph_data import load_graphs
+from graphattn.tasks.social.specs import GraphDataSpec
 from graphattn.train import load_checkpoint
 
 from tiny_inputs import write_tu_text
@@ -50,9 +51,9 @@ def test_graph_sets_use_ldp_and_old_specs_still_load(tmp_path, monkeypatch):
     assert cli.main(["train", "--tu-text", str(txt), "--epochs", "1", "--batch-size", "8", "--no-progress",
                      "--out", str(tmp_path / "g")]) == 0
     spec = load_checkpoint(tmp_path / "g" / "best.pt")["meta"]["data"]
-    assert spec["ldp"] is True and GRAPH_FEATURES["ldp"] is True
-    new = load_graphs(spec)
-    old = load_graphs({k: v for k, v in spec.items() if k != "ldp"})
+    assert spec["ldp"] is True and GraphDataSpec().ldp is True
+    new = load_graphs(GraphDataSpec.from_dict(spec))
+    old = load_graphs(GraphDataSpec.from_dict({k: v for k, v in spec.items() if k != "ldp"}))
     assert new[0].num_features == old[0].num_features + 4
     assert cli.main(["evaluate", "--checkpoint", str(tmp_path / "g" / "best.pt")]) == 0
 

@@ -4,8 +4,9 @@ import pytest
 
 from graphattn.data import DataFileError
 from graphattn.tasks.social import node as sn
-from graphattn.tasks.social.graph_data import GRAPH_FEATURES, load_graphs
+from graphattn.tasks.social.graph_data import load_graphs
 from graphattn.tasks.social.node import recorded_root_first
+from graphattn.tasks.social.specs import GraphDataSpec, NodeDataSpec
 
 from tiny_inputs import write_file
 
@@ -34,12 +35,12 @@ def test_stale_fold_files_ignored_without_folds(tmp_path):
     d.mkdir()
     write_file(d / "train_idx-1.txt", "0\n")  # covers 2 of 6 graphs: does not fit this file
     write_file(d / "test_idx-1.txt", "1\n")
-    spec = {"tu_text": str(f), "folds": None, "limit": None, **GRAPH_FEATURES}
+    spec = GraphDataSpec(tu_text=str(f))
     with pytest.warns(UserWarning, match="ignoring the fold files"):
         graphs = load_graphs(spec)
     assert graphs.folds is None and len(graphs) == 6
     with pytest.raises(DataFileError, match="expected 6 graphs"):
-        load_graphs({**spec, "folds": 10})
+        load_graphs(spec.replace(folds=10))
 
 
 def test_tiny_user_graph_still_loads_for_existing_checkpoints(tmp_path):
@@ -47,6 +48,6 @@ def test_tiny_user_graph_still_loads_for_existing_checkpoints(tmp_path):
     load the same graph through load_node_data, which must not refuse it."""
     e = write_file(tmp_path / "e.csv", "id_1,id_2\n" + "".join(f"{i},{(i + 1) % 6}\n" for i in range(6)))
     t = write_file(tmp_path / "t.csv", "id,target\n" + "".join(f"{i},{i % 2}\n" for i in range(6)))
-    spec = {"edges": str(e), "target": str(t), "features": None, "target_col": None}
+    spec = NodeDataSpec(edges=str(e), target=str(t))
     data = sn.load_node_data(spec)
     assert data.num_nodes == 6

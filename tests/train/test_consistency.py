@@ -9,6 +9,7 @@ from graphattn.cli.main import main
 from graphattn.nn.models.registry import build_model
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.node_model import ConsistencyLoss, node_model_spec
+from graphattn.tasks.social.specs import NodeDataSpec
 from graphattn.train import TrainConfig, fit, load_checkpoint
 from graphattn.train.metrics import consistency_loss
 
@@ -53,7 +54,7 @@ def test_bad_arguments(logits, T, match):
 
 
 def _karate(samples):
-    spec = {"level": "node", "name": "karate", "display": "karate", "split": list(sn.SPLIT), "split_seed": 0}
+    spec = NodeDataSpec(name="karate", display="karate", split=sn.SPLIT, split_seed=0)
     data = sn.load_node_data(spec)
     hp = dict(sn.node_defaults("karate", data.num_nodes), heads=2, consistency=samples)
     mspec = node_model_spec("none", data, hp)

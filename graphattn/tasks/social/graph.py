@@ -3,7 +3,7 @@ the bonus ego-net sets, and any file in the DGCNN/GIN text format (``--tu-text``
 
 Social graphs have no node features: every graph gets one-hot degree (capped at 64) +
 log-degree + 8 random-walk return probabilities + the local degree profile
-(:data:`GRAPH_FEATURES`, :func:`graphattn.data.structural.add_structural_features`).
+(:class:`~graphattn.tasks.social.specs.GraphDataSpec`, :func:`graphattn.data.structural.add_structural_features`).
 With ``--folds K`` each fold trains a fresh model: the fold's training graphs minus a
 stratified 10 % validation part (model selection, early stopping), tested on the fold's
 test graphs; 10 folds use the dataset's ``10fold_idx`` files when present (else seeded
@@ -25,6 +25,7 @@ from graphattn.nn.models.baselines import EDGE_BASELINES
 from graphattn.nn.models.registry import ModelSpec
 from graphattn.tasks.social.graph_data import graph_split, load_graphs
 from graphattn.tasks.social.node import check_matches_checkpoint
+from graphattn.tasks.social.specs import GraphDataSpec
 from graphattn.train.checkpoint import check_same_run, json_safe, load_checkpoint
 from graphattn.train.config import TrainConfig
 from graphattn.train.loop import fit
@@ -146,12 +147,13 @@ def gin_protocol(histories: List[List[Dict[str, Any]]]) -> Tuple[float, float, i
 def _graph_logits(model, meta) -> Tuple[Any, Tuple[Tensor, Tensor, Tensor], Tensor]:
     from torch_geometric.loader import DataLoader
 
-    graphs, spec = load_graphs(meta["data"]), ModelSpec.from_dict(meta["model"])
-    where = meta["data"].get("tu_text") or meta["data"].get("display") or meta["data"].get("name")
+    data_spec = GraphDataSpec.from_dict(meta["data"])
+    graphs, spec = load_graphs(data_spec), ModelSpec.from_dict(meta["model"])
+    where = data_spec.tu_text or data_spec.label
     width = graphs[0].num_features if len(graphs) else spec.arg("in_channels")  # none: no check
     check_matches_checkpoint(meta, graphs.label_values, width, f"{where}: ",
                              "the graph files (labels, node labels or attribute files)")
-    split = graph_split(meta["data"], graphs, meta.get("fold"))
+    split = graph_split(data_spec, graphs, meta.get("fold"))
     model.eval()
     dev = model_device(model)
     logits = torch.cat([_logits(model, spec, b.to(dev)).cpu()

@@ -1,14 +1,9 @@
 """Node classification on one social graph: data recipe, features, model spec, forward.
 
-A *data spec* is a plain dict (stored in checkpoints) from which :func:`load_node_data`
-rebuilds exactly the graph, features and split a model was trained on::
-
-    {"level": "node", "display": "karate", "name": "karate" | None, "root": "...",
-     "edges": path, "target": path, "features": path, "target_col": str, "id_col": str,
-     "split": [0.6, 0.2], "split_seed": 0, "pe_dim": 0, "max_features": int}
-
-(``max_features``: the most frequent feature ids kept; ``graphattn train`` cuts wide feature
-files to what fits a dense ``x`` of :data:`FEATURE_BYTES`, ``--max-features all`` keeps all.)
+A data spec (:class:`~graphattn.tasks.social.specs.NodeDataSpec`, stored in checkpoints as its
+``to_dict()``) is what :func:`load_node_data` rebuilds exactly the graph, features and split a model
+was trained on from; ``graphattn train`` cuts wide feature files to what fits a dense ``x`` of
+:data:`FEATURE_BYTES` (``--max-features all`` keeps all).
 
 Features: a file's multi-hot features are used as they are (Cora's are row-normalised, as in
 GCN/GAT); graphs without a features file
@@ -36,11 +31,12 @@ from graphattn.data.social import (SOCIAL_NODE_DATASETS, load_musae, load_social
 from graphattn.nn.features import gcn_normalized_graph
 from graphattn.tasks.social.inputs import warn_if_inputs_changed
 from graphattn.tasks.social.node_model import NodeModelSpec, node_inputs, run_model
+from graphattn.tasks.social.specs import SPLIT, NodeDataSpec
 from graphattn.train.metrics import consistency_loss
 from graphattn.train.runtime import model_device
 from graphattn.transforms.positional import AddLaplacianPE
 
-__all__ = ["NODE_DATASETS", "USER_GRAPH", "dataset_specific_defaults", "node_accuracy", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_forward",
+__all__ = ["NODE_DATASETS", "SPLIT", "USER_GRAPH", "dataset_specific_defaults", "node_accuracy", "load_node_data", "load_node_graph", "add_node_encodings", "hop_features", "node_defaults", "node_forward",
            "node_logits", "EvalCache", "label_columns", "masked_label_input"]
 
 
@@ -52,8 +48,6 @@ NODE_DATASETS = ("karate", "cora", "citeseer", "pubmed") + _musae_names()
 #: citation graphs with a public split and bag-of-words features (row-normalised, as in GCN/GAT)
 PLANETOID = ("cora", "citeseer", "pubmed")
 
-#: (train, val) fractions of the stratified split; test is the rest.
-SPLIT = (0.6, 0.2)
 #: memory budget of a features file's dense multi-hot ``x`` in ``graphattn train`` (Deezer Europe's
 #: 28k nodes x 31k feature ids would be 3.5 GB, ~11 GB at peak with input dropout)
 FEATURE_BYTES = 2 ** 30
@@ -135,81 +129,84 @@ def recorded_root_first(load: Callable, root: Optional[str]):
     return load(root=None)
 
 
-def load_node_data(spec: Dict[str, Any]):
+def load_node_data(spec: NodeDataSpec):
     """Rebuild the graph of a data spec: ``Data(x, y, edge_index, masks, class_names, ...)``, with the
     positional encodings and label inputs the spec asks for (:func:`add_node_encodings`)."""
     return add_node_encodings(load_node_graph(spec), spec)
 
 
-def load_node_graph(spec: Dict[str, Any]):
+def _read_graph(spec: NodeDataSpec):
+    """The graph, raw features and split of a named set or of the spec's files."""
+    cut = {k: getattr(spec, k) for k in ("max_features", "max_feature_bytes") if getattr(spec, k) is not None}
+    numeric = spec.regression  # y (N, 1) float, NaN missing; a random split
+    target = {"target_col": spec.target_col, "numeric_target": True} if numeric else {}
+    if spec.name:
+        # a model pinned to structural features does not read (or try to download) the features file
+        return recorded_root_first(lambda **where: load_social_node_dataset(
+            spec.name, split=spec.split, seed=spec.split_seed, features=spec.feature_source != "structural",
+            **cut, **target, **where), spec.root)
+    # a run that fell back to structural features never used its features file: not read again
+    features = spec.features if spec.feature_source != "structural" else None
+    gone = [(key, path) for key, path in (("edges", spec.edges), ("target", spec.target), ("features", features))
+            if path is not None and not Path(path).exists()]
+    if gone:
+        raise DataFileError(f"{', '.join(p for _, p in gone)}: the {'/'.join('--' + k for k, _ in gone)} "
+                            f"file(s) this model was trained on are not there any more; give their new place "
+                            f"with {', '.join('--' + k for k, _ in gone)}")
+    warn_if_inputs_changed(spec)
+    data = load_musae(spec.edges, spec.target, features, spec.target_col, id_col=spec.id_col,
+                      numeric_target=numeric, **cut)
+    masks = random_masks if numeric else stratified_masks
+    data.train_mask, data.val_mask, data.test_mask = masks(data.y, *spec.split, seed=spec.split_seed)
+    if data.x is None:
+        data.x = structural_node_features(data.edge_index, data.num_nodes)
+        data.feature_source = "structural"
+    return data
+
+
+def load_node_graph(spec: NodeDataSpec):
     """The graph, node features and split of a data spec, before any model-dependent input.
 
-    ``spec["feature_source"]`` (set by ``graphattn train``, ``"file"`` or ``"structural"``)
+    ``spec.feature_source`` (set by ``graphattn train``, ``"file"`` or ``"structural"``)
     pins where the features come from, so a checkpoint trained on structural features
     still gets them after a features file appears, and one trained on a features file fails
     clearly when that file is gone. ``data.base_feature_source`` is that source.
     """
-    split, seed = tuple(spec.get("split", SPLIT)), int(spec.get("split_seed", 0))
-    cut = {k: spec[k] for k in ("max_features", "max_feature_bytes") if spec.get(k) is not None}
-    numeric = spec.get("task_type") == "regression"  # y (N, 1) float, NaN missing; a random split
-    target = {"target_col": spec.get("target_col"), "numeric_target": True} if numeric else {}
-    if spec.get("name"):
-        # a model pinned to structural features does not read (or try to download) the features file
-        data = recorded_root_first(lambda **where: load_social_node_dataset(
-            spec["name"], split=split, seed=seed, features=spec.get("feature_source") != "structural",
-            **cut, **target, **where), spec.get("root"))
-    else:
-        # a run that fell back to structural features never used its features file: not read again
-        features = spec.get("features") if spec.get("feature_source") != "structural" else None
-        gone = [(key, path) for key, path in (("edges", spec["edges"]), ("target", spec["target"]),
-                                              ("features", features)) if path is not None and not Path(path).exists()]
-        if gone:
-            raise DataFileError(f"{', '.join(p for _, p in gone)}: the {'/'.join('--' + k for k, _ in gone)} "
-                                f"file(s) this model was trained on are not there any more; give their new place "
-                                f"with {', '.join('--' + k for k, _ in gone)}")
-        warn_if_inputs_changed(spec)
-        data = load_musae(spec["edges"], spec["target"], features, spec.get("target_col"),
-                          id_col=spec.get("id_col"), numeric_target=numeric, **cut)
-        masks = random_masks if numeric else stratified_masks
-        data.train_mask, data.val_mask, data.test_mask = masks(data.y, *split, seed=seed)
-        if data.x is None:
-            data.x = structural_node_features(data.edge_index, data.num_nodes)
-            data.feature_source = "structural"
-    source, want = data.feature_source, spec.get("feature_source")
+    data = _read_graph(spec)
+    source, want = data.feature_source, spec.feature_source
     if want == "structural" and source == "file":
         data.x = structural_node_features(data.edge_index, data.num_nodes)
         source = data.feature_source = "structural"
     elif want == "file" and source != "file":
-        if spec.get("features"):  # --edges/--target/--features run: the file is there (checked above)
-            raise ValueError(f"{spec['features']}: this model was trained on the node features of this file, "
+        if spec.features:  # --edges/--target/--features run: the file is there (checked above)
+            raise ValueError(f"{spec.features}: this model was trained on the node features of this file, "
                              "which gives none now (it covers too few of the target's nodes, see the warning): "
                              "the input files changed")
-        raise ValueError(f"{spec.get('display') or spec.get('name')}: this model was trained on the node "
+        raise ValueError(f"{spec.label}: this model was trained on the node "
                          "features file, which is not found now (only structural features could be built); "
                          "put the features JSON back under the data root")
     data.base_feature_source = source
-    if spec.get("name") == "karate":
+    if spec.name == "karate":
         data.x = torch.cat([torch.eye(data.num_nodes), _standardize(data.x)], 1)
         source = data.feature_source = "identity+structural"
     elif source == "structural":
         data.x = _standardize(data.x)
-    elif source == "file" and spec.get("name") in PLANETOID:  # row-normalised, as in GCN/GAT
+    elif source == "file" and spec.name in PLANETOID:  # row-normalised, as in GCN/GAT
         data.x = data.x / data.x.sum(1, keepdim=True).clamp(min=1.0)
     data.x = data.x.float()
-    if int(spec.get("hops", 0) or 0) > 0:
-        data.x = hop_features(data.x, data.edge_index, int(spec["hops"]))
-        data.feature_source += f"+{int(spec['hops'])}hop"
+    if spec.hops > 0:
+        data.x = hop_features(data.x, data.edge_index, spec.hops)
+        data.feature_source += f"+{spec.hops}hop"
     return data
 
 
-def add_node_encodings(data, spec: Dict[str, Any]):
-    """The inputs of a data spec that depend on the model's settings: ``spec["pe_dim"]`` Laplacian PE
-    columns (``data.lap_pe``) and, with ``spec["label_input"]``, the one-hot training labels as extra
+def add_node_encodings(data, spec: NodeDataSpec):
+    """The inputs of a data spec that depend on the model's settings: ``spec.pe_dim`` Laplacian PE
+    columns (``data.lap_pe``) and, with ``spec.label_input``, the one-hot training labels as extra
     columns of ``x``. Returns the graph (a new object when PE is added)."""
-    k = int(spec.get("pe_dim", 0) or 0)
-    if k > 0:
-        data = AddLaplacianPE(k)(data)
-    if spec.get("label_input"):
+    if spec.pe_dim > 0:
+        data = AddLaplacianPE(spec.pe_dim)(data)
+    if spec.label_input:
         data.x = torch.cat([data.x, label_columns(data.y, data.train_mask, len(data.class_names))], 1)
         data.feature_source += "+train labels"
     return data

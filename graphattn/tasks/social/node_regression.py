@@ -31,9 +31,9 @@ __all__ = ["REGRESSION_METRICS", "is_regression", "check_targets", "build_node_m
 REGRESSION_METRICS = ("mae", "rmse", "r2")
 
 
-def is_regression(meta_or_spec: Dict[str, Any]) -> bool:
-    """Whether a checkpoint's meta (or a data spec) is of a regression run."""
-    return meta_or_spec.get("task_type") == "regression"
+def is_regression(meta: Dict[str, Any]) -> bool:
+    """Whether a checkpoint's meta is of a regression run (a data spec says it as ``spec.regression``)."""
+    return meta.get("task_type") == "regression"
 
 
 def check_targets(display: str, data) -> Tuple[Tensor, Tensor]:

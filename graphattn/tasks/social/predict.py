@@ -10,6 +10,7 @@ from torch import nn
 from graphattn.tasks.social import node as sn
 from graphattn.tasks.social.graph import predict_graph
 from graphattn.tasks.social.node_regression import build_node_model, is_regression
+from graphattn.tasks.social.specs import DataSpec, NodeDataSpec, data_spec_from_dict
 from graphattn.train.checkpoint import load_checkpoint
 
 __all__ = ["RELOCATE_KEYS", "load_social", "node_data", "prediction_rows", "splits_and_ids"]
@@ -18,22 +19,24 @@ __all__ = ["RELOCATE_KEYS", "load_social", "node_data", "prediction_rows", "spli
 RELOCATE_KEYS = ("edges", "target", "features", "tu_text")
 
 
-def relocate(spec: Dict[str, Any], moved: Mapping[str, Optional[str]]) -> None:
-    """Point the data spec of a run at its input files' new places (``moved``: key of
+def relocate(spec: DataSpec, moved: Mapping[str, Optional[str]]) -> DataSpec:
+    """The data spec of a run pointed at its input files' new places (``moved``: key of
     :data:`RELOCATE_KEYS` → path); the recorded sha256 still checks their contents (a warning when they
     differ). ``ValueError`` for a file the run did not use, or one that does not exist."""
+    changes = {}
     for key in RELOCATE_KEYS:
         path = moved.get(key)
         if not path:
             continue
         flag = "--" + key.replace("_", "-")
-        if spec.get(key) is None:
-            what = ("a named dataset" if spec.get("name") else "--edges/--target without --features: structural "
-                    "features" if key == "features" and spec.get("edges") else "other inputs")
+        if getattr(spec, key) is None:
+            what = ("a named dataset" if spec.name else "--edges/--target without --features: structural "
+                    "features" if key == "features" and spec.edges else "other inputs")
             raise ValueError(f"{flag}: this model was not trained on {flag} files ({what}); nothing to relocate")
         if not Path(path).expanduser().exists():
             raise ValueError(f"{flag} {path}: no such file")
-        spec[key] = str(Path(path).expanduser().resolve())
+        changes[key] = str(Path(path).expanduser().resolve())
+    return spec.replace(**changes)
 
 
 def load_social(checkpoint, moved: Optional[Mapping[str, Optional[str]]] = None
@@ -45,7 +48,7 @@ def load_social(checkpoint, moved: Optional[Mapping[str, Optional[str]]] = None
     if meta.get("pipeline") not in ("node", "graph"):
         raise ValueError(f"{checkpoint} is a {meta.get('pipeline')!r} checkpoint, not a social-network one")
     if moved:
-        relocate(meta["data"], moved)
+        meta["data"] = relocate(data_spec_from_dict(meta["data"]), moved).to_dict()
     model = build_node_model(meta)
     model.load_state_dict(ck["model"])
     return ck, meta, model.eval()
@@ -53,7 +56,7 @@ def load_social(checkpoint, moved: Optional[Mapping[str, Optional[str]]] = None
 
 def node_data(meta: Dict[str, Any]):
     """The graph of a node checkpoint, checked against what the model was trained on."""
-    data = sn.load_node_data(meta["data"])
+    data = sn.load_node_data(NodeDataSpec.from_dict(meta["data"]))
     sn.check_matches_checkpoint(meta, data.class_names, data.num_features, "", "the input files")
     return data
 
