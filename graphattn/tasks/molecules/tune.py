@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from graphattn.tasks.molecules.data import descriptor_set
 from graphattn.tasks.molecules.pipeline import model_spec, run_training
 
-__all__ = ["Param", "SEARCH_SPACE", "space_for", "sample", "recipe_values", "TrialResult", "RecipeObjective",
+__all__ = ["Param", "SEARCH_SPACE", "HEADS_SPLIT_WIDTH", "space_for", "sample", "recipe_values", "TrialResult", "RecipeObjective",
            "make_study", "run_search", "trial_table"]
 
 
@@ -63,6 +63,8 @@ SEARCH_SPACE: Dict[str, Dict[str, Param]] = {
     "gine": dict(_COMMON),
     "gat": dict(_COMMON),
 }
+#: the models whose width is split over ``heads`` (so the searched widths are those ``heads`` divides)
+HEADS_SPLIT_WIDTH = frozenset({"none", "gat"})
 
 
 def space_for(baseline: str, fixed: Iterable[str] = (), recipe=None) -> Dict[str, Param]:
@@ -73,7 +75,7 @@ def space_for(baseline: str, fixed: Iterable[str] = (), recipe=None) -> Dict[str
         raise ValueError(f"no search space for --baseline {baseline!r}; choose one of {sorted(SEARCH_SPACE)}")
     fixed = set(fixed)
     space = {k: p for k, p in SEARCH_SPACE[baseline].items() if k not in fixed}
-    if recipe is not None and "hidden" in space and baseline != "gine":
+    if recipe is not None and "hidden" in space and baseline in HEADS_SPLIT_WIDTH:
         widths = tuple(w for w in space["hidden"].choices if w % recipe.heads == 0)
         if not widths:
             raise ValueError(f"--heads {recipe.heads} divides none of the searched widths "
