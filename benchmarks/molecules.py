@@ -126,7 +126,9 @@ def _recipe(p: argparse.ArgumentParser, args) -> Dict[str, object]:
         try:
             hp[key] = json.loads(value)
         except json.JSONDecodeError:
-            hp[key] = None if value in ("none", "None") else value  # a plain word: gine, laplacian ...
+            # a plain word: gine, laplacian ...; "none" is None (no branch), except for descriptors,
+            # where None means the task type's default set and "none" means none
+            hp[key] = None if value in ("none", "None") and key != "descriptors" else value
     if args.epochs is not None:
         hp["epochs"] = args.epochs
     if args.patience is not None:
@@ -135,9 +137,10 @@ def _recipe(p: argparse.ArgumentParser, args) -> Dict[str, object]:
 
 
 def recipe(source, args) -> Dict[str, object]:
-    """The recipe of ours/GINE/GAT on ``source``: ``args.hp``, for a regression set with
-    ``task_type="regression"`` (the classification recipe stays as it was: its results keep their keys)."""
-    return args.hp if source["task_type"] == "classification" else {**args.hp, "task_type": "regression"}
+    """The recipe of ours/GINE/GAT on ``source``: ``args.hp`` resolved for the set's task type (its
+    default descriptor set when ``descriptors`` is not given)."""
+    hp = dict(args.hp)
+    return molecule_defaults.defaults_for(source["task_type"], **{k: v for k, v in hp.items() if k != "task_type"})
 
 
 # ----------------------------------------------------------------------------- data sets
@@ -263,7 +266,7 @@ def run_source(source, models: List[str], args, chemprop: Optional[str]) -> int:
     print(f"{source['name']}: {done} result(s) exist, {len(todo)} to run", flush=True)
     if not todo:
         return 0
-    ds, y = load(source, args.hp, args.limit)
+    ds, y = load(source, recipe(source, args), args.limit)
     failures, splits = 0, {}
     for seed, model in todo:
         if seed not in splits:  # the same split for every model

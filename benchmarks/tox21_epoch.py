@@ -92,11 +92,11 @@ def tc_attention(ours):
 def recipe_hp(recipe: str) -> dict:
     """The hyper-parameters of the timed model: this benchmark's (no PE, no global token) or
     ``graphattn train``'s defaults."""
-    from graphattn.tasks.molecules.defaults import DEFAULTS
+    from graphattn.tasks.molecules.defaults import defaults_for
 
     if recipe == "defaults":
-        return dict(DEFAULTS)
-    return {**DEFAULTS, "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "global_tokens": 0, "pe_dim": 0}
+        return defaults_for("classification")
+    return {**defaults_for("classification"), "hidden": HIDDEN, "layers": LAYERS, "heads": HEADS, "global_tokens": 0, "pe_dim": 0}
 
 
 def build_models(num_tasks: int, seed: int, which: str, hp: dict, graph_feature_dim: int = 0):

@@ -33,7 +33,7 @@ def parse_args(argv=None):
     p.add_argument("--split", nargs="+", default=["scaffold", "random"], choices=molecule_defaults.SPLITS)
     p.add_argument("--models", nargs="+", default=["ours", "baseline"], choices=["ours", "baseline"])
     p.add_argument("--baseline", default="gine", choices=["gine", "gat"], help="PyG baseline layer")
-    d = molecule_defaults.DEFAULTS
+    d = molecule_defaults.defaults_for("classification")
     p.add_argument("--epochs", type=int, default=d["epochs"])
     p.add_argument("--patience", type=int, default=d["patience"])
     p.add_argument("--lr", type=float, default=d["lr"])

@@ -173,3 +173,14 @@ def test_regression_csv_gets_the_regression_table(smoke, rerun, tmp_path):
     ranks = [r["rank_mean"] for r in payload["ranks"]]
     assert len(ranks) == 3 and min(ranks) == 1.0 and max(ranks) <= 3.0
     assert all("test_rmse" in r and "test_roc_auc" not in r for r in payload["runs"])
+
+
+def test_every_model_trains_with_the_task_types_default_descriptors():
+    """The package default leaves ``descriptors`` to the task type: the benchmark resolves it per set
+    (chemprop's normalised set for classification, RDKit's for regression) instead of reading none."""
+    bench = load_script(SCRIPT)
+    args = bench.parse_args(["--datasets", "bace", "esol"])
+    got = {s["name"]: bench.recipe(s, args)["descriptors"] for s in bench.sources(args)}
+    assert got == {"bace": "rdkit2d_normalized", "esol": "rdkit2d"}
+    args = bench.parse_args(["--datasets", "bace", "--set", "descriptors=none"])
+    assert bench.recipe(bench.sources(args)[0], args)["descriptors"] == "none"

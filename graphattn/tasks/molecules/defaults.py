@@ -4,7 +4,7 @@
 
 from graphattn.tasks.molecules.recipe import PE_KINDS, MoleculeRecipe
 
-__all__ = ["SPLITS", "BASELINES", "PE_KINDS", "DEFAULTS", "PRETRAIN_DEFAULTS", "ARCH_KEYS"]
+__all__ = ["SPLITS", "BASELINES", "PE_KINDS", "DEFAULTS", "defaults_for", "PRETRAIN_DEFAULTS", "ARCH_KEYS"]
 SPLITS = ("scaffold", "random", "balanced_scaffold", "deepchem_scaffold")
 
 
@@ -16,6 +16,12 @@ BASELINES = ("none", "gine", "gat")
 #: ``descriptors`` is None: the task type's set (:data:`~graphattn.tasks.molecules.recipe.DEFAULT_DESCRIPTORS`),
 #: so a regression recipe built from these keys gets the regression default
 DEFAULTS = {**MoleculeRecipe().to_dict(), "descriptors": None}
+
+
+def defaults_for(task_type: str = "classification", **changes) -> dict:
+    """:data:`DEFAULTS` with ``changes``, resolved for ``task_type`` (a ``descriptors`` of None becomes
+    that task type's set): the recipe a run of that task type really trains with."""
+    return MoleculeRecipe.from_dict({**DEFAULTS, **changes, "task_type": task_type}).to_dict()
 
 
 #: ``graphattn pretrain`` defaults; the architecture keys match the fine-tuning defaults of
